@@ -1,0 +1,633 @@
+package rink
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// state is everything the run goroutine owns. No other goroutine reads or
+// writes it; they talk to the run goroutine through channels, and read what
+// it publishes (slot states, the map, the rank) through atomic pointers.
+type state struct {
+	inc          *incarnation // nil while out of the rink (fenced, rejoining)
+	selfSeen     bool         // the view has reached inc's member key creation
+	rejoining    bool         // a rejoin goroutine is running
+	incompatible error        // the newest map cannot be used by this member
+	stopping     bool
+
+	// The view of the rink's keys, as of revision rev.
+	rev     int64
+	members map[string]memberInfo // live member keys by member name
+	elect   map[string]memberInfo // election keys: value and create revision
+	cur     rankMap               // newest applied map; Version 0 before any
+	curRev  int64                 // mod revision of cur's key (0: no key)
+	hist    map[int64]rankMap     // recently applied maps, by version
+
+	// Per slot: whether the applied map gives it to this member, since which
+	// map version (and that version's mod revision) it has continuously done
+	// so, and the cancel function of the holding, if held.
+	owned   []bool
+	gain    []int64
+	gainRev []int64
+	held    []context.CancelCauseFunc
+	pending map[int]struct{} // owned but not yet held
+
+	lead  *leadership // non-nil while this member leads
+	dirty bool        // membership or map changed: the leader should plan
+}
+
+// memberInfo is what the view knows of a member key or an election key.
+type memberInfo struct {
+	createRev int64
+	ack       int64  // member keys: the acknowledged map version
+	value     string // election keys: the candidate's member name
+}
+
+// maxHistory bounds the applied maps kept for the handover check. A member
+// whose acknowledgement lags further behind than this simply has to catch up
+// before others take slots it may hold.
+const maxHistory = 256
+
+// watchBatch carries what the watcher saw: either a full listing of the
+// rink's keys (after start or a broken watch) or the events of one watch
+// response.
+type watchBatch struct {
+	snapshot bool
+	kvs      []*mvccpb.KeyValue
+	events   []*clientv3.Event
+	rev      int64
+}
+
+type ackReq struct {
+	inc     *incarnation
+	version int64
+}
+
+// run is the rink's single state-owning goroutine.
+func (r *Rink) run(first *incarnation) {
+	defer close(r.done)
+	st := &r.st
+	S := r.opts.slots
+	st.members = map[string]memberInfo{}
+	st.elect = map[string]memberInfo{}
+	st.hist = map[int64]rankMap{}
+	st.owned = make([]bool, S)
+	st.gain = make([]int64, S)
+	st.gainRev = make([]int64, S)
+	st.held = make([]context.CancelCauseFunc, S)
+	st.pending = map[int]struct{}{}
+	st.cur = rankMap{Schema: schemaVersion, Slots: S}
+	r.startIncarnation(first)
+
+	for {
+		var lost <-chan struct{}
+		if st.inc != nil {
+			lost = st.inc.lost
+		}
+		var timer <-chan time.Time
+		if st.lead != nil && st.lead.timer != nil {
+			timer = st.lead.timer.C
+		}
+		select {
+		case b := <-r.watchCh:
+			r.onWatch(b)
+		case <-lost:
+			r.onLost()
+		case inc := <-r.joinedCh:
+			r.startIncarnation(inc)
+		case e := <-r.electedCh:
+			r.onElected(e)
+		case res := <-r.proclaimedCh:
+			r.onProclaimed(res)
+		case <-timer:
+			st.lead.timer = nil
+			st.dirty = true
+		case <-r.cli.Ctx().Done():
+			r.log.Error("etcd client closed under a running rink: stopping")
+			r.stop(r.cli.Ctx())
+			r.shutdown(ErrClientClosed)
+			return
+		case <-r.stopping:
+			r.shutdown(nil)
+			return
+		}
+		r.tryAcquire()
+		r.plan()
+		r.publishRank()
+	}
+}
+
+// startIncarnation adopts a freshly joined incarnation.
+func (r *Rink) startIncarnation(inc *incarnation) {
+	st := &r.st
+	st.inc, st.rejoining = inc, false
+	m, ok := st.members[r.opts.member]
+	st.selfSeen = ok && m.createRev == inc.createRev
+	if st.selfSeen {
+		r.reconcile()
+		r.sendAck()
+	}
+	r.campaign(inc)
+}
+
+// onWatch folds a watch batch into the view and applies new maps.
+func (r *Rink) onWatch(b watchBatch) {
+	st := &r.st
+	self := r.opts.member
+	var maps []*mvccpb.KeyValue
+	selfGone := false
+	if b.snapshot {
+		clear(st.members)
+		clear(st.elect)
+		mapSeen := false
+		for _, kv := range b.kvs {
+			r.putKey(kv)
+			if r.keys.isMap(string(kv.Key)) {
+				maps, mapSeen = append(maps, kv), true
+			}
+		}
+		if !mapSeen {
+			st.curRev = 0
+		}
+		if st.inc != nil && b.rev >= st.inc.createRev {
+			m, ok := st.members[self]
+			selfGone = !ok || m.createRev != st.inc.createRev
+		}
+	} else {
+		for _, ev := range b.events {
+			key := string(ev.Kv.Key)
+			if ev.Type == clientv3.EventTypePut {
+				r.putKey(ev.Kv)
+				if r.keys.isMap(key) {
+					maps = append(maps, ev.Kv)
+				}
+				continue
+			}
+			switch {
+			case r.keys.isMember(key):
+				name := r.keys.memberName(key)
+				delete(st.members, name)
+				st.dirty = true
+				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
+					selfGone = true
+				}
+			case r.keys.isElection(key):
+				delete(st.elect, key)
+			case r.keys.isMap(key):
+				st.curRev = 0
+				st.dirty = true
+			}
+		}
+	}
+	st.rev = max(st.rev, b.rev)
+
+	if st.inc != nil && !st.selfSeen {
+		if m, ok := st.members[self]; ok && m.createRev == st.inc.createRev {
+			st.selfSeen = true
+			r.reconcile()
+			r.sendAck()
+		}
+	}
+	for _, kv := range maps {
+		r.applyMap(kv)
+	}
+	r.pruneHistory()
+	if selfGone {
+		// Our member key is gone while we still trust the lease (an operator
+		// deleted it, or the lease ended before our fence fired). Others may
+		// take our slots now: stop holding them at once.
+		r.log.Warn("own member key deleted: fencing")
+		r.fence(st.inc, ErrFenced)
+	}
+}
+
+// putKey records a put of one of the rink's keys in the view.
+func (r *Rink) putKey(kv *mvccpb.KeyValue) {
+	st := &r.st
+	key := string(kv.Key)
+	switch {
+	case r.keys.isMember(key):
+		name := r.keys.memberName(key)
+		var v memberValue
+		_ = json.Unmarshal(kv.Value, &v) // an unreadable value acks nothing
+		old, existed := st.members[name]
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, ack: v.Ack}
+		if !existed || old.createRev != kv.CreateRevision {
+			st.dirty = true
+		}
+	case r.keys.isElection(key):
+		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: string(kv.Value)}
+	}
+}
+
+// applyMap applies a proclaimed map if it is newer than the current one.
+func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
+	st := &r.st
+	m, err := decodeMap(kv.Value, r.opts.slots)
+	if err != nil {
+		if st.incompatible == nil {
+			r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", kv.ModRevision))
+		}
+		st.incompatible = err
+		st.curRev = kv.ModRevision
+		r.reconcile()
+		if st.inc != nil {
+			r.fence(st.inc, err)
+		}
+		return
+	}
+	st.curRev = kv.ModRevision
+	st.dirty = true
+	if st.incompatible != nil {
+		r.log.Info("the rink's map is usable again: rejoining", zap.Int64("version", m.Version))
+		st.incompatible = nil
+		if st.inc == nil && !st.rejoining && !st.stopping {
+			r.startRejoin(nil)
+		}
+	}
+	if m.Version <= st.cur.Version {
+		return
+	}
+	st.cur = m
+	st.hist[m.Version] = m
+	r.owners.Store(&m)
+	r.reconcile()
+	r.sendAck()
+}
+
+// reconcile brings the per-slot ownership in line with the applied map:
+// it releases slots the map took away and marks new ones pending.
+func (r *Rink) reconcile() {
+	st := &r.st
+	mine := st.inc != nil && st.selfSeen && st.incompatible == nil && !st.stopping
+	self := r.opts.member
+	for s := range st.owned {
+		want := mine && st.cur.owner(s) == self
+		if want == st.owned[s] {
+			continue
+		}
+		st.owned[s] = want
+		if want {
+			st.gain[s], st.gainRev[s] = st.cur.Version, st.curRev
+			st.pending[s] = struct{}{}
+			continue
+		}
+		delete(st.pending, s)
+		if st.held[s] != nil {
+			r.release(s, ErrRoleMoved)
+		}
+	}
+}
+
+// sendAck hands the applied map version to the ack writer, replacing any
+// acknowledgement it has not written yet. It never blocks: the run goroutine
+// is the only sender, so after draining the buffer there is room.
+func (r *Rink) sendAck() {
+	st := &r.st
+	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 {
+		return
+	}
+	select {
+	case <-r.ackCh:
+	default:
+	}
+	r.ackCh <- ackReq{inc: st.inc, version: st.cur.Version}
+}
+
+// tryAcquire starts holding the pending slots that nobody else can hold.
+func (r *Rink) tryAcquire() {
+	st := &r.st
+	if len(st.pending) == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+		return
+	}
+	for s := range st.pending {
+		if r.free(s) {
+			delete(st.pending, s)
+			r.acquire(s)
+		}
+	}
+}
+
+// free reports whether every other live member is known not to hold slot s:
+// it has acknowledged a map version from which on the slot was ours, or none
+// of the maps from its acknowledged version up to that one gave it the slot.
+// A member that is gone (its key deleted: lease revoked or expired) holds
+// nothing, because members fence themselves before their lease can expire.
+func (r *Rink) free(s int) bool {
+	st := &r.st
+	g := st.gain[s]
+	for name, m := range st.members {
+		if name == r.opts.member || m.ack >= g {
+			continue
+		}
+		for v := max(m.ack, 1); v < g; v++ {
+			h, ok := st.hist[v]
+			if !ok || h.owner(s) == name {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// acquire starts holding slot s: it publishes a fresh context carrying the
+// slot's fencing token and wakes the goroutines awaiting the slot's roles.
+func (r *Rink) acquire(s int) {
+	st := &r.st
+	token := max(st.gainRev[s], st.inc.createRev)
+	ctx, cancel := context.WithCancelCause(st.inc.ctx)
+	st.held[s] = cancel
+	r.emit(evAcquire, s, token)
+	r.swapSlot(s, &slotState{ctx: context.WithValue(ctx, tokenKey{}, token), changed: make(chan struct{})})
+}
+
+// release stops holding slot s.
+func (r *Rink) release(s int, cause error) {
+	st := &r.st
+	st.held[s](cause)
+	st.held[s] = nil
+	r.emit(evRelease, s, 0)
+	r.swapSlot(s, nil)
+}
+
+func (r *Rink) swapSlot(s int, next *slotState) {
+	if old := r.slots[s].Swap(next); old != nil {
+		close(old.changed)
+	}
+}
+
+// pruneHistory drops applied maps that no live member's acknowledgement can
+// refer to any more.
+func (r *Rink) pruneHistory() {
+	st := &r.st
+	low := st.cur.Version
+	for name, m := range st.members {
+		if name != r.opts.member {
+			low = min(low, m.ack)
+		}
+	}
+	low = max(low, st.cur.Version-maxHistory+1)
+	for v := range st.hist {
+		if v < low {
+			delete(st.hist, v)
+		}
+	}
+}
+
+// onLost handles the end of the current incarnation: a fence, a lease that
+// ended, or leaving because of an incompatible map.
+func (r *Rink) onLost() {
+	st := &r.st
+	old := st.inc
+	st.inc, st.selfSeen = nil, false
+	r.stopLeading()
+	r.reconcile() // the contexts are already cancelled through old.ctx
+	r.startRejoin(old)
+}
+
+// startRejoin starts a goroutine that revokes the old lease (best effort) and,
+// unless this member cannot use the rink's map, joins again with a new one.
+func (r *Rink) startRejoin(old *incarnation) {
+	st := &r.st
+	join := st.incompatible == nil
+	st.rejoining = join
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		if old != nil {
+			ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+			_, _ = r.cli.Revoke(ctx, old.lease)
+			cancel()
+		}
+		if !join {
+			return
+		}
+		b := newBackoff()
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
+			inc, err := r.join(ctx)
+			cancel()
+			if err == nil {
+				select {
+				case r.joinedCh <- inc:
+					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
+				case <-r.ctx.Done():
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					_ = r.leave(ctx, inc, ErrShutdown)
+					cancel()
+				}
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
+			wait := b.next()
+			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
+			if !sleep(r.ctx, wait) {
+				return
+			}
+		}
+	}()
+}
+
+// publishRank publishes this member's rank if it changed.
+func (r *Rink) publishRank() {
+	st := &r.st
+	rk := Rank{Member: r.opts.member, Index: -1, Size: len(st.cur.Members), Version: st.cur.Version}
+	if st.inc != nil && st.selfSeen && st.incompatible == nil {
+		rk.Index = st.cur.index(r.opts.member)
+	}
+	var lowest int64
+	for _, e := range st.elect {
+		if lowest == 0 || e.createRev < lowest {
+			lowest, rk.Leader = e.createRev, e.value
+		}
+	}
+	old := r.rank.Load()
+	if old != nil {
+		o := old.rank
+		o.changed = nil
+		if o == rk {
+			return
+		}
+	}
+	next := &rankState{rank: rk, changed: make(chan struct{})}
+	next.rank.changed = next.changed
+	r.rank.Store(next)
+	if old != nil {
+		close(old.changed)
+	}
+}
+
+// shutdown runs on the run goroutine when the rink stops: it releases every
+// role, hands leadership on, leaves, and waits for every other goroutine.
+func (r *Rink) shutdown(cause error) {
+	st := &r.st
+	ctx := r.stopCtx
+	st.stopping = true
+	for s, h := range st.held {
+		if h != nil {
+			r.release(s, ErrShutdown)
+		}
+	}
+	clear(st.pending)
+	var err error
+	if st.inc != nil {
+		if st.lead != nil {
+			r.handOver(ctx)
+		}
+		err = r.leave(ctx, st.inc, ErrShutdown)
+	}
+	r.stopLeading()
+	r.cancel()
+	r.wg.Wait()
+	if err == nil {
+		err = cause
+	}
+	r.shutdownErr = err
+	r.log.Info("left the rink", zap.Error(err))
+}
+
+// watch keeps the run goroutine's view current: a listing of the rink's
+// keys, then a watch from the listing's revision; after any watch error
+// (compaction, lost etcd leader, a broken stream) it lists again.
+func (r *Rink) watch() {
+	b := newBackoff()
+	for r.ctx.Err() == nil {
+		resp, err := r.cli.Get(r.ctx, r.keys.prefix, clientv3.WithPrefix())
+		if err != nil {
+			if r.ctx.Err() == nil {
+				wait := b.next()
+				r.log.Warn("listing the rink failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+				sleep(r.ctx, wait)
+			}
+			continue
+		}
+		if !r.sendBatch(watchBatch{snapshot: true, kvs: resp.Kvs, rev: resp.Header.Revision}) {
+			return
+		}
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+		wch := r.cli.Watch(ctx, r.keys.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				r.log.Warn("watch broken, listing again", zap.Error(err))
+				break
+			}
+			if len(wr.Events) == 0 {
+				continue
+			}
+			b.reset()
+			if !r.sendBatch(watchBatch{events: wr.Events, rev: wr.Header.Revision}) {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		sleep(r.ctx, b.next())
+	}
+}
+
+func (r *Rink) sendBatch(b watchBatch) bool {
+	select {
+	case r.watchCh <- b:
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// writeAcks writes this member's acknowledgements, newest first, retrying
+// failed writes until a newer one replaces them or the incarnation ends.
+func (r *Rink) writeAcks() {
+	var cur *ackReq
+	b := newBackoff()
+	for {
+		if cur == nil {
+			select {
+			case req := <-r.ackCh:
+				cur = &req
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		if cur.inc.ctx.Err() != nil {
+			cur = nil
+			continue
+		}
+		key := r.keys.member(r.opts.member)
+		val, _ := json.Marshal(memberValue{Ack: cur.version})
+		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
+		_, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", cur.inc.createRev)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
+			Commit()
+		cancel()
+		if err == nil {
+			cur = nil
+			b.reset()
+			continue
+		}
+		if cur.inc.ctx.Err() != nil {
+			continue
+		}
+		wait := b.next()
+		r.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
+		select {
+		case req := <-r.ackCh:
+			cur = &req
+		case <-time.After(wait):
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// backoff yields exponentially growing waits with jitter, from 50 ms to 5 s.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{} }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 50*time.Millisecond), 5*time.Second)
+	return b.d/2 + rand.N(b.d/2+1)
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// liveByAge lists live members, oldest join first.
+func liveByAge(members map[string]memberInfo) []string {
+	names := make([]string, 0, len(members))
+	for name := range members {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		ra, rb := members[a].createRev, members[b].createRev
+		if ra != rb {
+			if ra < rb {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return names
+}

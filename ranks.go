@@ -1,0 +1,331 @@
+package rink
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// This file holds the pure part of rink: the rank map, how the leader derives
+// the next map from the current one, and how roles hash to slots. Nothing here
+// does I/O or reads a clock, so that it can be table-tested and fuzzed.
+
+// schemaVersion is the version of the JSON map layout. A member refuses a map
+// whose schema it does not know rather than guessing at its meaning.
+const schemaVersion = 1
+
+// rankMap is the state the leader proclaims: who is ranked at which index,
+// who waits, and which ranked member owns each slot.
+//
+// It is stored as JSON under <prefix>/map so that it can be read with etcdctl.
+type rankMap struct {
+	Schema  int      `json:"schema"`
+	Version int64    `json:"version"`
+	Slots   int      `json:"slots"`
+	Leader  string   `json:"leader,omitempty"`
+	Members []string `json:"members"`
+	Waiting []waiter `json:"waiting,omitempty"`
+	// Table maps each slot to the index of its owner in Members. It has
+	// Slots entries when Members is non-empty and none otherwise.
+	Table []int `json:"table,omitempty"`
+}
+
+// waiter is a live member that has not been ranked yet.
+type waiter struct {
+	Name string `json:"name"`
+	// Since is when the leader that proclaimed the map first saw the member
+	// waiting, in that leader's wall clock. It is informative only: the
+	// rebalance delay runs on the leader's monotonic clock.
+	Since time.Time `json:"since"`
+}
+
+// errMapInvalid reports a map that decodes but is internally inconsistent.
+var errMapInvalid = fmt.Errorf("%w: invalid rank map", ErrIncompatible)
+
+// decodeMap parses and validates a proclaimed map. slots is the slot count
+// this member was configured with; a map with another count is refused.
+func decodeMap(data []byte, slots int) (rankMap, error) {
+	var m rankMap
+	if err := json.Unmarshal(data, &m); err != nil {
+		return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
+	}
+	if m.Schema != schemaVersion {
+		return rankMap{}, fmt.Errorf("%w: map schema %d, this member understands %d", ErrIncompatible, m.Schema, schemaVersion)
+	}
+	if m.Slots != slots {
+		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
+	}
+	if err := m.validate(); err != nil {
+		return rankMap{}, err
+	}
+	return m, nil
+}
+
+// validate checks the structural invariants every proclaimed map keeps.
+func (m rankMap) validate() error {
+	if m.Version < 1 {
+		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
+	}
+	seen := make(map[string]bool, len(m.Members)+len(m.Waiting))
+	for _, name := range m.Members {
+		if name == "" || seen[name] {
+			return fmt.Errorf("%w: member %q empty or listed twice", errMapInvalid, name)
+		}
+		seen[name] = true
+	}
+	for _, w := range m.Waiting {
+		if w.Name == "" || seen[w.Name] {
+			return fmt.Errorf("%w: waiting member %q empty or listed twice", errMapInvalid, w.Name)
+		}
+		seen[w.Name] = true
+	}
+	if len(m.Members) == 0 {
+		if len(m.Table) != 0 {
+			return fmt.Errorf("%w: slot table without members", errMapInvalid)
+		}
+		return nil
+	}
+	if len(m.Table) != m.Slots {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
+	}
+	for s, idx := range m.Table {
+		if idx < 0 || idx >= len(m.Members) {
+			return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, len(m.Members))
+		}
+	}
+	return nil
+}
+
+// encode renders the map as JSON.
+func (m rankMap) encode() []byte {
+	b, err := json.Marshal(m)
+	if err != nil {
+		// A rankMap holds only strings, ints and times: Marshal cannot fail.
+		panic(fmt.Sprintf("rink: encoding rank map: %v", err))
+	}
+	return b
+}
+
+// owner returns the member that owns slot s, or "" when nobody is ranked.
+func (m rankMap) owner(s int) string {
+	if len(m.Members) == 0 || s < 0 || s >= len(m.Table) {
+		return ""
+	}
+	return m.Members[m.Table[s]]
+}
+
+// index returns the index of name in Members, or -1.
+func (m rankMap) index(name string) int {
+	return slices.Index(m.Members, name)
+}
+
+// sameAssignment reports whether two maps rank, order and assign alike and
+// list the same waiting members; versions, leader and times are ignored.
+func (m rankMap) sameAssignment(o rankMap) bool {
+	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) {
+		return false
+	}
+	for i := range m.Waiting {
+		if m.Waiting[i].Name != o.Waiting[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
+// slotOf maps a role to its slot. The hash is fixed for the life of a rink.
+func slotOf(role string, slots int) int {
+	return int(xxhash.Sum64String(role) % uint64(slots))
+}
+
+// planInput is what the leader knows when it computes the next map.
+type planInput struct {
+	// Live lists the members whose member keys exist, oldest join first.
+	Live []string
+	// Ready names the waiting members that have waited the rebalance delay.
+	Ready map[string]bool
+	// Since gives, for waiting members, when the leader first saw them.
+	Since map[string]time.Time
+}
+
+// plan derives the map that follows cur. It is deterministic, and it moves as
+// few slots as possible:
+//
+//   - A ranked member that is gone is replaced by the longest-waiting member,
+//     which takes its index and all its slots.
+//   - When nobody waits, the member with the highest index moves into the
+//     hole (keeping its slots) and the departed member's slots are spread over
+//     the survivors; no other slot moves.
+//   - When nobody is ranked, the oldest live member is ranked at once.
+//   - Waiting members that are ready are appended and take just the slots
+//     they need from the most loaded members.
+//
+// The returned map has cur's version; the caller numbers it if it differs.
+func plan(cur rankMap, in planInput) rankMap {
+	live := make(map[string]bool, len(in.Live))
+	for _, name := range in.Live {
+		live[name] = true
+	}
+
+	// owners[s] is the member that owns slot s, "" for an orphan.
+	owners := make([]string, cur.Slots)
+	for s := range owners {
+		owners[s] = cur.owner(s)
+	}
+
+	ranked := make(map[string]bool, len(cur.Members))
+	for _, name := range cur.Members {
+		ranked[name] = true
+	}
+	var waiting []string
+	for _, name := range in.Live {
+		if !ranked[name] {
+			waiting = append(waiting, name)
+		}
+	}
+
+	// Fill the indexes of departed members: first with waiting members, then
+	// by moving the highest surviving index down.
+	members := slices.Clone(cur.Members)
+	var holes []int
+	for i, name := range members {
+		if !live[name] {
+			holes = append(holes, i)
+		}
+	}
+	for len(holes) > 0 && len(waiting) > 0 {
+		i := holes[0]
+		gone, heir := members[i], waiting[0]
+		holes, waiting = holes[1:], waiting[1:]
+		for s, o := range owners {
+			if o == gone {
+				owners[s] = heir
+			}
+		}
+		members[i] = heir
+	}
+	for _, i := range holes {
+		gone := members[i]
+		for s, o := range owners {
+			if o == gone {
+				owners[s] = ""
+			}
+		}
+		members[i] = ""
+	}
+	members = compact(members)
+
+	// An empty rink ranks its oldest live member at once.
+	if len(members) == 0 && len(waiting) > 0 {
+		members = append(members, waiting[0])
+		waiting = waiting[1:]
+	}
+	// Ready members join the ranks, in join order.
+	var still []string
+	for _, name := range waiting {
+		if in.Ready[name] {
+			members = append(members, name)
+		} else {
+			still = append(still, name)
+		}
+	}
+
+	next := rankMap{
+		Schema:  schemaVersion,
+		Version: cur.Version,
+		Slots:   cur.Slots,
+		Leader:  cur.Leader,
+		Members: members,
+	}
+	for _, name := range still {
+		next.Waiting = append(next.Waiting, waiter{Name: name, Since: in.Since[name]})
+	}
+	if len(members) > 0 {
+		next.Table = balance(owners, members)
+	}
+	return next
+}
+
+// compact closes the holes ("" entries) in an index list by moving the
+// highest remaining entry into the lowest hole, repeatedly, so that every
+// member that does not move keeps its index.
+func compact(members []string) []string {
+	lo, hi := 0, len(members)-1
+	for {
+		for hi >= 0 && members[hi] == "" {
+			hi--
+		}
+		for lo < len(members) && members[lo] != "" {
+			lo++
+		}
+		if lo >= hi {
+			return members[:hi+1]
+		}
+		members[lo], members[hi] = members[hi], ""
+	}
+}
+
+// balance returns a slot table (slot -> index in members) in which every
+// member owns floor(S/n) or ceil(S/n) slots and as few slots as possible
+// change owner: orphans ("" owners, or owners not in members) always move,
+// and beyond them only the excess of over-full members moves. The extra
+// ceil(S/n) shares go to the members that already own the most slots.
+func balance(owners []string, members []string) []int {
+	n, S := len(members), len(owners)
+	idx := make(map[string]int, n)
+	for i, name := range members {
+		idx[name] = i
+	}
+	count := make([]int, n)
+	for _, o := range owners {
+		if i, ok := idx[o]; ok {
+			count[i]++
+		}
+	}
+	// Decide targets: the `extra` most loaded members (ties to the lower
+	// index) may keep one slot above the floor.
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return count[order[a]] > count[order[b]] })
+	target := make([]int, n)
+	for rank, i := range order {
+		target[i] = S / n
+		if rank < S%n {
+			target[i]++
+		}
+	}
+
+	table := make([]int, S)
+	var free []int
+	// Walk slots from the top so that an over-full member gives up its
+	// highest-numbered slots; the choice is arbitrary but deterministic.
+	keep := slices.Clone(count)
+	for s := S - 1; s >= 0; s-- {
+		i, ok := idx[owners[s]]
+		if !ok {
+			free = append(free, s)
+			continue
+		}
+		if keep[i] > target[i] {
+			keep[i]--
+			free = append(free, s)
+			continue
+		}
+		table[s] = i
+	}
+	slices.Sort(free)
+	f := 0
+	for i := 0; i < n; i++ {
+		for ; keep[i] < target[i]; keep[i]++ {
+			table[free[f]] = i
+			f++
+		}
+	}
+	return table
+}

@@ -1,0 +1,382 @@
+package rink
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+// start is a map with the given ranked members and an even, contiguous
+// assignment of S slots (the shape the first rebalance produces).
+func start(S int, members ...string) rankMap {
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: members}
+	if len(members) > 0 {
+		m.Table = balance(make([]string, S), members)
+	}
+	return m
+}
+
+func counts(m rankMap) map[string]int {
+	c := map[string]int{}
+	for s := range m.Table {
+		c[m.owner(s)]++
+	}
+	return c
+}
+
+func moved(a, b rankMap) int {
+	n := 0
+	for s := 0; s < a.Slots; s++ {
+		if a.owner(s) != b.owner(s) {
+			n++
+		}
+	}
+	return n
+}
+
+func ready(names ...string) map[string]bool {
+	m := map[string]bool{}
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+func TestPlan(t *testing.T) {
+	const S = 10
+	tests := []struct {
+		name        string
+		cur         rankMap
+		live        []string
+		ready       map[string]bool
+		wantMembers []string
+		wantWaiting []string
+		wantMoved   int
+		wantCounts  map[string]int
+	}{
+		{
+			name: "first member of an empty rink is ranked at once",
+			cur:  start(S), live: []string{"a", "b"},
+			wantMembers: []string{"a"}, wantWaiting: []string{"b"}, wantMoved: 10,
+			wantCounts: map[string]int{"a": 10},
+		},
+		{
+			name: "newcomer waits until ready",
+			cur:  start(S, "a", "b"), live: []string{"a", "b", "c"},
+			wantMembers: []string{"a", "b"}, wantWaiting: []string{"c"},
+		},
+		{
+			name: "ready newcomer takes only its share",
+			cur:  start(S, "a", "b"), live: []string{"a", "b", "c"}, ready: ready("c"),
+			wantMembers: []string{"a", "b", "c"}, wantMoved: 3,
+			wantCounts: map[string]int{"a": 4, "b": 3, "c": 3},
+		},
+		{
+			name: "waiting member takes a departed member's index and slots",
+			cur:  start(S, "a", "b", "c"), live: []string{"a", "c", "d"},
+			wantMembers: []string{"a", "d", "c"}, wantMoved: 3,
+			wantCounts: map[string]int{"a": 4, "d": 3, "c": 3},
+		},
+		{
+			name: "oldest waiter is promoted first",
+			cur:  start(S, "a", "b"), live: []string{"a", "e", "d"},
+			wantMembers: []string{"a", "e"}, wantWaiting: []string{"d"}, wantMoved: 5,
+		},
+		{
+			name: "with nobody waiting the highest index fills the hole",
+			cur:  start(S, "a", "b", "c", "d"), live: []string{"a", "c", "d"},
+			wantMembers: []string{"a", "d", "c"}, wantMoved: 3,
+			wantCounts: map[string]int{"a": 4, "c": 3, "d": 3},
+		},
+		{
+			name: "the highest index leaving shrinks the rink",
+			cur:  start(S, "a", "b", "c"), live: []string{"a", "b"},
+			wantMembers: []string{"a", "b"}, wantMoved: 3,
+			wantCounts: map[string]int{"a": 5, "b": 5},
+		},
+		{
+			name: "several leave at once",
+			cur:  start(S, "a", "b", "c", "d", "e"), live: []string{"b", "e"},
+			wantMembers: []string{"e", "b"}, wantMoved: 6,
+			wantCounts: map[string]int{"b": 5, "e": 5},
+		},
+		{
+			name: "everyone leaves, a waiter inherits",
+			cur:  start(S, "a"), live: []string{"z"},
+			wantMembers: []string{"z"}, wantMoved: 10,
+		},
+		{
+			name: "everyone leaves",
+			cur:  start(S, "a", "b"), live: nil,
+			wantMembers: nil, wantMoved: 10,
+		},
+		{
+			name: "more members than slots",
+			cur:  start(2, "a", "b"), live: []string{"a", "b", "c"}, ready: ready("c"),
+			wantMembers: []string{"a", "b", "c"}, wantMoved: 0,
+			wantCounts: map[string]int{"a": 1, "b": 1},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := plan(tt.cur, planInput{Live: tt.live, Ready: tt.ready})
+			if !slices.Equal(next.Members, tt.wantMembers) {
+				t.Fatalf("members = %v, want %v", next.Members, tt.wantMembers)
+			}
+			var waiting []string
+			for _, w := range next.Waiting {
+				waiting = append(waiting, w.Name)
+			}
+			if !slices.Equal(waiting, tt.wantWaiting) {
+				t.Fatalf("waiting = %v, want %v", waiting, tt.wantWaiting)
+			}
+			if got := moved(tt.cur, next); got != tt.wantMoved {
+				t.Errorf("moved %d slots, want %d", got, tt.wantMoved)
+			}
+			if tt.wantCounts != nil {
+				got := counts(next)
+				for name, want := range tt.wantCounts {
+					if got[name] != want {
+						t.Errorf("%s owns %d slots, want %d (all: %v)", name, got[name], want, got)
+					}
+				}
+			}
+			if len(next.Members) > 0 {
+				next.Version = 1
+				if err := next.validate(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanKeepsSurvivorsSlots(t *testing.T) {
+	cur := start(1024, "a", "b", "c", "d", "e")
+	next := plan(cur, planInput{Live: []string{"a", "c", "d", "e"}})
+	for s := range cur.Table {
+		if o := cur.owner(s); o != "b" && next.owner(s) != o {
+			t.Fatalf("slot %d moved from survivor %s to %s", s, o, next.owner(s))
+		}
+	}
+	if got, want := moved(cur, next), counts(cur)["b"]; got != want {
+		t.Fatalf("moved %d, want exactly b's %d", got, want)
+	}
+}
+
+func TestCompact(t *testing.T) {
+	tests := []struct{ in, want []string }{
+		{[]string{"a", "", "c", "d"}, []string{"a", "d", "c"}},
+		{[]string{"", "", "c"}, []string{"c"}},
+		{[]string{"a", "b", ""}, []string{"a", "b"}},
+		{[]string{"", ""}, []string{}},
+		{[]string{"", "b", "", "d", "e"}, []string{"e", "b", "d"}},
+	}
+	for _, tt := range tests {
+		if got := compact(slices.Clone(tt.in)); !slices.Equal(got, tt.want) {
+			t.Errorf("compact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestDecodeMap(t *testing.T) {
+	good := start(4, "a", "b")
+	tests := []struct {
+		name  string
+		data  string
+		slots int
+		ok    bool
+	}{
+		{"good", string(good.encode()), 4, true},
+		{"empty rink", `{"schema":1,"version":3,"slots":4,"members":[]}`, 4, true},
+		{"not json", `{`, 4, false},
+		{"unknown schema", `{"schema":2,"version":1,"slots":4,"members":[]}`, 4, false},
+		{"other slot count", string(good.encode()), 8, false},
+		{"short table", `{"schema":1,"version":1,"slots":4,"members":["a"],"table":[0,0]}`, 4, false},
+		{"index out of range", `{"schema":1,"version":1,"slots":2,"members":["a"],"table":[0,1]}`, 2, false},
+		{"duplicate member", `{"schema":1,"version":1,"slots":1,"members":["a","a"],"table":[0]}`, 1, false},
+		{"member also waiting", `{"schema":1,"version":1,"slots":1,"members":["a"],"table":[0],"waiting":[{"name":"a"}]}`, 1, false},
+		{"version zero", `{"schema":1,"version":0,"slots":1,"members":[]}`, 1, false},
+	}
+	for _, tt := range tests {
+		_, err := decodeMap([]byte(tt.data), tt.slots)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !errors.Is(err, ErrIncompatible) {
+			t.Errorf("%s: err = %v, want ErrIncompatible", tt.name, err)
+		}
+	}
+}
+
+func TestSlotOfStable(t *testing.T) {
+	// The hash is part of the protocol: members of different builds must
+	// agree. These values are fixed forever.
+	tests := []struct {
+		role        string
+		slots, want int
+	}{
+		{"leader", 1024, 757},
+		{"BTC/ETH", 1024, 452},
+		{"partition:42", 1024, 299},
+		{"leader", 7, 0},
+		{"partition:42", 7, 5},
+	}
+	for _, tt := range tests {
+		if got := slotOf(tt.role, tt.slots); got != tt.want {
+			t.Errorf("slotOf(%q, %d) = %d, want %d", tt.role, tt.slots, got, tt.want)
+		}
+	}
+}
+
+// checkMap asserts the invariants every planned map keeps.
+func checkMap(t testing.TB, m rankMap, live []string) {
+	t.Helper()
+	if len(m.Members) == 0 {
+		if len(m.Table) != 0 {
+			t.Fatalf("table without members")
+		}
+		return
+	}
+	mm := m
+	mm.Version = 1
+	if err := mm.validate(); err != nil {
+		t.Fatal(err)
+	}
+	liveSet := map[string]bool{}
+	for _, n := range live {
+		liveSet[n] = true
+	}
+	for _, n := range m.Members {
+		if !liveSet[n] {
+			t.Fatalf("ranked member %s is not live", n)
+		}
+	}
+	c := make([]int, len(m.Members))
+	for _, i := range m.Table {
+		c[i]++
+	}
+	lo, hi := m.Slots/len(m.Members), (m.Slots+len(m.Members)-1)/len(m.Members)
+	for i, n := range c {
+		if n < lo || n > hi {
+			t.Fatalf("member %s owns %d slots, want %d..%d", m.Members[i], n, lo, hi)
+		}
+	}
+}
+
+// minMoves is the fewest slots any balanced successor of cur over members
+// must move: every orphaned slot, plus what members above their share give
+// up when the larger shares go to those that own most.
+func minMoves(cur rankMap, members []string) int {
+	if len(members) == 0 {
+		return len(cur.Table)
+	}
+	have := map[string]int{}
+	for s := range cur.Table {
+		have[cur.owner(s)]++
+	}
+	orphans := cur.Slots
+	var c []int
+	for _, n := range members {
+		c = append(c, have[n])
+		orphans -= have[n]
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(c)))
+	excess := 0
+	for i, n := range c {
+		share := cur.Slots / len(members)
+		if i < cur.Slots%len(members) {
+			share++
+		}
+		excess += max(0, n-share)
+	}
+	return orphans + excess
+}
+
+// heirs returns the members of next that took over a departed member's
+// index: their slots count as the departed member's, not as moves.
+func renamed(cur, next rankMap) rankMap {
+	out := cur
+	out.Members = slices.Clone(cur.Members)
+	liveNext := map[string]bool{}
+	for _, n := range next.Members {
+		liveNext[n] = true
+	}
+	for i, n := range cur.Members {
+		if !liveNext[n] && i < len(next.Members) && !slices.Contains(cur.Members, next.Members[i]) {
+			out.Members[i] = next.Members[i]
+		}
+	}
+	return out
+}
+
+// simulate runs a random history of joins, leaves and rebalances through
+// plan and checks every step.
+func simulate(t testing.TB, seed uint64, steps int, S int) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	cur := rankMap{Schema: schemaVersion, Slots: S}
+	var live []string
+	next := 0
+	for step := 0; step < steps; step++ {
+		in := planInput{Ready: map[string]bool{}}
+		switch op := rng.IntN(10); {
+		case op < 4 || len(live) == 0:
+			live = append(live, fmt.Sprintf("m%d", next))
+			next++
+		case op < 7:
+			i := rng.IntN(len(live))
+			live = slices.Delete(slices.Clone(live), i, i+1)
+		case op < 9:
+			for _, w := range cur.Waiting {
+				if rng.IntN(2) == 0 {
+					in.Ready[w.Name] = true
+				}
+			}
+		default:
+			// A leader change: planning again with nothing new moves nothing.
+		}
+		in.Live = slices.Clone(live)
+		n := plan(cur, in)
+		checkMap(t, n, live)
+		if got, want := moved(renamed(cur, n), n), minMoves(renamed(cur, n), n.Members); got != want {
+			t.Fatalf("seed %d step %d: moved %d slots, minimum %d\ncur %v\nnext %v", seed, step, got, want, cur.Members, n.Members)
+		}
+		// Planning again with the same input is a fixed point.
+		if again := plan(n, in); !again.sameAssignment(n) {
+			t.Fatalf("seed %d step %d: plan is not idempotent", seed, step)
+		}
+		// Every ranked survivor keeps its slots unless it was over-full.
+		n.Version = cur.Version + 1
+		cur = n
+	}
+}
+
+func TestPlanRandomHistories(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		simulate(t, seed, 60, []int{1, 3, 10, 64, 1024}[seed%5])
+	}
+}
+
+func FuzzPlan(f *testing.F) {
+	f.Add(uint64(1), uint8(40), uint16(1024))
+	f.Add(uint64(7), uint8(200), uint16(5))
+	f.Fuzz(func(t *testing.T, seed uint64, steps uint8, slots uint16) {
+		S := int(slots)%MaxSlots + 1
+		if S > 4096 {
+			S = S%4096 + 1
+		}
+		simulate(t, seed, int(steps), S)
+	})
+}
+
+func TestWaitingSinceIsKept(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	next := plan(start(4, "a"), planInput{Live: []string{"a", "b"}, Since: map[string]time.Time{"b": at}})
+	if len(next.Waiting) != 1 || !next.Waiting[0].Since.Equal(at) {
+		t.Fatalf("waiting = %+v", next.Waiting)
+	}
+}

@@ -1,0 +1,385 @@
+package rink
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Errors returned by rink. Callers branch on them with errors.Is.
+var (
+	// ErrNilClient is returned by New when the etcd client is nil.
+	ErrNilClient = errors.New("rink: nil etcd client")
+	// ErrInvalidName is returned by New for an unusable rink or member name.
+	ErrInvalidName = errors.New("rink: invalid name")
+	// ErrInvalidOption is returned by New when an option is out of range.
+	ErrInvalidOption = errors.New("rink: invalid option")
+	// ErrInvalidRole is returned for an empty role name.
+	ErrInvalidRole = errors.New("rink: invalid role")
+	// ErrMemberExists is returned by New when a live member already uses
+	// the member name and its lease did not end within the join timeout.
+	ErrMemberExists = errors.New("rink: member name in use by a live member")
+	// ErrIncompatible means the rink's proclaimed map cannot be used by this
+	// member: another slot count, an unknown schema, or a map that does not
+	// decode. New returns it; a running member stops holding roles.
+	ErrIncompatible = errors.New("rink: incompatible rank map")
+	// ErrShutdown is returned once the rink has been shut down, and is the
+	// cause of role contexts cancelled by Shutdown.
+	ErrShutdown = errors.New("rink: shut down")
+	// ErrFenced is the cause of role contexts cancelled because this member
+	// could not confirm its lease in time (or the lease ended). The member
+	// rejoins by itself.
+	ErrFenced = errors.New("rink: session lost, roles fenced")
+	// ErrRoleMoved is the cause of a role context cancelled because a new
+	// map gave the role's slot to another member.
+	ErrRoleMoved = errors.New("rink: role moved to another member")
+	// ErrClientClosed means the etcd client was closed under a running rink.
+	ErrClientClosed = errors.New("rink: etcd client closed")
+)
+
+// Defaults for the options.
+const (
+	DefaultSessionTTL     = 10 * time.Second
+	DefaultRebalanceDelay = 30 * time.Second
+	DefaultSlots          = 1024
+	DefaultJoinTimeout    = 10 * time.Second
+	// MinSessionTTL is the shortest session TTL accepted. Shorter leases
+	// leave too little room between renewals, fencing and expiry.
+	MinSessionTTL = 2 * time.Second
+	// MaxSlots is the largest slot count accepted.
+	MaxSlots = 65536
+)
+
+// Option configures a Rink. Options are validated by New.
+type Option func(*options)
+
+type options struct {
+	member      string
+	ttl         time.Duration
+	delay       time.Duration
+	slots       int
+	log         *zap.Logger
+	joinTimeout time.Duration
+	hook        func(event) // tests: observes every acquire, release and fence
+	errs        []error
+}
+
+// eventKind names what an event reports.
+type eventKind int
+
+const (
+	evAcquire eventKind = iota // a slot's holding started
+	evRelease                  // a slot's holding ended
+	evFence                    // every holding of the member ended at once
+)
+
+// event is one state transition, reported synchronously at the instant it
+// happens so that a recorder sees a causally correct order.
+type event struct {
+	kind   eventKind
+	member string
+	slot   int
+	token  int64
+	at     time.Time
+}
+
+// withHook installs an observer of acquisitions, releases and fences. It is
+// called synchronously from the rink's goroutines and must be quick.
+func withHook(h func(event)) Option {
+	return func(o *options) { o.hook = h }
+}
+
+func (r *Rink) emit(kind eventKind, slot int, token int64) {
+	if r.opts.hook != nil {
+		r.opts.hook(event{kind: kind, member: r.opts.member, slot: slot, token: token, at: time.Now()})
+	}
+}
+
+func (o *options) fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+}
+
+// WithMemberName sets this member's name, unique among the rink's live
+// members. The default is the host name plus a random suffix. Reusing a name
+// after a restart (a StatefulSet pod) is supported: New waits for the
+// previous holder's lease to end, up to the join timeout.
+func WithMemberName(name string) Option {
+	return func(o *options) { o.member = name }
+}
+
+// WithSessionTTL sets the lease TTL, a whole number of seconds no shorter
+// than MinSessionTTL (default 10 s). A crashed member's roles move after
+// about this long; a member that cannot renew its lease fences itself before
+// the TTL ends.
+func WithSessionTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		if ttl < MinSessionTTL || ttl%time.Second != 0 {
+			o.fail("session TTL %v: want a whole number of seconds, at least %v", ttl, MinSessionTTL)
+			return
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithRebalanceDelay sets how long a joining member waits for a rank to be
+// vacated before the leader rebalances to include it (default 30 s; 0 ranks
+// newcomers at once). Only the leader's setting matters.
+func WithRebalanceDelay(d time.Duration) Option {
+	return func(o *options) {
+		if d < 0 {
+			o.fail("rebalance delay %v is negative", d)
+			return
+		}
+		o.delay = d
+	}
+}
+
+// WithSlots sets the number of slots roles hash to (default 1024, 1 to
+// MaxSlots). It is fixed for the life of a rink: every member must agree.
+func WithSlots(n int) Option {
+	return func(o *options) {
+		if n < 1 || n > MaxSlots {
+			o.fail("slots %d: want 1 to %d", n, MaxSlots)
+			return
+		}
+		o.slots = n
+	}
+}
+
+// WithLogger sets the logger (default: a no-op logger).
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			o.fail("nil logger")
+			return
+		}
+		o.log = l
+	}
+}
+
+// WithJoinTimeout bounds how long New (and each later rejoin attempt) may
+// take to join (default 10 s).
+func WithJoinTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d <= 0 {
+			o.fail("join timeout %v: want > 0", d)
+			return
+		}
+		o.joinTimeout = d
+	}
+}
+
+// validName reports why a rink or member name is unusable, or "".
+func validName(name string, slashes bool) string {
+	switch {
+	case name == "":
+		return "empty"
+	case strings.HasPrefix(name, "/") || strings.HasSuffix(name, "/"):
+		return "leading or trailing '/'"
+	case !slashes && strings.Contains(name, "/"):
+		return "contains '/'"
+	}
+	for _, c := range name {
+		if unicode.IsSpace(c) || unicode.IsControl(c) || c == unicode.ReplacementChar {
+			return fmt.Sprintf("contains %q", c)
+		}
+	}
+	return ""
+}
+
+func defaultMemberName() string {
+	host, err := os.Hostname()
+	if err != nil || validName(host, false) != "" {
+		host = "member"
+	}
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + hex.EncodeToString(b[:])
+}
+
+// keys lays out a rink's keys in etcd.
+type keys struct{ prefix string }
+
+func newKeys(name string) keys              { return keys{prefix: "rink/" + name + "/"} }
+func (k keys) member(name string) string    { return k.prefix + "members/" + name }
+func (k keys) members() string              { return k.prefix + "members/" }
+func (k keys) rankMap() string              { return k.prefix + "map" }
+func (k keys) election() string             { return k.prefix + "election/" }
+func (k keys) memberName(key string) string { return strings.TrimPrefix(key, k.members()) }
+func (k keys) isMember(key string) bool     { return strings.HasPrefix(key, k.members()) }
+func (k keys) isElection(key string) bool   { return strings.HasPrefix(key, k.election()) }
+func (k keys) isMap(key string) bool        { return key == k.rankMap() }
+
+// Rink is this process's membership of a sticky ranked ring. Create one with
+// New; it is safe for concurrent use. Stop it with Shutdown.
+type Rink struct {
+	cli  *clientv3.Client
+	name string
+	opts options
+	log  *zap.Logger
+	keys keys
+
+	// ctx ends when the rink stops; every goroutine and incarnation derives
+	// from it. wg counts every goroutine the rink starts.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// Published state, read by the API without locks. Only the run
+	// goroutine writes it.
+	slots  []atomic.Pointer[slotState]
+	owners atomic.Pointer[rankMap]
+	rank   atomic.Pointer[rankState]
+
+	stopping    chan struct{} // closed when shutdown begins
+	stopOnce    sync.Once
+	stopCtx     context.Context // the first Shutdown's context; set before stopping is closed
+	done        chan struct{}   // closed when everything has stopped
+	shutdownErr error           // set before done is closed
+
+	// Channels into the run goroutine.
+	watchCh      chan watchBatch
+	joinedCh     chan *incarnation
+	electedCh    chan elected
+	proclaimedCh chan proclaimResult
+	// ackCh carries the newest acknowledgement to the ack writer.
+	ackCh chan ackReq
+
+	st state // owned by the run goroutine
+}
+
+// New joins the rink called name on etcd and returns once this member's
+// key exists. It does not wait to be ranked. It fails with ErrIncompatible
+// when the rink's map was made with other settings, ErrMemberExists when the
+// member name is held by a live member, and a context.DeadlineExceeded error
+// when etcd does not answer within the join timeout.
+func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
+	if cli == nil {
+		return nil, ErrNilClient
+	}
+	if why := validName(name, true); why != "" {
+		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
+	}
+	o := options{
+		ttl:         DefaultSessionTTL,
+		delay:       DefaultRebalanceDelay,
+		slots:       DefaultSlots,
+		log:         zap.NewNop(),
+		joinTimeout: DefaultJoinTimeout,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, errors.Join(o.errs...)
+	}
+	if o.member == "" {
+		o.member = defaultMemberName()
+	}
+	if why := validName(o.member, false); why != "" {
+		return nil, fmt.Errorf("%w: member name %q: %s", ErrInvalidName, o.member, why)
+	}
+
+	r := &Rink{
+		cli:          cli,
+		name:         name,
+		opts:         o,
+		log:          o.log.With(zap.String("rink", name), zap.String("member", o.member)),
+		keys:         newKeys(name),
+		slots:        make([]atomic.Pointer[slotState], o.slots),
+		stopping:     make(chan struct{}),
+		done:         make(chan struct{}),
+		watchCh:      make(chan watchBatch),
+		joinedCh:     make(chan *incarnation),
+		electedCh:    make(chan elected),
+		proclaimedCh: make(chan proclaimResult),
+		ackCh:        make(chan ackReq, 1),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.publishRank()
+
+	jctx, cancel := context.WithTimeout(r.ctx, o.joinTimeout)
+	defer cancel()
+	inc, err := r.first(jctx)
+	if err != nil {
+		r.cancel()
+		r.wg.Wait()
+		return nil, err
+	}
+	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		r.watch()
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.writeAcks()
+	}()
+	go r.run(inc)
+	return r, nil
+}
+
+// first checks that the rink's current map suits this member, then joins.
+func (r *Rink) first(ctx context.Context) (*incarnation, error) {
+	resp, err := r.cli.Get(ctx, r.keys.rankMap())
+	if err != nil {
+		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
+	}
+	if len(resp.Kvs) > 0 {
+		if _, err := decodeMap(resp.Kvs[0].Value, r.opts.slots); err != nil {
+			return nil, err
+		}
+	}
+	return r.join(ctx)
+}
+
+// Shutdown leaves the rink: it cancels every role context, hands the
+// leadership on (a leader first proclaims a map without itself, so its roles
+// move at once), deletes the member key and revokes the lease, then waits
+// for every goroutine the rink started. It is idempotent. If ctx ends first,
+// Shutdown returns ctx's error; the rink still stops, and Done is closed
+// when it has.
+func (r *Rink) Shutdown(ctx context.Context) error {
+	r.stop(ctx)
+	select {
+	case <-r.done:
+		return r.shutdownErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop asks the run goroutine to shut down, bounded by ctx. From now on
+// AwaitRole returns at once.
+func (r *Rink) stop(ctx context.Context) {
+	r.stopOnce.Do(func() {
+		r.stopCtx = ctx
+		close(r.stopping)
+	})
+}
+
+// Done is closed when the rink has stopped, after Shutdown or when its etcd
+// client was closed.
+func (r *Rink) Done() <-chan struct{} { return r.done }
+
+// Name returns the rink's name.
+func (r *Rink) Name() string { return r.name }
+
+// Member returns this member's name.
+func (r *Rink) Member() string { return r.opts.member }

@@ -1,0 +1,157 @@
+package rink
+
+import (
+	"context"
+)
+
+// Roles are not tracked one by one. A role hashes to a slot, and this member
+// holds a role exactly while it holds the role's slot; all roles of a slot
+// share the slot's context. So a map change costs work in proportion to the
+// slots that change owner, whatever the number of roles awaited.
+
+// slotState is the published state of a slot this member holds or that
+// somebody awaits. A nil pointer means "not held, nobody waiting yet". The
+// run goroutine replaces the state and then closes the old one's changed
+// channel; awaiting goroutines only ever install a fresh empty state where
+// there was none.
+type slotState struct {
+	ctx     context.Context // non-nil while held
+	changed chan struct{}   // closed when this state is replaced
+}
+
+type tokenKey struct{}
+
+// Token returns the fencing token carried by a role context. Tokens strictly
+// increase across successive holdings of a role, whichever members hold it,
+// so a store that remembers the highest token it has seen for a role can
+// reject the writes of a stale holder. Tokens are etcd revisions.
+func Token(roleCtx context.Context) (int64, bool) {
+	if roleCtx == nil {
+		return 0, false
+	}
+	t, ok := roleCtx.Value(tokenKey{}).(int64)
+	return t, ok
+}
+
+// Get returns the role's context if this member holds the role right now.
+// It never blocks.
+func (r *Rink) Get(role string) (context.Context, bool) {
+	if role == "" {
+		return nil, false
+	}
+	st := r.slots[slotOf(role, r.opts.slots)].Load()
+	if st == nil || st.ctx == nil || st.ctx.Err() != nil {
+		return nil, false
+	}
+	return st.ctx, true
+}
+
+// AwaitRole blocks until this member holds role and returns the role's
+// context, which is cancelled the moment the role is lost: when a new map
+// moves it (cause ErrRoleMoved), when this member cannot confirm its lease
+// (ErrFenced) or on Shutdown (ErrShutdown); context.Cause tells which.
+//
+// After Shutdown it returns at once a context already cancelled with cause
+// ErrShutdown, so a loop that runs work per holding stops like this:
+//
+//	for {
+//		ctx := r.AwaitRole("leader")
+//		if errors.Is(context.Cause(ctx), rink.ErrShutdown) {
+//			return
+//		}
+//		lead(ctx) // returns when ctx is cancelled
+//	}
+//
+// An empty role name is a programming error: the context comes back
+// cancelled with cause ErrInvalidRole. AwaitRoleContext returns these as
+// errors instead.
+func (r *Rink) AwaitRole(role string) context.Context {
+	ctx, err := r.AwaitRoleContext(context.Background(), role)
+	if err != nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(err)
+		return ctx
+	}
+	return ctx
+}
+
+// AwaitRoleContext is AwaitRole abandoned when ctx ends. It returns
+// ErrInvalidRole for an empty role, ErrShutdown once the rink is shutting
+// down, or ctx's error.
+func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Context, error) {
+	if role == "" {
+		return nil, ErrInvalidRole
+	}
+	p := &r.slots[slotOf(role, r.opts.slots)]
+	for {
+		select {
+		case <-r.stopping:
+			return nil, ErrShutdown
+		default:
+		}
+		st := p.Load()
+		if st == nil {
+			st = &slotState{changed: make(chan struct{})}
+			if !p.CompareAndSwap(nil, st) {
+				continue
+			}
+		}
+		if st.ctx != nil && st.ctx.Err() == nil {
+			return st.ctx, nil
+		}
+		select {
+		case <-st.changed:
+		case <-r.stopping:
+			return nil, ErrShutdown
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Owner returns the member that owns role in the newest map this member has
+// applied, for routing a request to the replica that handles it. ok is false
+// while no member is ranked. The owner may not have started the role yet
+// (it waits until the previous holder let go).
+func (r *Rink) Owner(role string) (member string, ok bool) {
+	m := r.owners.Load()
+	if m == nil || len(m.Table) == 0 || role == "" {
+		return "", false
+	}
+	return m.Members[m.Table[slotOf(role, m.Slots)]], true
+}
+
+// Rank is this member's place in the rink as of one map version.
+type Rank struct {
+	// Member is this member's name.
+	Member string
+	// Index is this member's 0-based rank, or -1 while it waits to be ranked
+	// (or has not applied any map yet, or is rejoining after a fence).
+	Index int
+	// Size is the number of ranked members.
+	Size int
+	// Version is the version of the map this view comes from (0: none yet).
+	Version int64
+	// Leader is the member currently elected to maintain the rink, if known.
+	Leader string
+
+	changed <-chan struct{}
+}
+
+// Changed returns a channel that is closed once a newer Rank is available.
+// Waiting on it never holds the rink up:
+//
+//	for rk := r.Rank(); ; {
+//		use(rk)
+//		<-rk.Changed()
+//		rk = r.Rank()
+//	}
+func (rk Rank) Changed() <-chan struct{} { return rk.changed }
+
+type rankState struct {
+	rank    Rank
+	changed chan struct{}
+}
+
+// Rank returns this member's current view of its rank.
+func (r *Rink) Rank() Rank { return r.rank.Load().rank }

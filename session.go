@@ -1,0 +1,184 @@
+package rink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// incarnation is one life of this member in the rink: a lease, the member key
+// bound to it, and a context that ends when the member stops trusting the
+// lease. Every role context this member hands out derives from ctx, so a fence
+// cancels them all at once, without waiting for any other goroutine.
+type incarnation struct {
+	lease     clientv3.LeaseID
+	createRev int64 // revision at which the member key was created
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
+}
+
+// memberValue is the JSON value of a member key.
+type memberValue struct {
+	// Ack is the highest map version this member has applied. It holds no
+	// slot that the maps from Ack on do not give it.
+	Ack int64 `json:"ack"`
+}
+
+// fenceMargin is how long before the server could expire the lease a member
+// stops trusting it. It covers clock rate drift between this process and the
+// etcd leader (assumed far below 1%), scheduling delay of the fence itself,
+// and etcd's own lease checking granularity works in our favour.
+func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
+
+// join grants a lease and creates the member key bound to it. If a live
+// member already uses the name, it waits for that key to go (a restarted
+// process reusing its name waits out its predecessor's lease) until ctx ends,
+// and then returns ErrMemberExists.
+func (r *Rink) join(ctx context.Context) (*incarnation, error) {
+	sent := time.Now()
+	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("rink: granting lease: %w", err)
+	}
+	deadline := sent.Add(time.Duration(grant.TTL)*time.Second - fenceMargin(r.opts.ttl))
+	inc := &incarnation{lease: grant.ID, lost: make(chan struct{})}
+	revoke := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = r.cli.Revoke(rctx, grant.ID)
+	}
+	val, _ := json.Marshal(memberValue{})
+	key := r.keys.member(r.opts.member)
+	for {
+		resp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		if err != nil {
+			revoke()
+			return nil, fmt.Errorf("rink: creating member key: %w", err)
+		}
+		if resp.Succeeded {
+			inc.createRev = resp.Header.Revision
+			break
+		}
+		// The name is taken. Wait for the key to be deleted, then try again.
+		r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
+		if err := waitDeleted(ctx, r.cli, key, resp.Header.Revision); err != nil {
+			revoke()
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %q (waited %v for its lease to end)", ErrMemberExists, r.opts.member, r.opts.joinTimeout)
+			}
+			return nil, fmt.Errorf("rink: waiting for member key: %w", err)
+		}
+	}
+	if time.Now().After(deadline) {
+		// Joining took so long that the lease may already be near its end.
+		revoke()
+		return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
+	}
+	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.keep(inc, sent, deadline)
+	}()
+	return inc, nil
+}
+
+// waitDeleted blocks until key is deleted at a revision after rev.
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut()) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// keep renews the incarnation's lease every third of the TTL and fences the
+// member when it cannot confirm a renewal in time.
+//
+// We do not rely on clientv3's KeepAlive channel or Session.Done for this: the
+// client measures the lease's remaining life from when a reply arrives and
+// checks it once a second, so it can notice an expired lease about a second
+// after the server has already deleted the lease's keys. Here the deadline is
+// the send time of the last confirmed renewal plus the granted TTL, minus a
+// margin, and a renewal in flight is abandoned when that deadline passes.
+func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
+	defer close(inc.lost)
+	interval := r.opts.ttl / 3
+	fence := time.NewTimer(time.Until(deadline))
+	defer fence.Stop()
+	tick := time.NewTimer(time.Until(sent.Add(interval)))
+	defer tick.Stop()
+	for {
+		select {
+		case <-inc.ctx.Done():
+			return
+		case <-fence.C:
+			r.log.Warn("lease renewal not confirmed in time: fencing", zap.Duration("ttl", r.opts.ttl))
+			r.fence(inc, ErrFenced)
+			return
+		case <-tick.C:
+		}
+		sent = time.Now()
+		cctx, cancel := context.WithDeadline(inc.ctx, deadline)
+		resp, err := r.cli.KeepAliveOnce(cctx, inc.lease)
+		cancel()
+		switch {
+		case inc.ctx.Err() != nil:
+			return
+		case err == nil && resp.TTL > 0:
+			deadline = sent.Add(time.Duration(resp.TTL)*time.Second - fenceMargin(r.opts.ttl))
+			fence.Reset(time.Until(deadline))
+			tick.Reset(time.Until(sent.Add(interval)))
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			r.log.Warn("lease expired on the server: fencing")
+			r.fence(inc, ErrFenced)
+			return
+		case !time.Now().Before(deadline):
+			r.log.Warn("lease renewal not confirmed in time: fencing", zap.Error(err))
+			r.fence(inc, ErrFenced)
+			return
+		default:
+			// The renewal failed but the lease may still be alive: try again
+			// soon; the fence timer bounds how long we keep trusting it.
+			r.log.Info("lease renewal failed, retrying", zap.Error(err))
+			tick.Reset(min(interval, 200*time.Millisecond))
+		}
+	}
+}
+
+// fence ends an incarnation's trust in its lease: every role context derived
+// from it is cancelled at once, whatever the run goroutine is doing.
+func (r *Rink) fence(inc *incarnation, cause error) {
+	inc.cancel(cause)
+	r.emit(evFence, -1, 0)
+}
+
+// leave ends an incarnation: it stops renewals and revokes the lease, which
+// deletes the member key and any election key at once.
+func (r *Rink) leave(ctx context.Context, inc *incarnation, cause error) error {
+	inc.cancel(cause)
+	<-inc.lost
+	if _, err := r.cli.Revoke(ctx, inc.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("rink: revoking lease: %w", err)
+	}
+	return nil
+}
