@@ -235,6 +235,7 @@ func (r *Rink) handOver(ctx context.Context) {
 		base := cur
 		next := plan(base, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
 		next.Version, next.Leader = base.Version+1, self
+		r.log.Debug("hand-over: proclaiming", zap.Int("attempt", attempt))
 		res := r.proclaim(ctx, l, next, curRev,
 			clientv3.OpTxn(
 				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)},

@@ -118,9 +118,11 @@ func (r *Rink) run(first *incarnation) {
 			r.shutdown(nil)
 			return
 		}
+		// Publish the rank first, so that whoever gets a role sees the rank
+		// that goes with it.
+		r.publishRank()
 		r.tryAcquire()
 		r.plan()
-		r.publishRank()
 	}
 }
 
@@ -478,8 +480,9 @@ func (r *Rink) shutdown(cause error) {
 		}
 	}
 	clear(st.pending)
-	var err error
-	if st.inc != nil {
+	err := cause
+	r.log.Debug("shutdown: roles released")
+	if st.inc != nil && cause == nil {
 		if st.lead != nil {
 			r.handOver(ctx)
 		}
@@ -488,50 +491,75 @@ func (r *Rink) shutdown(cause error) {
 	r.stopLeading()
 	r.cancel()
 	r.wg.Wait()
-	if err == nil {
-		err = cause
-	}
 	r.shutdownErr = err
 	r.log.Info("left the rink", zap.Error(err))
 }
 
-// watch keeps the run goroutine's view current: a listing of the rink's
-// keys, then a watch from the listing's revision; after any watch error
-// (compaction, lost etcd leader, a broken stream) it lists again.
+// watch keeps the run goroutine's view current: it opens a watch on the
+// rink's keys, lists them, and then forwards the watch's events that are
+// newer than the listing. After any watch error (compaction, lost etcd
+// leader, a broken stream) it starts over.
+//
+// The watch is opened before the listing, from the current revision, rather
+// than from the listing's revision: etcd serves a watch that starts in the
+// past from a loop that runs every 100 ms until it catches up, and a write
+// landing between a listing and such a watch would delay every event this
+// member sees by up to that long.
 func (r *Rink) watch() {
 	b := newBackoff()
 	for r.ctx.Err() == nil {
-		resp, err := r.cli.Get(r.ctx, r.keys.prefix, clientv3.WithPrefix())
-		if err != nil {
-			if r.ctx.Err() == nil {
-				wait := b.next()
-				r.log.Warn("listing the rink failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
-				sleep(r.ctx, wait)
-			}
-			continue
-		}
-		if !r.sendBatch(watchBatch{snapshot: true, kvs: resp.Kvs, rev: resp.Header.Revision}) {
+		began := time.Now()
+		if !r.watchOnce() {
 			return
 		}
-		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
-		wch := r.cli.Watch(ctx, r.keys.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				r.log.Warn("watch broken, listing again", zap.Error(err))
-				break
-			}
-			if len(wr.Events) == 0 {
-				continue
-			}
-			b.reset()
-			if !r.sendBatch(watchBatch{events: wr.Events, rev: wr.Header.Revision}) {
-				cancel()
-				return
-			}
+		if time.Since(began) > time.Minute {
+			b.reset() // it had been healthy: start over from a short wait
 		}
-		cancel()
 		sleep(r.ctx, b.next())
 	}
+}
+
+// watchOnce runs one watch until it breaks; it reports false when the rink
+// is stopping.
+func (r *Rink) watchOnce() bool {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+	defer cancel()
+	wch := r.cli.Watch(ctx, r.keys.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	created, ok := <-wch
+	if !ok || created.Err() != nil {
+		if r.ctx.Err() == nil {
+			r.log.Warn("opening the watch failed, retrying", zap.Error(created.Err()))
+		}
+		return r.ctx.Err() == nil
+	}
+	resp, err := r.cli.Get(ctx, r.keys.prefix, clientv3.WithPrefix())
+	if err != nil {
+		if r.ctx.Err() == nil {
+			r.log.Warn("listing the rink failed, retrying", zap.Error(err))
+		}
+		return r.ctx.Err() == nil
+	}
+	listed := resp.Header.Revision
+	if !r.sendBatch(watchBatch{snapshot: true, kvs: resp.Kvs, rev: listed}) {
+		return false
+	}
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			r.log.Warn("watch broken, listing again", zap.Error(err))
+			return r.ctx.Err() == nil
+		}
+		events := wr.Events
+		for len(events) > 0 && events[0].Kv.ModRevision <= listed {
+			events = events[1:] // already in the listing
+		}
+		if len(events) == 0 {
+			continue
+		}
+		if !r.sendBatch(watchBatch{events: events, rev: wr.Header.Revision}) {
+			return false
+		}
+	}
+	return r.ctx.Err() == nil
 }
 
 func (r *Rink) sendBatch(b watchBatch) bool {

@@ -1,0 +1,299 @@
+package rink
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+)
+
+// The tests share one embedded etcd, started by TestMain on loopback ports
+// chosen at run time. Each test uses rinks of its own names.
+var testEndpoint string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "rink-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	e, err := startEtcd(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting etcd:", err)
+		os.Exit(2)
+	}
+	testEndpoint = e.Clients[0].Addr().String()
+	code := m.Run()
+	e.Close()
+	os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon")); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// startEtcd runs a single-node etcd in dir on free loopback ports.
+func startEtcd(dir string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true // tests measure rink, not the disk
+	cu, pu := freeURL(), freeURL()
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case <-time.After(30 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd not ready after 30s")
+	}
+}
+
+// freeURL returns a loopback URL on a port that was free a moment ago.
+func freeURL() url.URL {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return url.URL{Scheme: "http", Host: l.Addr().String()}
+}
+
+// newClient connects to endpoint (the shared etcd by default) and closes
+// the client when the test ends.
+func newClient(t testing.TB, endpoint ...string) *clientv3.Client {
+	t.Helper()
+	if len(endpoint) == 0 {
+		endpoint = []string{testEndpoint}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoint,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+var rinkSeq atomic.Int64
+
+// rinkName returns a rink name no other test uses.
+func rinkName(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+	return fmt.Sprintf("%s-%d", name, rinkSeq.Add(1))
+}
+
+// join creates a member and shuts it down when the test ends.
+func join(t testing.TB, cli *clientv3.Client, name string, opts ...Option) *Rink {
+	t.Helper()
+	opts = append([]Option{WithSessionTTL(2 * time.Second), WithRebalanceDelay(0), WithLogger(zaptest.NewLogger(t, zaptest.Level(testLogLevel)))}, opts...)
+	r, err := New(cli, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := r.Shutdown(ctx); err != nil && ctx.Err() != nil {
+			t.Errorf("shutdown of %s: %v", r.Member(), err)
+		}
+	})
+	return r
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// history records every acquisition, release and fence of every member, at
+// the instant it happens inside the library, and checks the promise.
+type history struct {
+	mu     sync.Mutex
+	events []event
+}
+
+func (h *history) hook() Option {
+	return withHook(func(e event) {
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
+	})
+}
+
+func (h *history) snapshot() []event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]event(nil), h.events...)
+}
+
+// acquisitions counts acquire events per slot.
+func (h *history) acquisitions() map[int]int {
+	n := map[int]int{}
+	for _, e := range h.snapshot() {
+		if e.kind == evAcquire {
+			n[e.slot]++
+		}
+	}
+	return n
+}
+
+// holders returns, per slot, the members holding it at the end of the
+// history.
+func (h *history) holders() map[int][]string {
+	open := map[int]map[string]bool{}
+	for _, e := range h.snapshot() {
+		switch e.kind {
+		case evAcquire:
+			if open[e.slot] == nil {
+				open[e.slot] = map[string]bool{}
+			}
+			open[e.slot][e.member] = true
+		case evRelease:
+			delete(open[e.slot], e.member)
+		case evFence:
+			for _, m := range open {
+				delete(m, e.member)
+			}
+		}
+	}
+	out := map[int][]string{}
+	for s, m := range open {
+		for name := range m {
+			out[s] = append(out[s], name)
+		}
+		sort.Strings(out[s])
+	}
+	return out
+}
+
+// check fails the test on the first violation of the promise: a slot (and
+// so every role in it) held by two members at one instant, or a fencing
+// token that does not increase across successive holdings of a slot.
+func (h *history) check(t testing.TB) {
+	t.Helper()
+	if err := checkHistory(h.snapshot()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkHistory(events []event) error {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+	holder := map[int]string{} // slot -> member holding it
+	lastToken := map[int]int64{}
+	for _, e := range events {
+		switch e.kind {
+		case evAcquire:
+			if h, ok := holder[e.slot]; ok && h != e.member {
+				return fmt.Errorf("overlap: %s acquired slot %d at %v while %s held it", e.member, e.slot, e.at.Format(time.StampMicro), h)
+			}
+			if e.token <= lastToken[e.slot] {
+				return fmt.Errorf("token: %s acquired slot %d with token %d after token %d", e.member, e.slot, e.token, lastToken[e.slot])
+			}
+			holder[e.slot], lastToken[e.slot] = e.member, e.token
+		case evRelease:
+			if holder[e.slot] == e.member {
+				delete(holder, e.slot)
+			}
+		case evFence:
+			for s, m := range holder {
+				if m == e.member {
+					delete(holder, s)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TestCheckerCatchesViolations shows the checker can fail.
+func TestCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	overlap := []event{
+		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
+		{kind: evAcquire, member: "b", slot: 1, token: 6, at: at(1)},
+		{kind: evRelease, member: "a", slot: 1, at: at(2)},
+	}
+	if err := checkHistory(overlap); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("overlap not caught: %v", err)
+	}
+	stale := []event{
+		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
+		{kind: evFence, member: "a", slot: -1, at: at(1)},
+		{kind: evAcquire, member: "b", slot: 1, token: 5, at: at(2)},
+	}
+	if err := checkHistory(stale); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("stale token not caught: %v", err)
+	}
+	fine := []event{
+		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
+		{kind: evFence, member: "a", slot: -1, at: at(1)},
+		{kind: evAcquire, member: "b", slot: 1, token: 9, at: at(2)},
+		{kind: evRelease, member: "a", slot: 1, at: at(3)},
+		{kind: evRelease, member: "b", slot: 1, at: at(4)},
+		{kind: evAcquire, member: "a", slot: 1, token: 10, at: at(5)},
+	}
+	if err := checkHistory(fine); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newProxy puts an etcd proxy (pkg/v3/proxy) in front of the shared etcd,
+// so that a test can cut or slow one member's connection.
+func newProxy(t testing.TB) proxy.Server {
+	t.Helper()
+	from := freeURL()
+	from.Scheme = "tcp"
+	to := url.URL{Scheme: "tcp", Host: testEndpoint}
+	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: to})
+	select {
+	case <-p.Ready():
+	case err := <-p.Error():
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// testLogLevel is the level of the members' logs in test output; RINK_TEST_LOG=debug shows more.
+var testLogLevel = func() zapcore.Level {
+	if l, err := zapcore.ParseLevel(os.Getenv("RINK_TEST_LOG")); err == nil && os.Getenv("RINK_TEST_LOG") != "" {
+		return l
+	}
+	return zapcore.WarnLevel
+}()
