@@ -239,10 +239,10 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		}
 		st.incompatible = err
 		st.curRev = kv.ModRevision
-		r.reconcile()
 		if st.inc != nil {
-			r.fence(st.inc, err)
+			r.fence(st.inc, err) // first, so that role contexts carry the cause
 		}
+		r.reconcile()
 		return
 	}
 	st.curRev = kv.ModRevision

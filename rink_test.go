@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // holding reports which of the members hold role right now.
@@ -327,4 +331,411 @@ func TestCrashFailover(t *testing.T) {
 		h.check(t)
 	}
 	t.Logf("crash failover at TTL 2s (client closed to successor holding): %s", spread(failovers))
+}
+
+// cluster starts n members of one rink, each with its own client, and waits
+// until all are ranked.
+func cluster(t testing.TB, h *history, n int, opts ...Option) (string, []*Rink, []*clientv3.Client) {
+	t.Helper()
+	name := rinkName(t)
+	var ms []*Rink
+	var cs []*clientv3.Client
+	for i := 0; i < n; i++ {
+		c := newClient(t)
+		m := join(t, c, name, append([]Option{WithMemberName(fmt.Sprintf("m%d", i)), h.hook()}, opts...)...)
+		if i == 0 {
+			eventually(t, 10*time.Second, "first member ranked", func() bool { return m.Rank().Index == 0 })
+		}
+		ms, cs = append(ms, m), append(cs, c)
+	}
+	eventually(t, 30*time.Second, "all ranked", func() bool {
+		for _, m := range ms {
+			if rk := m.Rank(); rk.Index < 0 || rk.Size != n {
+				return false
+			}
+		}
+		return true
+	})
+	return name, ms, cs
+}
+
+// settle waits until every member holds every slot its map gives it.
+func settle(t testing.TB, h *history, ms ...*Rink) {
+	t.Helper()
+	eventually(t, 10*time.Second, "members hold their slots", func() bool {
+		held := h.holders()
+		m := ms[0].owners.Load()
+		for s := 0; s < m.Slots; s++ {
+			if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
+				return false
+			}
+		}
+		for _, r := range ms[1:] {
+			if r.Rank().Version != m.Version {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// slotsSince lists, per member, the slots it acquired and released after t0.
+func slotsSince(h *history, t0 time.Time) (acq, rel map[string]map[int]int) {
+	acq, rel = map[string]map[int]int{}, map[string]map[int]int{}
+	for _, e := range h.snapshot() {
+		if !e.at.After(t0) {
+			continue
+		}
+		dst := acq
+		if e.kind == evRelease {
+			dst = rel
+		} else if e.kind != evAcquire {
+			continue
+		}
+		if dst[e.member] == nil {
+			dst[e.member] = map[int]int{}
+		}
+		dst[e.member][e.slot]++
+	}
+	return acq, rel
+}
+
+func ownedBy(m *rankMap, member string) map[int]bool {
+	out := map[int]bool{}
+	for s := 0; s < m.Slots; s++ {
+		if m.owner(s) == member {
+			out[s] = true
+		}
+	}
+	return out
+}
+
+// TestRollingDeploy replaces each of 4 members by a newcomer, the way a
+// Kubernetes Deployment with MaxSurge=1, MaxUnavailable=0 does: the
+// newcomer joins and waits, then an old member leaves and the newcomer
+// takes its index and slots. Every role moves exactly once.
+func TestRollingDeploy(t *testing.T) {
+	const roles = 64
+	h := &history{}
+	opts := []Option{WithRebalanceDelay(2 * time.Second)}
+	name, old, _ := cluster(t, h, 4, opts...)
+	settle(t, h, old...)
+
+	// Every member, old and new, runs a loop per role, as a user would.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type grant struct {
+		member string
+		ctx    context.Context
+	}
+	got := make(chan grant, 1024)
+	var loops sync.WaitGroup
+	await := func(m *Rink) {
+		for i := 0; i < roles; i++ {
+			role := fmt.Sprint("partition:", i)
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				for {
+					rctx, err := m.AwaitRoleContext(ctx, role)
+					if err != nil {
+						return
+					}
+					got <- grant{m.Member(), rctx}
+					select {
+					case <-rctx.Done():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	}
+	for _, m := range old {
+		await(m)
+	}
+	for i := 0; i < roles; i++ {
+		<-got
+	}
+	mark := time.Now()
+	all := slices.Clone(old)
+	for i, o := range old {
+		n := join(t, newClient(t), name, append([]Option{WithMemberName(fmt.Sprintf("new%d", i)), h.hook()}, opts...)...)
+		all = append(all, n)
+		await(n)
+		eventually(t, 10*time.Second, "newcomer listed as waiting", func() bool {
+			for _, m := range all {
+				if mp := m.owners.Load(); mp == nil || len(mp.Waiting) != 1 || mp.Waiting[0].Name != n.Member() {
+					return false
+				}
+			}
+			return true
+		})
+		want := ownedBy(o.owners.Load(), o.Member())
+		if err := o.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		all = slices.DeleteFunc(all, func(r *Rink) bool { return r == o })
+		eventually(t, 10*time.Second, "newcomer ranked", func() bool { return n.Rank().Index == i })
+		settle(t, h, all...)
+		if got := ownedBy(n.owners.Load(), n.Member()); !maps.Equal(got, want) {
+			t.Fatalf("newcomer %s owns %d slots, its predecessor had %d", n.Member(), len(got), len(want))
+		}
+	}
+	h.check(t)
+
+	// Each of the 64 roles moved exactly once.
+	acq, _ := slotsSince(h, mark)
+	var moveGaps []time.Duration
+	for i := 0; i < roles; i++ {
+		s := slotOf(fmt.Sprint("partition:", i), DefaultSlots)
+		n := 0
+		for _, per := range acq {
+			n += per[s]
+		}
+		if n != 1 {
+			t.Errorf("partition:%d (slot %d) acquired %d times during the deploy, want 1", i, s, n)
+		}
+		moveGaps = append(moveGaps, gaps(h.snapshot(), s, mark)...)
+	}
+	// And every role is held by exactly one of the new members.
+	for i := 0; i < roles; i++ {
+		if hs := holding(fmt.Sprint("partition:", i), all...); len(hs) != 1 {
+			t.Errorf("partition:%d held by %v", i, names(hs))
+		}
+	}
+	t.Logf("rolling deploy of 4 members x %d roles: %d role moves, gap per move %s", roles, len(moveGaps), spread(moveGaps))
+	cancel()
+	loops.Wait()
+}
+
+// TestScaleOut adds a fifth member after the rebalance delay: it takes only
+// its share, and no other member's role is interrupted.
+func TestScaleOut(t *testing.T) {
+	h := &history{}
+	name, ms, _ := cluster(t, h, 4)
+	settle(t, h, ms...)
+	before := *ms[0].owners.Load()
+	role := roleOf(t, ms[1])
+	held, err := ms[1].AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := time.Now()
+	n := join(t, newClient(t), name, WithMemberName("m4"), h.hook())
+	all := append(slices.Clone(ms), n)
+	eventually(t, 10*time.Second, "m4 ranked", func() bool { return n.Rank().Index == 4 })
+	settle(t, h, all...)
+	after := *n.owners.Load()
+	if m := moved(before, after); m < DefaultSlots/5 || m > DefaultSlots/5+1 {
+		t.Fatalf("%d slots moved, want %d's share", m, DefaultSlots/5)
+	}
+	acq, rel := slotsSince(h, mark)
+	for member, slots := range acq {
+		if member != "m4" {
+			t.Errorf("%s acquired %d slots during scale-out", member, len(slots))
+		}
+	}
+	released := 0
+	for _, slots := range rel {
+		released += len(slots)
+	}
+	if len(acq["m4"]) != moved(before, after) || released != moved(before, after) {
+		t.Errorf("m4 acquired %d slots, others released %d, moved %d", len(acq["m4"]), released, moved(before, after))
+	}
+	if after.owner(slotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
+		t.Error("a role that stayed with m1 was interrupted")
+	}
+	h.check(t)
+}
+
+// TestLeaderCrash crashes the leader: only its slots move, spread over the
+// survivors, and nothing else is interrupted.
+func TestLeaderCrash(t *testing.T) {
+	h := &history{}
+	_, ms, cs := cluster(t, h, 4)
+	settle(t, h, ms...)
+	if ms[0].Rank().Leader != "m0" {
+		t.Fatalf("leader is %s", ms[0].Rank().Leader)
+	}
+	before := *ms[1].owners.Load()
+	theirs := ownedBy(&before, "m0")
+	mark := time.Now()
+	cs[0].Close()
+	eventually(t, 15*time.Second, "new leader", func() bool { return ms[1].Rank().Leader != "m0" && ms[1].Rank().Leader != "" })
+	settle(t, h, ms[1:]...)
+	after := *ms[1].owners.Load()
+	if m := moved(before, after); m != len(theirs) {
+		t.Fatalf("%d slots moved, want exactly the leader's %d", m, len(theirs))
+	}
+	acq, rel := slotsSince(h, mark)
+	for member, slots := range acq {
+		for s := range slots {
+			if !theirs[s] {
+				t.Errorf("%s acquired slot %d, which was not the crashed leader's", member, s)
+			}
+		}
+	}
+	for member, slots := range rel {
+		if member != "m0" {
+			t.Errorf("%s released %d slots", member, len(slots))
+		}
+	}
+	// A leader change alone (no membership change) proclaims nothing new.
+	if v := after.Version; v != before.Version+1 {
+		t.Errorf("map went from version %d to %d, want one step", before.Version, v)
+	}
+	h.check(t)
+}
+
+// TestPartition cuts one member off etcd with a proxy: it must stop holding
+// its roles before anyone else takes them, and rejoin after the heal.
+func TestPartition(t *testing.T) {
+	h := &history{}
+	p := newProxy(t)
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	cp, err := clientv3.New(clientv3.Config{
+		Endpoints:            []string{strings.TrimPrefix(p.From(), "tcp://")},
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Close() })
+	b := join(t, cp, name, WithMemberName("b"), h.hook())
+	settle(t, h, a, b)
+	role := roleOf(t, b)
+	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokB, _ := Token(ctxB)
+
+	cut := time.Now()
+	p.BlackholeTx()
+	p.BlackholeRx()
+	select {
+	case <-ctxB.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("partitioned member still holds its role")
+	}
+	fenced := time.Since(cut)
+	if !errors.Is(context.Cause(ctxB), ErrFenced) {
+		t.Fatalf("cause = %v", context.Cause(ctxB))
+	}
+	ctxA, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := time.Since(cut)
+	if tokA, _ := Token(ctxA); tokA <= tokB {
+		t.Fatalf("token went from %d to %d", tokB, tokA)
+	}
+	t.Logf("partition: b fenced after %v, a held b's role after %v", fenced, moved)
+
+	p.UnblackholeTx()
+	p.UnblackholeRx()
+	eventually(t, 30*time.Second, "b rejoined and ranked", func() bool { return b.Rank().Index >= 0 && a.Rank().Size == 2 })
+	settle(t, h, a, b)
+	h.check(t)
+}
+
+// TestMemberNameReuse: a live member's name is refused; once its lease has
+// ended (a restarted StatefulSet pod), the name can be used again without
+// any manual cleanup.
+func TestMemberNameReuse(t *testing.T) {
+	name := rinkName(t)
+	c1 := newClient(t)
+	first := join(t, c1, name, WithMemberName("pod-0"))
+	eventually(t, 10*time.Second, "ranked", func() bool { return first.Rank().Index == 0 })
+	_, err := New(newClient(t), name, WithMemberName("pod-0"), WithSessionTTL(2*time.Second), WithJoinTimeout(300*time.Millisecond))
+	if !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("err = %v, want ErrMemberExists", err)
+	}
+	c1.Close() // crash: the lease is left to expire
+	start := time.Now()
+	again := join(t, newClient(t), name, WithMemberName("pod-0"), WithJoinTimeout(10*time.Second))
+	t.Logf("restarted member rejoined after %v", time.Since(start))
+	eventually(t, 10*time.Second, "ranked again", func() bool { return again.Rank().Index == 0 })
+	if _, err := again.AwaitRoleContext(ctxTimeout(t, 10*time.Second), "leader"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIncompatibleMap: New refuses a rink made with other settings, and a
+// running member that meets a map it cannot use stops holding roles until
+// a usable map appears.
+func TestIncompatibleMap(t *testing.T) {
+	h := &history{}
+	cli := newClient(t)
+	name := rinkName(t)
+	a := join(t, cli, name, WithMemberName("a"), h.hook())
+	ctx, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(newClient(t), name, WithSlots(64)); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("New with other slots: %v", err)
+	}
+	k := newKeys(name)
+	good, err := cli.Get(context.Background(), k.rankMap())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(context.Background(), k.rankMap(), `{"schema":99}`); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("role still held under an unusable map")
+	}
+	if !errors.Is(context.Cause(ctx), ErrIncompatible) {
+		t.Fatalf("cause = %v", context.Cause(ctx))
+	}
+	eventually(t, 5*time.Second, "member out of the rink", func() bool { return a.Rank().Index == -1 })
+	if _, err := New(newClient(t), name); !errors.Is(err, ErrIncompatible) {
+		t.Fatalf("New under an unusable map: %v", err)
+	}
+	// An operator restores a usable map: the member rejoins and leads again.
+	m, _ := decodeMap(good.Kvs[0].Value, DefaultSlots)
+	m.Version += 10
+	if _, err := cli.Put(context.Background(), k.rankMap(), string(m.encode())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AwaitRoleContext(ctxTimeout(t, 15*time.Second), "leader"); err != nil {
+		t.Fatal(err)
+	}
+	h.check(t)
+}
+
+func TestRankChanged(t *testing.T) {
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"))
+	rk := a.Rank()
+	for rk.Index != 0 {
+		select {
+		case <-rk.Changed():
+			rk = a.Rank()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no rank change")
+		}
+	}
+	b := join(t, newClient(t), name, WithMemberName("b"))
+	select {
+	case <-rk.Changed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no rank change after a join")
+	}
+	eventually(t, 10*time.Second, "size 2", func() bool { return a.Rank().Size == 2 })
+	if owner, ok := a.Owner("leader"); !ok || (owner != "a" && owner != "b") {
+		t.Fatalf("owner = %q", owner)
+	}
+	b.Shutdown(context.Background())
+	eventually(t, 10*time.Second, "size 1", func() bool { return a.Rank().Size == 1 && a.Rank().Index == 0 })
 }

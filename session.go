@@ -42,56 +42,56 @@ func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
 // process reusing its name waits out its predecessor's lease) until ctx ends,
 // and then returns ErrMemberExists.
 func (r *Rink) join(ctx context.Context) (*incarnation, error) {
-	sent := time.Now()
-	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("rink: granting lease: %w", err)
-	}
-	deadline := sent.Add(time.Duration(grant.TTL)*time.Second - fenceMargin(r.opts.ttl))
-	inc := &incarnation{lease: grant.ID, lost: make(chan struct{})}
-	revoke := func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = r.cli.Revoke(rctx, grant.ID)
-	}
 	val, _ := json.Marshal(memberValue{})
 	key := r.keys.member(r.opts.member)
 	for {
+		// Grant the lease only when the name looks free, so that waiting out
+		// a predecessor does not eat into our own lease.
+		sent := time.Now()
+		grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("rink: granting lease: %w", err)
+		}
+		revoke := func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_, _ = r.cli.Revoke(rctx, grant.ID)
+		}
 		resp, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
-			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			revoke()
 			return nil, fmt.Errorf("rink: creating member key: %w", err)
 		}
-		if resp.Succeeded {
-			inc.createRev = resp.Header.Revision
-			break
-		}
-		// The name is taken. Wait for the key to be deleted, then try again.
-		r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
-		if err := waitDeleted(ctx, r.cli, key, resp.Header.Revision); err != nil {
+		if !resp.Succeeded {
+			// The name is taken. Wait for its key to be deleted, then try again.
 			revoke()
-			if ctx.Err() != nil {
-				return nil, fmt.Errorf("%w: %q (waited %v for its lease to end)", ErrMemberExists, r.opts.member, r.opts.joinTimeout)
+			r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
+			if err := waitDeleted(ctx, r.cli, key, resp.Header.Revision); err != nil {
+				if ctx.Err() != nil {
+					return nil, fmt.Errorf("%w: %q (its key did not go within the join timeout)", ErrMemberExists, r.opts.member)
+				}
+				return nil, fmt.Errorf("rink: waiting for member key: %w", err)
 			}
-			return nil, fmt.Errorf("rink: waiting for member key: %w", err)
+			continue
 		}
+		deadline := sent.Add(time.Duration(grant.TTL)*time.Second - fenceMargin(r.opts.ttl))
+		if time.Now().After(deadline) {
+			// Joining took so long that the lease may already be near its end.
+			revoke()
+			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
+		}
+		inc := &incarnation{lease: grant.ID, createRev: resp.Header.Revision, lost: make(chan struct{})}
+		inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.keep(inc, sent, deadline)
+		}()
+		return inc, nil
 	}
-	if time.Now().After(deadline) {
-		// Joining took so long that the lease may already be near its end.
-		revoke()
-		return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
-	}
-	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.keep(inc, sent, deadline)
-	}()
-	return inc, nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.
