@@ -3,7 +3,6 @@ package rink
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"sort"
@@ -15,11 +14,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
+
+	"github.com/rink-go/rink/internal/embedetcd"
 )
 
 // The tests share one embedded etcd, started by TestMain on loopback ports
@@ -27,22 +27,16 @@ import (
 var testEndpoint string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "rink-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	e, err := startEtcd(dir)
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true}) // tests measure rink, not the disk
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting etcd:", err)
 		os.Exit(2)
 	}
-	testEndpoint = e.Clients[0].Addr().String()
+	testEndpoint = srv.Endpoint()
 	code := m.Run()
-	e.Close()
-	os.RemoveAll(dir)
+	srv.Close()
 	if code == 0 {
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon")); err != nil {
+		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
 			code = 1
 		}
@@ -50,37 +44,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startEtcd runs a single-node etcd in dir on free loopback ports.
-func startEtcd(dir string) (*embed.Etcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true // tests measure rink, not the disk
-	cu, pu := freeURL(), freeURL()
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case <-time.After(30 * time.Second):
-		e.Close()
-		return nil, fmt.Errorf("etcd not ready after 30s")
-	}
-}
-
 // freeURL returns a loopback URL on a port that was free a moment ago.
 func freeURL() url.URL {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	u, err := embedetcd.FreeURL()
 	if err != nil {
 		panic(err)
 	}
-	defer l.Close()
-	return url.URL{Scheme: "http", Host: l.Addr().String()}
+	return u
 }
 
 // newClient connects to endpoint (the shared etcd by default) and closes
@@ -159,17 +129,6 @@ func (h *history) snapshot() []event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]event(nil), h.events...)
-}
-
-// acquisitions counts acquire events per slot.
-func (h *history) acquisitions() map[int]int {
-	n := map[int]int{}
-	for _, e := range h.snapshot() {
-		if e.kind == evAcquire {
-			n[e.slot]++
-		}
-	}
-	return n
 }
 
 // holders returns, per slot, the members holding it at the end of the

@@ -116,7 +116,8 @@ func TestBadInput(t *testing.T) {
 	if _, ok := r.Owner(""); ok {
 		t.Error("Owner(\"\") ok")
 	}
-	if _, ok := Token(nil); ok {
+	var none context.Context // a caller's nil context must not panic
+	if _, ok := Token(none); ok {
 		t.Error("Token(nil) ok")
 	}
 	if _, ok := Token(context.Background()); ok {

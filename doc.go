@@ -1,0 +1,80 @@
+// Package rink turns the replicas of a service into a sticky ranked ring on
+// etcd.
+//
+// Every replica joins as a member: it learns its rank (index m of n ranked
+// members) and holds named roles — "leader", "BTC/ETH", "partition:42" —
+// each of which belongs to exactly one ranked member at a time. Roles hash to
+// a fixed number of slots, and a slot table proclaimed by an elected leader
+// gives each slot to one member. When members join, leave, crash or are
+// replaced one by one in a rolling deploy, as few slots as possible move,
+// and a role never has two live holders.
+//
+// # Use
+//
+//	r, err := rink.New(cli, "orders") // cli is a *clientv3.Client
+//	if err != nil { ... }
+//	defer r.Shutdown(context.Background())
+//	for {
+//		ctx := r.AwaitRole("leader") // blocks until this member holds "leader"
+//		if errors.Is(context.Cause(ctx), rink.ErrShutdown) {
+//			return
+//		}
+//		runLeaderLoop(ctx) // ctx is cancelled the moment the role is lost
+//	}
+//
+// Get answers without blocking, Owner tells which member owns a role (for
+// routing requests), Rank tells this member's index and the rink's size, and
+// Token gives a role context's fencing token.
+//
+// # Membership
+//
+// A member joins with an etcd lease and a member key bound to it. The first
+// member of an empty rink is ranked at once. A member that joins a non-empty
+// rink waits (index -1) until a ranked member leaves — it then takes that
+// member's index and all its slots at once, so a rolling deploy moves every
+// role exactly once — or until it has waited the rebalance delay (measured
+// on the leader's monotonic clock), when the leader ranks it and it takes
+// its share of slots from the most loaded members. When a ranked member
+// leaves and nobody waits, the member with the highest index moves into its
+// index and the leaver's slots are spread over the survivors; nothing else
+// moves. Slot tables stay balanced: every member owns floor(S/n) or
+// ceil(S/n) of the S slots.
+//
+// # Guarantees
+//
+// At most one holder: a member starts holding a role only when the role's
+// slot is its own in the newest map it has applied and every other live
+// member has either acknowledged a map version that took the slot away from
+// it or never had the slot in any map since its last acknowledgement. A
+// member that cannot confirm its lease renewal in time cancels every role
+// context before the lease can expire on the etcd server, so members whose
+// lease has ended hold nothing. Role contexts are the unit of the promise:
+// the previous holder's context is cancelled before the next holder's
+// context starts. Work that ignores cancellation is not covered; downstream
+// stores can make it harmless with fencing tokens.
+//
+// Fencing tokens: every role context carries an int64 (an etcd revision)
+// that strictly increases across successive holdings of the role, whichever
+// members hold it.
+//
+// Smooth handover: roles whose slot keeps its owner are never interrupted by
+// a map change. A graceful Shutdown hands its roles over without waiting for
+// a lease to expire or an election; a leaving leader proclaims the map
+// without itself before it resigns.
+//
+// These hold under these assumptions: etcd is linearizable (a majority of
+// its members is up and reachable from the leader); clocks of members and
+// etcd servers may differ arbitrarily but their rates differ by far less than
+// the fencing margin, one eighth of the session TTL; and a process paused
+// (GC, SIGSTOP) longer than that margin while it holds roles is not stopped
+// from running the code it was in — no library can do that; fencing tokens
+// are the defence.
+//
+// # Not guaranteed
+//
+// Liveness needs etcd: while etcd is unreachable or has no leader, roles
+// that lose their holder stay unheld. A crashed member's roles move after
+// its lease expires (the session TTL, plus up to half a second for etcd's
+// expiry check). Owner answers from this member's newest map, which can lag
+// the rink's by a watch delivery.
+package rink

@@ -1,0 +1,199 @@
+package rink_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/rink-go/rink"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+var exampleSeq int
+
+// exampleClient returns a client of the test etcd and a rink name of the
+// example's own.
+func exampleClient(name string) (*clientv3.Client, string) {
+	exampleSeq++
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{rink.EtcdEndpoint()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return cli, fmt.Sprintf("%s-%d", name, exampleSeq)
+}
+
+func ExampleNew() {
+	cli, name := exampleClient("orders")
+	defer cli.Close()
+
+	r, err := rink.New(cli, name,
+		rink.WithMemberName("orders-0"),
+		rink.WithSessionTTL(5*time.Second),
+		rink.WithRebalanceDelay(10*time.Second),
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+
+	// Wait to be ranked, without polling.
+	rk := r.Rank()
+	for rk.Index < 0 {
+		<-rk.Changed()
+		rk = r.Rank()
+	}
+	fmt.Printf("%s is %d of %d\n", rk.Member, rk.Index, rk.Size)
+	// Output: orders-0 is 0 of 1
+}
+
+func ExampleRink_AwaitRole() {
+	cli, name := exampleClient("jobs")
+	defer cli.Close()
+	r, err := rink.New(cli, name, rink.WithMemberName("jobs-0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	leading := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ctx := r.AwaitRole("leader")
+			if errors.Is(context.Cause(ctx), rink.ErrShutdown) {
+				fmt.Println("stopped")
+				return
+			}
+			fmt.Println("leading")
+			leading <- struct{}{}
+			<-ctx.Done() // the singleton's work runs until the role is lost
+			fmt.Println("lost the role:", context.Cause(ctx))
+		}
+	}()
+
+	<-leading // then shut down, as on SIGTERM
+	if err := r.Shutdown(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	<-done
+	// Output:
+	// leading
+	// lost the role: rink: shut down
+	// stopped
+}
+
+func ExampleRink_AwaitRoleContext() {
+	cli, name := exampleClient("pairs")
+	defer cli.Close()
+	r, err := rink.New(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roleCtx, err := r.AwaitRoleContext(ctx, "BTC/ETH")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding BTC/ETH:", roleCtx.Err() == nil)
+	// Output: holding BTC/ETH: true
+}
+
+func ExampleRink_Get() {
+	cli, name := exampleClient("tenants")
+	defer cli.Close()
+	r, err := rink.New(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+
+	// Get never blocks: handle a tenant's request here only if we hold it.
+	if _, ok := r.Get("tenant:acme"); !ok {
+		fmt.Println("not ours (yet)")
+	}
+	// Output: not ours (yet)
+}
+
+func ExampleRink_Owner() {
+	cliA, name := exampleClient("routing")
+	defer cliA.Close()
+	cliB, _ := exampleClient("unused")
+	defer cliB.Close()
+
+	a, err := rink.New(cliA, name, rink.WithMemberName("a"), rink.WithRebalanceDelay(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Shutdown(context.Background())
+	for a.Rank().Index < 0 {
+		<-a.Rank().Changed()
+	}
+	b, err := rink.New(cliB, name, rink.WithMemberName("b"), rink.WithRebalanceDelay(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Shutdown(context.Background())
+	for b.Rank().Index < 0 || a.Rank().Size < 2 {
+		select {
+		case <-a.Rank().Changed():
+		case <-b.Rank().Changed():
+		}
+	}
+
+	// Route each request to the member that owns its key.
+	for _, pair := range []string{"BTC/ETH", "ETH/USDT", "SOL/USDC"} {
+		owner, _ := a.Owner(pair)
+		fmt.Printf("%s -> %s\n", pair, owner)
+	}
+	// Output:
+	// BTC/ETH -> a
+	// ETH/USDT -> a
+	// SOL/USDC -> b
+}
+
+func ExampleToken() {
+	cli, name := exampleClient("ledger")
+	defer cli.Close()
+	r, err := rink.New(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+
+	ctx := r.AwaitRole("account:42")
+	token, ok := rink.Token(ctx)
+	// A store that keeps the highest token seen per key rejects writes that
+	// carry a lower one: a stale holder cannot overwrite its successor.
+	fmt.Println(ok, token > 0)
+	// Output: true true
+}
+
+func ExampleRink_Shutdown() {
+	cli, name := exampleClient("shutdown")
+	defer cli.Close()
+	r, err := rink.New(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := r.AwaitRole("leader")
+
+	// On SIGTERM: leave within the pod's grace period.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.Shutdown(sctx); err != nil {
+		log.Fatal(err)
+	}
+	<-r.Done()
+	fmt.Println(context.Cause(ctx))
+	// Output: rink: shut down
+}
