@@ -411,60 +411,26 @@ func ownedBy(m *rankMap, member string) map[int]bool {
 	return out
 }
 
-// TestRollingDeploy replaces each of 4 members by a newcomer, the way a
-// Kubernetes Deployment with MaxSurge=1, MaxUnavailable=0 does: the
-// newcomer joins and waits, then an old member leaves and the newcomer
-// takes its index and slots. Every role moves exactly once.
-func TestRollingDeploy(t *testing.T) {
-	const roles = 64
-	h := &history{}
+// rollingDeploy starts 4 members, then replaces each by a newcomer, the way
+// a Kubernetes Deployment with MaxSurge=1, MaxUnavailable=0 does: the
+// newcomer joins and waits, then an old member leaves and the newcomer takes
+// its index and slots. started is called for every member as it joins. It
+// returns the members at the end and when the replacements began.
+func rollingDeploy(tb testing.TB, h *history, started func(*Rink)) ([]*Rink, time.Time) {
+	tb.Helper()
 	opts := []Option{WithRebalanceDelay(2 * time.Second)}
-	name, old, _ := cluster(t, h, 4, opts...)
-	settle(t, h, old...)
-
-	// Every member, old and new, runs a loop per role, as a user would.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	type grant struct {
-		member string
-		ctx    context.Context
-	}
-	got := make(chan grant, 1024)
-	var loops sync.WaitGroup
-	await := func(m *Rink) {
-		for i := 0; i < roles; i++ {
-			role := fmt.Sprint("partition:", i)
-			loops.Add(1)
-			go func() {
-				defer loops.Done()
-				for {
-					rctx, err := m.AwaitRoleContext(ctx, role)
-					if err != nil {
-						return
-					}
-					got <- grant{m.Member(), rctx}
-					select {
-					case <-rctx.Done():
-					case <-ctx.Done():
-						return
-					}
-				}
-			}()
-		}
-	}
+	name, old, _ := cluster(tb, h, 4, opts...)
+	settle(tb, h, old...)
 	for _, m := range old {
-		await(m)
-	}
-	for i := 0; i < roles; i++ {
-		<-got
+		started(m)
 	}
 	mark := time.Now()
 	all := slices.Clone(old)
 	for i, o := range old {
-		n := join(t, newClient(t), name, append([]Option{WithMemberName(fmt.Sprintf("new%d", i)), h.hook()}, opts...)...)
+		n := join(tb, newClient(tb), name, append([]Option{WithMemberName(fmt.Sprintf("new%d", i)), h.hook()}, opts...)...)
 		all = append(all, n)
-		await(n)
-		eventually(t, 10*time.Second, "newcomer listed as waiting", func() bool {
+		started(n)
+		eventually(tb, 10*time.Second, "newcomer listed as waiting", func() bool {
 			for _, m := range all {
 				if mp := m.owners.Load(); mp == nil || len(mp.Waiting) != 1 || mp.Waiting[0].Name != n.Member() {
 					return false
@@ -474,38 +440,83 @@ func TestRollingDeploy(t *testing.T) {
 		})
 		want := ownedBy(o.owners.Load(), o.Member())
 		if err := o.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		all = slices.DeleteFunc(all, func(r *Rink) bool { return r == o })
-		eventually(t, 10*time.Second, "newcomer ranked", func() bool { return n.Rank().Index == i })
-		settle(t, h, all...)
+		eventually(tb, 10*time.Second, "newcomer ranked", func() bool { return n.Rank().Index == i })
+		settle(tb, h, all...)
 		if got := ownedBy(n.owners.Load(), n.Member()); !maps.Equal(got, want) {
-			t.Fatalf("newcomer %s owns %d slots, its predecessor had %d", n.Member(), len(got), len(want))
+			tb.Fatalf("newcomer %s owns %d slots, its predecessor had %d", n.Member(), len(got), len(want))
 		}
 	}
-	h.check(t)
+	return all, mark
+}
 
-	// Each of the 64 roles moved exactly once.
+// roleMoves counts, per role, the acquisitions after mark and collects the
+// gaps of those moves.
+func roleMoves(h *history, roles []string, mark time.Time) (moves map[string]int, gapsPerMove []time.Duration) {
 	acq, _ := slotsSince(h, mark)
-	var moveGaps []time.Duration
-	for i := 0; i < roles; i++ {
-		s := slotOf(fmt.Sprint("partition:", i), DefaultSlots)
-		n := 0
+	moves = map[string]int{}
+	events := h.snapshot()
+	for _, role := range roles {
+		s := slotOf(role, DefaultSlots)
 		for _, per := range acq {
-			n += per[s]
+			moves[role] += per[s]
 		}
-		if n != 1 {
-			t.Errorf("partition:%d (slot %d) acquired %d times during the deploy, want 1", i, s, n)
-		}
-		moveGaps = append(moveGaps, gaps(h.snapshot(), s, mark)...)
+		gapsPerMove = append(gapsPerMove, gaps(events, s, mark)...)
 	}
-	// And every role is held by exactly one of the new members.
-	for i := 0; i < roles; i++ {
-		if hs := holding(fmt.Sprint("partition:", i), all...); len(hs) != 1 {
-			t.Errorf("partition:%d held by %v", i, names(hs))
+	return moves, gapsPerMove
+}
+
+func partitions(n int) []string {
+	var out []string
+	for i := 0; i < n; i++ {
+		out = append(out, fmt.Sprint("partition:", i))
+	}
+	return out
+}
+
+// TestRollingDeploy replaces each of 4 members by a newcomer: every role
+// moves exactly once, and user code awaiting roles sees one holder each.
+func TestRollingDeploy(t *testing.T) {
+	roles := partitions(64)
+	h := &history{}
+	// Every member, old and new, runs a loop per role, as a user would.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var loops sync.WaitGroup
+	await := func(m *Rink) {
+		for _, role := range roles {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				for {
+					rctx, err := m.AwaitRoleContext(ctx, role)
+					if err != nil {
+						return
+					}
+					select {
+					case <-rctx.Done():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
 		}
 	}
-	t.Logf("rolling deploy of 4 members x %d roles: %d role moves, gap per move %s", roles, len(moveGaps), spread(moveGaps))
+	all, mark := rollingDeploy(t, h, await)
+	h.check(t)
+	moves, moveGaps := roleMoves(h, roles, mark)
+	for _, role := range roles {
+		if moves[role] != 1 {
+			t.Errorf("%s (slot %d) acquired %d times during the deploy, want 1", role, slotOf(role, DefaultSlots), moves[role])
+		}
+	}
+	// Every role is held by exactly one of the new members.
+	for _, role := range roles {
+		eventually(t, 5*time.Second, role+" held once", func() bool { return len(holding(role, all...)) == 1 })
+	}
+	t.Logf("rolling deploy of 4 members x %d roles: %d role moves, gap per move %s", len(roles), len(moveGaps), spread(moveGaps))
 	cancel()
 	loops.Wait()
 }
@@ -739,4 +750,46 @@ func TestRankChanged(t *testing.T) {
 	}
 	b.Shutdown(context.Background())
 	eventually(t, 10*time.Second, "size 1", func() bool { return a.Rank().Size == 1 && a.Rank().Index == 0 })
+}
+
+// TestShutdownHonoursContext: with etcd unreachable, Shutdown returns its
+// context's error when it expires, roles are cancelled at once, and the
+// rink still stops (Done closes) once it can.
+func TestShutdownHonoursContext(t *testing.T) {
+	p := newProxy(t)
+	cp, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{strings.TrimPrefix(p.From(), "tcp://")},
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Close() })
+	r := join(t, cp, rinkName(t), WithMemberName("a"))
+	role, err := r.AwaitRoleContext(ctxTimeout(t, 10*time.Second), "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.BlackholeTx()
+	p.BlackholeRx()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := r.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want the context's deadline error", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Shutdown took %v with a 300ms context", d)
+	}
+	if !errors.Is(context.Cause(role), ErrShutdown) {
+		t.Fatalf("role context: %v", context.Cause(role))
+	}
+	p.UnblackholeTx()
+	p.UnblackholeRx()
+	select {
+	case <-r.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("rink did not stop after the heal")
+	}
 }
