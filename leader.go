@@ -31,7 +31,7 @@ type elected struct {
 type proclaimResult struct {
 	lead    *leadership
 	version int64
-	rev     int64 // revision the txn was evaluated at
+	rev     int64 // ok: the revision of our write; otherwise the map key's mod revision
 	ok      bool  // the map was written
 	lost    bool  // our election key is gone
 	err     error
@@ -172,7 +172,7 @@ func (r *Rink) proclaim(ctx context.Context, l *leadership, m rankMap, mapRev in
 			clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", mapRev),
 		).
 		Then(ops...).
-		Else(clientv3.OpGet(l.key)).
+		Else(clientv3.OpGet(l.key), clientv3.OpGet(r.keys.rankMap())).
 		Commit()
 	if err != nil {
 		res.err = err
@@ -180,8 +180,15 @@ func (r *Rink) proclaim(ctx context.Context, l *leadership, m rankMap, mapRev in
 	}
 	res.rev, res.ok = resp.Header.Revision, resp.Succeeded
 	if !resp.Succeeded {
+		// Wait for the map write that beat us, not for the header revision:
+		// in an etcd shared with others that may be a write our watch of
+		// the rink's keys never sees.
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		res.lost = len(kvs) == 0 || kvs[0].CreateRevision != l.rev
+		res.rev = 0
+		if m := resp.Responses[1].GetResponseRange().Kvs; len(m) > 0 {
+			res.rev = m[0].ModRevision
+		}
 	}
 	return res
 }
