@@ -43,13 +43,23 @@ type proclaimResult struct {
 // lease. The session is orphaned at once: it would otherwise renew the lease
 // a second time, and renewals and the fencing that depends on their timing
 // are the keeper's job (see keep).
+//
+// The election gets a client of its own that shares the real client's
+// connection (its KV, Watcher and Lease) but whose context ends with the
+// incarnation. A cancelled Campaign resigns using its client's context; on
+// the shared client that context never ends, and with etcd unreachable the
+// resignation would block until the connection came back, holding up
+// Shutdown. It is never closed: Close would close the shared Watcher and
+// Lease.
 func (r *Rink) campaign(inc *incarnation) {
+	ec := clientv3.NewCtxClient(inc.ctx, clientv3.WithZapLogger(r.log))
+	ec.KV, ec.Watcher, ec.Lease = r.cli.KV, r.cli.Watcher, r.cli.Lease
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		b := newBackoff()
 		for inc.ctx.Err() == nil {
-			sess, err := concurrency.NewSession(r.cli, concurrency.WithLease(inc.lease), concurrency.WithContext(inc.ctx))
+			sess, err := concurrency.NewSession(ec, concurrency.WithLease(inc.lease), concurrency.WithContext(inc.ctx))
 			if err == nil {
 				sess.Orphan()
 				e := concurrency.NewElection(sess, r.keys.election())
@@ -98,7 +108,8 @@ func (r *Rink) stopLeading() {
 func (r *Rink) plan() {
 	st := &r.st
 	l := st.lead
-	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil {
+	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil ||
+		st.inc == nil || !st.selfSeen {
 		return
 	}
 	st.dirty = false

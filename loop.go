@@ -27,8 +27,9 @@ type state struct {
 	members map[string]memberInfo // live member keys by member name
 	elect   map[string]memberInfo // election keys: value and create revision
 	cur     rankMap               // newest applied map; Version 0 before any
-	curRev  int64                 // mod revision of cur's key (0: no key)
-	hist    map[int64]rankMap     // recently applied maps, by version
+	curRev  int64                 // mod revision of cur's key (0: the key is gone)
+	lineage int64                 // create revision of cur's key: versions count within it
+	hist    map[int64]rankMap     // recently applied maps of the lineage, by version
 
 	// Per slot: whether the applied map gives it to this member, since which
 	// map version (and that version's mod revision) it has continuously done
@@ -46,7 +47,8 @@ type state struct {
 // memberInfo is what the view knows of a member key or an election key.
 type memberInfo struct {
 	createRev int64
-	ack       int64  // member keys: the acknowledged map version
+	ack       int64  // member keys: the acknowledged map version...
+	lineage   int64  // ...of this map lineage
 	value     string // election keys: the candidate's member name
 }
 
@@ -67,6 +69,7 @@ type watchBatch struct {
 
 type ackReq struct {
 	inc     *incarnation
+	lineage int64
 	version int64
 }
 
@@ -74,16 +77,7 @@ type ackReq struct {
 func (r *Rink) run(first *incarnation) {
 	defer close(r.done)
 	st := &r.st
-	S := r.opts.slots
-	st.members = map[string]memberInfo{}
-	st.elect = map[string]memberInfo{}
-	st.hist = map[int64]rankMap{}
-	st.owned = make([]bool, S)
-	st.gain = make([]int64, S)
-	st.gainRev = make([]int64, S)
-	st.held = make([]context.CancelCauseFunc, S)
-	st.pending = map[int]struct{}{}
-	st.cur = rankMap{Schema: schemaVersion, Slots: S}
+	r.initState()
 	r.startIncarnation(first)
 
 	for {
@@ -126,10 +120,29 @@ func (r *Rink) run(first *incarnation) {
 	}
 }
 
+func (r *Rink) initState() {
+	st := &r.st
+	S := r.opts.slots
+	st.members = map[string]memberInfo{}
+	st.elect = map[string]memberInfo{}
+	st.hist = map[int64]rankMap{}
+	st.owned = make([]bool, S)
+	st.gain = make([]int64, S)
+	st.gainRev = make([]int64, S)
+	st.held = make([]context.CancelCauseFunc, S)
+	st.pending = map[int]struct{}{}
+	st.cur = rankMap{Schema: schemaVersion, Slots: S}
+}
+
 // startIncarnation adopts a freshly joined incarnation.
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
+	if st.incompatible != nil {
+		// The map became unusable while we were rejoining: leave again.
+		r.fence(inc, st.incompatible)
+		return
+	}
 	m, ok := st.members[r.opts.member]
 	st.selfSeen = ok && m.createRev == inc.createRev
 	if st.selfSeen {
@@ -139,23 +152,27 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 	r.campaign(inc)
 }
 
-// onWatch folds a watch batch into the view and applies new maps.
+// onWatch folds a watch batch into the view and applies new maps, in the
+// order of the events.
 func (r *Rink) onWatch(b watchBatch) {
 	st := &r.st
 	self := r.opts.member
-	var maps []*mvccpb.KeyValue
 	selfGone := false
 	if b.snapshot {
 		clear(st.members)
 		clear(st.elect)
-		mapSeen := false
+		var mapKV *mvccpb.KeyValue
 		for _, kv := range b.kvs {
-			r.putKey(kv)
 			if r.keys.isMap(string(kv.Key)) {
-				maps, mapSeen = append(maps, kv), true
+				mapKV = kv
+				continue
 			}
+			r.putKey(kv)
 		}
-		if !mapSeen {
+		st.dirty = true
+		if mapKV != nil {
+			r.applyMap(mapKV)
+		} else {
 			st.curRev = 0
 		}
 		if st.inc != nil && b.rev >= st.inc.createRev {
@@ -166,9 +183,10 @@ func (r *Rink) onWatch(b watchBatch) {
 		for _, ev := range b.events {
 			key := string(ev.Kv.Key)
 			if ev.Type == clientv3.EventTypePut {
-				r.putKey(ev.Kv)
 				if r.keys.isMap(key) {
-					maps = append(maps, ev.Kv)
+					r.applyMap(ev.Kv)
+				} else {
+					r.putKey(ev.Kv)
 				}
 				continue
 			}
@@ -183,23 +201,13 @@ func (r *Rink) onWatch(b watchBatch) {
 			case r.keys.isElection(key):
 				delete(st.elect, key)
 			case r.keys.isMap(key):
+				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
 				st.curRev = 0
 				st.dirty = true
 			}
 		}
 	}
 	st.rev = max(st.rev, b.rev)
-
-	if st.inc != nil && !st.selfSeen {
-		if m, ok := st.members[self]; ok && m.createRev == st.inc.createRev {
-			st.selfSeen = true
-			r.reconcile()
-			r.sendAck()
-		}
-	}
-	for _, kv := range maps {
-		r.applyMap(kv)
-	}
 	r.pruneHistory()
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
@@ -210,7 +218,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 }
 
-// putKey records a put of one of the rink's keys in the view.
+// putKey records a put of a member or election key in the view.
 func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	st := &r.st
 	key := string(kv.Key)
@@ -218,11 +226,18 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	case r.keys.isMember(key):
 		name := r.keys.memberName(key)
 		var v memberValue
-		_ = json.Unmarshal(kv.Value, &v) // an unreadable value acks nothing
+		_ = json.Unmarshal(kv.Value, &v) // an unreadable value acknowledges nothing
 		old, existed := st.members[name]
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, ack: v.Ack}
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, ack: v.Ack, lineage: v.Lineage}
 		if !existed || old.createRev != kv.CreateRevision {
 			st.dirty = true
+		}
+		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev {
+			// The view has reached our own join: from here on it is at
+			// least as new as anything our earlier lives saw.
+			st.selfSeen = true
+			r.reconcile()
+			r.sendAck()
 		}
 	case r.keys.isElection(key):
 		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: string(kv.Value)}
@@ -230,8 +245,16 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 }
 
 // applyMap applies a proclaimed map if it is newer than the current one.
+//
+// Map versions count within a lineage: the life of the map key from its
+// creation. If an operator deletes the key, the next leader starts a new
+// lineage, whose versions may repeat old ones; acknowledgements of another
+// lineage then count for nothing.
 func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	st := &r.st
+	if kv.ModRevision <= st.curRev {
+		return // already applied (a listing repeats what the watch gave)
+	}
 	m, err := decodeMap(kv.Value, r.opts.slots)
 	if err != nil {
 		if st.incompatible == nil {
@@ -254,9 +277,24 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			r.startRejoin(nil)
 		}
 	}
-	if m.Version <= st.cur.Version {
+	newLineage := kv.CreateRevision != st.lineage
+	if !newLineage && m.Version <= st.cur.Version {
 		return
 	}
+	if newLineage && st.lineage != 0 {
+		r.log.Warn("the rink's map key was re-created: following the new lineage",
+			zap.Int64("lineage", kv.CreateRevision), zap.Int64("version", m.Version))
+		clear(st.hist)
+	}
+	if newLineage || m.Version > st.cur.Version+1 {
+		// We did not see every version since the slots we wait for became
+		// ours; they may have been another member's in between. Count them
+		// as ours only from this version on.
+		for s := range st.pending {
+			st.gain[s], st.gainRev[s] = m.Version, kv.ModRevision
+		}
+	}
+	st.lineage = kv.CreateRevision
 	st.cur = m
 	st.hist[m.Version] = m
 	r.owners.Store(&m)
@@ -300,7 +338,7 @@ func (r *Rink) sendAck() {
 	case <-r.ackCh:
 	default:
 	}
-	r.ackCh <- ackReq{inc: st.inc, version: st.cur.Version}
+	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version}
 }
 
 // tryAcquire starts holding the pending slots that nobody else can hold.
@@ -326,10 +364,14 @@ func (r *Rink) free(s int) bool {
 	st := &r.st
 	g := st.gain[s]
 	for name, m := range st.members {
-		if name == r.opts.member || m.ack >= g {
+		ack := m.ack
+		if m.lineage != st.lineage {
+			ack = 0 // an acknowledgement of another lineage says nothing
+		}
+		if name == r.opts.member || ack >= g {
 			continue
 		}
-		for v := max(m.ack, 1); v < g; v++ {
+		for v := max(ack, 1); v < g; v++ {
 			h, ok := st.hist[v]
 			if !ok || h.owner(s) == name {
 				return false
@@ -373,6 +415,9 @@ func (r *Rink) pruneHistory() {
 	for name, m := range st.members {
 		if name != r.opts.member {
 			low = min(low, m.ack)
+			if m.lineage != st.lineage {
+				low = 0
+			}
 		}
 	}
 	low = max(low, st.cur.Version-maxHistory+1)
@@ -481,9 +526,8 @@ func (r *Rink) shutdown(cause error) {
 	}
 	clear(st.pending)
 	err := cause
-	r.log.Debug("shutdown: roles released")
 	if st.inc != nil && cause == nil {
-		if st.lead != nil {
+		if st.lead != nil && st.incompatible == nil {
 			r.handOver(ctx)
 		}
 		err = r.leave(ctx, st.inc, ErrShutdown)
@@ -573,8 +617,17 @@ func (r *Rink) sendBatch(b watchBatch) bool {
 
 // writeAcks writes this member's acknowledgements, newest first, retrying
 // failed writes until a newer one replaces them or the incarnation ends.
+//
+// Each write is guarded by the value it replaces, so that a write that timed
+// out here but commits late on the server cannot overwrite a newer one: an
+// acknowledgement never goes backwards.
 func (r *Rink) writeAcks() {
-	var cur *ackReq
+	var (
+		cur  *ackReq
+		inc  *incarnation // whose key last holds
+		last string       // the value we believe the key holds
+	)
+	key := r.keys.member(r.opts.member)
 	b := newBackoff()
 	for {
 		if cur == nil {
@@ -589,20 +642,34 @@ func (r *Rink) writeAcks() {
 			cur = nil
 			continue
 		}
-		key := r.keys.member(r.opts.member)
-		val, _ := json.Marshal(memberValue{Ack: cur.version})
+		if cur.inc != inc {
+			inc, last = cur.inc, initialMemberValue
+		}
+		val, _ := json.Marshal(memberValue{Ack: cur.version, Lineage: cur.lineage})
 		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
-		_, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", cur.inc.createRev)).
+		resp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", cur.inc.createRev),
+				clientv3.Compare(clientv3.Value(key), "=", last)).
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		cancel()
-		if err == nil {
-			cur = nil
+		switch {
+		case err == nil && resp.Succeeded:
+			last, cur = string(val), nil
 			b.reset()
 			continue
-		}
-		if cur.inc.ctx.Err() != nil {
+		case err == nil:
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 || kvs[0].CreateRevision != cur.inc.createRev {
+				cur = nil // our key is gone: the keeper or the run loop fences
+				continue
+			}
+			// Someone (a late write of ours) changed the value: go again
+			// from what is there.
+			last = string(kvs[0].Value)
+			continue
+		case cur.inc.ctx.Err() != nil:
 			continue
 		}
 		wait := b.next()

@@ -26,10 +26,19 @@ type incarnation struct {
 
 // memberValue is the JSON value of a member key.
 type memberValue struct {
-	// Ack is the highest map version this member has applied. It holds no
-	// slot that the maps from Ack on do not give it.
-	Ack int64 `json:"ack"`
+	// Ack is the highest map version this member has applied, in the map
+	// lineage Lineage (the map key's create revision). It holds no slot
+	// that the maps from Ack on do not give it.
+	Ack     int64 `json:"ack"`
+	Lineage int64 `json:"lineage,omitempty"`
 }
+
+// initialMemberValue is a member key's value before its first
+// acknowledgement.
+var initialMemberValue = func() string {
+	b, _ := json.Marshal(memberValue{})
+	return string(b)
+}()
 
 // fenceMargin is how long before the server could expire the lease a member
 // stops trusting it. It covers clock rate drift between this process and the
@@ -42,7 +51,6 @@ func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
 // process reusing its name waits out its predecessor's lease) until ctx ends,
 // and then returns ErrMemberExists.
 func (r *Rink) join(ctx context.Context) (*incarnation, error) {
-	val, _ := json.Marshal(memberValue{})
 	key := r.keys.member(r.opts.member)
 	for {
 		// Grant the lease only when the name looks free, so that waiting out
@@ -59,7 +67,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 		}
 		resp, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(key, initialMemberValue, clientv3.WithLease(grant.ID))).
 			Commit()
 		if err != nil {
 			revoke()

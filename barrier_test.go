@@ -1,0 +1,155 @@
+package rink
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// These tests drive one member's run-goroutine state with synthetic watch
+// batches, without etcd or goroutines, to pin down the handover barrier in
+// interleavings that are hard to provoke on a live cluster.
+
+type bare struct {
+	t *testing.T
+	r *Rink
+}
+
+// newBare makes member self with S slots, joined at revision createRev.
+func newBare(t *testing.T, self string, S int, createRev int64) *bare {
+	r := &Rink{
+		opts:  options{member: self, slots: S, ttl: 2 * time.Second},
+		log:   zap.NewNop(),
+		keys:  newKeys("bare"),
+		slots: make([]atomic.Pointer[slotState], S),
+		ackCh: make(chan ackReq, 1),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	t.Cleanup(r.cancel)
+	r.initState()
+	inc := &incarnation{createRev: createRev, lost: make(chan struct{})}
+	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	r.st.inc = inc
+	return &bare{t: t, r: r}
+}
+
+func memberKV(name string, createRev, modRev, ack, lineage int64) *mvccpb.KeyValue {
+	v, _ := json.Marshal(memberValue{Ack: ack, Lineage: lineage})
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev}
+}
+
+func mapKV(m rankMap, createRev, modRev int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").rankMap()), Value: m.encode(), CreateRevision: createRev, ModRevision: modRev}
+}
+
+func twoSlots(version int64, members []string, table ...int) rankMap {
+	return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+}
+
+// put feeds put events, in order, then lets the member acquire what it may.
+func (b *bare) put(kvs ...*mvccpb.KeyValue) {
+	var evs []*clientv3.Event
+	rev := int64(0)
+	for _, kv := range kvs {
+		evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
+		rev = max(rev, kv.ModRevision)
+	}
+	b.r.onWatch(watchBatch{events: evs, rev: rev})
+	b.r.tryAcquire()
+}
+
+func (b *bare) del(key string, rev int64) {
+	ev := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
+	b.r.onWatch(watchBatch{events: []*clientv3.Event{ev}, rev: rev})
+	b.r.tryAcquire()
+}
+
+func (b *bare) held(s int) bool { return b.r.st.held[s] != nil }
+
+func (b *bare) wantHeld(s int, want bool, why string) {
+	b.t.Helper()
+	if got := b.held(s); got != want {
+		b.t.Fatalf("slot %d held = %v, want %v: %s", s, got, want, why)
+	}
+}
+
+// A slot that moves to us is started only once its previous owner has
+// acknowledged the map that took it away, or is gone.
+func TestBarrierWaitsForPreviousOwner(t *testing.T) {
+	const L = 10 // lineage: the map key's create revision
+	b := newBare(t, "b", 2, 5)
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"a"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
+	b.wantHeld(0, false, "not ours")
+	b.put(mapKV(twoSlots(2, []string{"a", "b"}, 0, 1), L, 12))
+	b.wantHeld(1, false, "a has not acknowledged v2 yet")
+	b.put(memberKV("a", 3, 13, 2, L))
+	b.wantHeld(1, true, "a acknowledged v2")
+	tok, _ := Token(b.r.slots[1].Load().ctx)
+	if tok != 12 {
+		t.Fatalf("token = %d, want the revision of v2 (12)", tok)
+	}
+	// a leaves without acknowledging the map that gives us slot 0.
+	b.put(mapKV(twoSlots(3, []string{"b"}, 0, 0), L, 14))
+	b.wantHeld(0, false, "a still acknowledged only v2")
+	b.del(newKeys("bare").member("a"), 15)
+	b.wantHeld(0, true, "a is gone")
+	b.wantHeld(1, true, "a slot that stays ours is never interrupted")
+}
+
+// A member that skipped map versions must not count a slot as continuously
+// its own across them (the reviewer's overlap: rejoin with a stale view).
+func TestBarrierSkippedVersions(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 20)
+	// The view is at v2, in which slot 0 is b's; a has acknowledged v1.
+	b.put(mapKV(twoSlots(2, []string{"b", "a"}, 0, 1), L, 15), memberKV("a", 3, 16, 1, L))
+	b.put(memberKV("b", 20, 20, 0, 0)) // our (re)join: slot 0 pending since v2
+	b.wantHeld(0, false, "a has not acknowledged v2")
+	// We never see v3 (it gave slot 0 to a, and a holds it under v3);
+	// v4 gives it back to us, and a has acknowledged v3.
+	b.put(mapKV(twoSlots(4, []string{"b", "a"}, 0, 1), L, 30), memberKV("a", 3, 31, 3, L))
+	b.wantHeld(0, false, "v3 is unknown: slot 0 counts as ours only from v4, and a acknowledged v3")
+	b.put(memberKV("a", 3, 32, 4, L))
+	b.wantHeld(0, true, "a acknowledged v4")
+}
+
+// After an operator deletes the map key, the next map starts a new lineage
+// whose versions may repeat old ones: acknowledgements of the old lineage
+// must not let us start.
+func TestBarrierNewLineage(t *testing.T) {
+	b := newBare(t, "b", 2, 5)
+	b.put(memberKV("b", 5, 5, 0, 0), memberKV("c", 6, 6, 0, 0))
+	b.put(mapKV(twoSlots(9, []string{"c", "b"}, 0, 1), 10, 30), memberKV("c", 6, 31, 9, 10))
+	b.wantHeld(1, true, "ours, c acknowledged v9")
+	b.del(newKeys("bare").rankMap(), 40)
+	// A new leader, whose view stopped at v9, proclaims "v10" in a new
+	// lineage; c has acknowledged the old lineage's v10 (which gave c slot 0).
+	b.put(memberKV("c", 6, 41, 10, 10), mapKV(twoSlots(10, []string{"b", "c"}, 0, 1), 42, 42))
+	if b.r.st.lineage != 42 {
+		t.Fatalf("lineage = %d, want 42", b.r.st.lineage)
+	}
+	b.wantHeld(0, false, "c's v10 is of the old lineage")
+	b.wantHeld(1, false, "slot 1 is c's now")
+	b.put(memberKV("c", 6, 43, 10, 42))
+	b.wantHeld(0, true, "c acknowledged the new lineage")
+}
+
+// Our own member key deleted under us (by an operator, or a lease ended
+// early): we fence at once.
+func TestBarrierOwnKeyDeleted(t *testing.T) {
+	b := newBare(t, "b", 1, 5)
+	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
+	b.wantHeld(0, true, "alone")
+	ctx := b.r.slots[0].Load().ctx
+	b.del(newKeys("bare").member("b"), 8)
+	if ctx.Err() == nil {
+		t.Fatal("role context still live after our key was deleted")
+	}
+}
