@@ -65,7 +65,8 @@
 // These hold under these assumptions: etcd is linearizable (a majority of
 // its members is up and reachable from the leader); clocks of members and
 // etcd servers may differ arbitrarily but their rates differ by far less than
-// the fencing margin, one eighth of the session TTL; and a process paused
+// the fencing margin, one eighth of the session TTL; nobody but a member
+// itself deletes its member key or revokes its lease; and a process paused
 // (GC, SIGSTOP) longer than that margin while it holds roles is not stopped
 // from running the code it was in — no library can do that; fencing tokens
 // are the defence.
