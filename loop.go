@@ -490,6 +490,9 @@ func (r *Rink) publishRank() {
 	rk := Rank{Member: r.opts.member, Index: -1, Size: len(st.cur.Members), Version: st.cur.Version}
 	if st.inc != nil && st.selfSeen && st.incompatible == nil {
 		rk.Index = st.cur.index(r.opts.member)
+		for _, w := range st.cur.Waiting {
+			rk.Waiting = rk.Waiting || w.Name == r.opts.member
+		}
 	}
 	var lowest int64
 	for _, e := range st.elect {

@@ -128,6 +128,11 @@ type Rank struct {
 	// Index is this member's 0-based rank, or -1 while it waits to be ranked
 	// (or has not applied any map yet, or is rejoining after a fence).
 	Index int
+	// Waiting reports that the map lists this member as waiting to be
+	// ranked: the leader knows it, and it will take the index of the next
+	// ranked member to leave. Index >= 0 || Waiting makes a good readiness
+	// check in a rolling deploy: the old replica may go.
+	Waiting bool
 	// Size is the number of ranked members.
 	Size int
 	// Version is the version of the map this view comes from (0: none yet).
