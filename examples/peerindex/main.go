@@ -67,6 +67,14 @@ type printer struct {
 	mu    sync.Mutex
 	out   io.Writer
 	ended bool
+	seen  map[string]int64 // member -> map version of the last rank it followed
+}
+
+// followed reports whether member's follower has handled the rank rk.
+func (p *printer) followed(rk rink.Rank) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seen[rk.Member] == rk.Version
 }
 
 func (p *printer) printf(format string, args ...any) {
@@ -89,6 +97,9 @@ func follow(p *printer, r *rink.Rink) {
 			}
 			last = rk
 		}
+		p.mu.Lock()
+		p.seen[rk.Member] = rk.Version
+		p.mu.Unlock()
 		select {
 		case <-rk.Changed():
 		case <-r.Done():
@@ -106,7 +117,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return err
 	}
 	defer closeAll()
-	p := &printer{out: out}
+	p := &printer{out: out, seen: map[string]int64{}}
 	var members []*member
 	defer func() {
 		p.mu.Lock()
@@ -143,7 +154,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 			ok := true
 			for _, m := range members {
 				rk := m.r.Rank()
-				ok = ok && rk.Index >= 0 && rk.Size == n
+				ok = ok && rk.Index >= 0 && rk.Size == n && p.followed(rk)
 			}
 			if ok {
 				return nil
