@@ -33,6 +33,7 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	t.Cleanup(r.cancel)
 	r.initState()
+	r.rejoinHook = func(*incarnation, bool) {}
 	inc := &incarnation{createRev: createRev, lost: make(chan struct{})}
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
@@ -152,4 +153,99 @@ func TestBarrierOwnKeyDeleted(t *testing.T) {
 	if ctx.Err() == nil {
 		t.Fatal("role context still live after our key was deleted")
 	}
+}
+
+// fenceAndRejoin ends the member's incarnation and starts another whose
+// key was created at createRev.
+func (b *bare) fenceAndRejoin(createRev int64) {
+	st := &b.r.st
+	st.inc.cancel(ErrFenced)
+	st.inc, st.selfSeen = nil, false
+	b.r.reconcile()
+	inc := &incarnation{createRev: createRev, lost: make(chan struct{})}
+	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
+	st.inc = inc
+}
+
+func (b *bare) snapshot(rev int64, kvs ...*mvccpb.KeyValue) {
+	b.r.onWatch(watchBatch{snapshot: true, kvs: kvs, rev: rev})
+	b.r.tryAcquire()
+}
+
+// A listing without the map key, after versions we missed, must not let
+// us act on our stale map.
+func TestBarrierListingWithoutMap(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 1, 5)
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"a"}, 0), L, L), memberKV("a", 3, 11, 1, L))
+	b.put(mapKV(twoSlots(2, []string{"a", "b"}, 1), L, 12), memberKV("a", 3, 13, 2, L))
+	b.wantHeld(0, true, "ours at v2, a acknowledged v2")
+	// b is cut off and fences; its key expires; the leader proclaims v3
+	// (slot 0 to a), a acknowledges and holds it; an operator deletes the
+	// map key; b rejoins and lists the rink.
+	b.fenceAndRejoin(50)
+	b.snapshot(55, memberKV("a", 3, 32, 3, L), memberKV("b", 50, 50, 0, 0))
+	b.wantHeld(0, false, "b never saw v3, in which a holds slot 0")
+	// The leader writes the map again (a new lineage) giving slot 0 to b.
+	b.put(mapKV(twoSlots(4, []string{"b", "a"}, 0), 60, 60))
+	b.wantHeld(0, false, "a has not acknowledged the new lineage")
+	b.put(memberKV("a", 3, 61, 4, 60))
+	b.wantHeld(0, true, "a acknowledged the new lineage")
+}
+
+// A new lineage that starts at version 1: an acknowledgement of another
+// lineage must not count, even though no version lies below 1.
+func TestBarrierNewLineageAtVersionOne(t *testing.T) {
+	n := newBare(t, "n", 1, 20)
+	// a holds slot 0 under lineage 10's v1 and acknowledged (10, 1).
+	n.put(memberKV("n", 20, 20, 0, 0), memberKV("a", 30, 30, 0, 0), memberKV("a", 30, 31, 1, 10))
+	// n leads with no map of its own and proclaims lineage 40's v1 = [n].
+	n.put(mapKV(twoSlots(1, []string{"n"}, 0), 40, 40))
+	n.wantHeld(0, false, "a acknowledged only lineage 10, in which slot 0 is a's")
+	n.put(memberKV("a", 30, 41, 1, 40))
+	n.wantHeld(0, true, "a acknowledged lineage 40")
+}
+
+// An unusable map that is then deleted: the member rejoins.
+func TestBarrierUnusableMapDeleted(t *testing.T) {
+	b := newBare(t, "b", 1, 5)
+	var rejoined []bool
+	b.r.rejoinHook = func(_ *incarnation, join bool) { rejoined = append(rejoined, join) }
+	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
+	b.wantHeld(0, true, "alone")
+	bad := mapKV(twoSlots(2, []string{"b"}, 0), 7, 8)
+	bad.Value = []byte(`{"schema":99}`)
+	b.put(bad)
+	b.wantHeld(0, false, "unusable map")
+	b.r.onLost() // the keeper saw the fence
+	if len(rejoined) != 1 || rejoined[0] {
+		t.Fatalf("after an unusable map: rejoin calls %v, want one that only revokes", rejoined)
+	}
+	b.del(newKeys("bare").rankMap(), 9)
+	if b.r.st.incompatible != nil || len(rejoined) != 2 || !rejoined[1] {
+		t.Fatalf("after the unusable map was deleted: incompatible %v, rejoin calls %v", b.r.st.incompatible, rejoined)
+	}
+}
+
+// A map written by hand with an older version than members applied: they
+// leave rather than guess, and a member that sees an acknowledgement newer
+// than its own map does not take that member's slots.
+func TestBarrierOlderMapWrittenByHand(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.put(memberKV("b", 5, 5, 0, 0), memberKV("a", 3, 3, 0, 0))
+	b.put(mapKV(twoSlots(10, []string{"a", "b"}, 0, 1), L, 20), memberKV("a", 3, 21, 10, L))
+	b.wantHeld(1, true, "ours at v10")
+	ctx := b.r.slots[1].Load().ctx
+	b.put(mapKV(twoSlots(8, []string{"b", "a"}, 0, 1), L, 30))
+	if ctx.Err() == nil || b.r.st.incompatible == nil {
+		t.Fatalf("an older map in the same lineage was accepted")
+	}
+
+	// A fresh member whose first map is the older one: a's ack (10) is
+	// beyond it, so a may hold what v8 gives us.
+	f := newBare(t, "f", 2, 40)
+	f.put(mapKV(twoSlots(8, []string{"f", "a"}, 0, 1), L, 30), memberKV("a", 3, 21, 10, L), memberKV("f", 40, 40, 0, 0))
+	f.wantHeld(0, false, "a acknowledged v10, which f has not seen")
 }

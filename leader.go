@@ -149,8 +149,8 @@ func (r *Rink) plan() {
 	}
 
 	next := plan(st.cur, in)
-	if next.sameAssignment(st.cur) && st.cur.Version > 0 {
-		return
+	if next.sameAssignment(st.cur) && st.cur.Version > 0 && st.curRev != 0 {
+		return // nothing changed (a map key that was deleted is written again)
 	}
 	if st.cur.Version == 0 && len(live) == 0 {
 		return
@@ -231,6 +231,14 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		if st.inc != nil && st.inc.ctx.Err() == nil {
 			r.campaign(st.inc)
 		}
+	case res.rev == 0:
+		// The map key is gone but our view still shows it: retry shortly,
+		// once the watch has delivered the deletion.
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.timer = time.NewTimer(l.retry.next())
+		st.dirty = false // the timer sets it again
 	default:
 		// The map changed under us: plan again once the view has caught up.
 		l.waitRev = res.rev

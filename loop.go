@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -161,20 +162,26 @@ func (r *Rink) onWatch(b watchBatch) {
 	if b.snapshot {
 		clear(st.members)
 		clear(st.elect)
+		// The map first: what the member keys below trigger (our own join
+		// seen, and the gains that come with it) must use this listing's
+		// map, not an older one.
 		var mapKV *mvccpb.KeyValue
 		for _, kv := range b.kvs {
 			if r.keys.isMap(string(kv.Key)) {
 				mapKV = kv
-				continue
 			}
-			r.putKey(kv)
 		}
-		st.dirty = true
 		if mapKV != nil {
 			r.applyMap(mapKV)
 		} else {
-			st.curRev = 0
+			r.mapGone()
 		}
+		for _, kv := range b.kvs {
+			if !r.keys.isMap(string(kv.Key)) {
+				r.putKey(kv)
+			}
+		}
+		st.dirty = true
 		if st.inc != nil && b.rev >= st.inc.createRev {
 			m, ok := st.members[self]
 			selfGone = !ok || m.createRev != st.inc.createRev
@@ -202,8 +209,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				delete(st.elect, key)
 			case r.keys.isMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
-				st.curRev = 0
-				st.dirty = true
+				r.mapGone()
 			}
 		}
 	}
@@ -256,6 +262,12 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		return // already applied (a listing repeats what the watch gave)
 	}
 	m, err := decodeMap(kv.Value, r.opts.slots)
+	if err == nil && kv.CreateRevision == st.lineage && m.Version <= st.cur.Version {
+		// Leaders only ever raise the version: somebody wrote an older map
+		// by hand. Members that applied newer versions cannot reconcile with
+		// it; leave rather than guess.
+		err = fmt.Errorf("%w: map version went back from %d to %d", ErrIncompatible, st.cur.Version, m.Version)
+	}
 	if err != nil {
 		if st.incompatible == nil {
 			r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", kv.ModRevision))
@@ -278,9 +290,6 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		}
 	}
 	newLineage := kv.CreateRevision != st.lineage
-	if !newLineage && m.Version <= st.cur.Version {
-		return
-	}
 	if newLineage && st.lineage != 0 {
 		r.log.Warn("the rink's map key was re-created: following the new lineage",
 			zap.Int64("lineage", kv.CreateRevision), zap.Int64("version", m.Version))
@@ -302,6 +311,27 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	r.sendAck()
 }
 
+// mapGone handles the map key's absence (deleted, or missing from a
+// listing). Slots not yet held are given up: whatever gave them to us may be
+// stale, and they are gained again from the next map. A member that left
+// because it could not use the deleted map rejoins.
+func (r *Rink) mapGone() {
+	st := &r.st
+	st.curRev = 0
+	st.dirty = true
+	for s := range st.pending {
+		st.owned[s] = false
+		delete(st.pending, s)
+	}
+	if st.incompatible != nil {
+		r.log.Info("the unusable map is gone: rejoining")
+		st.incompatible = nil
+		if st.inc == nil && !st.rejoining && !st.stopping {
+			r.startRejoin(nil)
+		}
+	}
+}
+
 // reconcile brings the per-slot ownership in line with the applied map:
 // it releases slots the map took away and marks new ones pending.
 func (r *Rink) reconcile() {
@@ -310,8 +340,8 @@ func (r *Rink) reconcile() {
 	self := r.opts.member
 	for s := range st.owned {
 		want := mine && st.cur.owner(s) == self
-		if want == st.owned[s] {
-			continue
+		if want == st.owned[s] || want && st.curRev == 0 {
+			continue // (no new gains while the map key is absent)
 		}
 		st.owned[s] = want
 		if want {
@@ -364,14 +394,18 @@ func (r *Rink) free(s int) bool {
 	st := &r.st
 	g := st.gain[s]
 	for name, m := range st.members {
-		ack := m.ack
-		if m.lineage != st.lineage {
-			ack = 0 // an acknowledgement of another lineage says nothing
-		}
-		if name == r.opts.member || ack >= g {
+		if name == r.opts.member {
 			continue
 		}
-		for v := max(ack, 1); v < g; v++ {
+		if m.lineage != st.lineage || m.ack > st.cur.Version {
+			// It acknowledged a map of another lineage, or one we have not
+			// seen: we cannot tell what it holds. It acknowledges ours soon.
+			return false
+		}
+		if m.ack >= g {
+			continue
+		}
+		for v := max(m.ack, 1); v < g; v++ {
 			h, ok := st.hist[v]
 			if !ok || h.owner(s) == name {
 				return false
@@ -445,6 +479,10 @@ func (r *Rink) startRejoin(old *incarnation) {
 	st := &r.st
 	join := st.incompatible == nil
 	st.rejoining = join
+	if r.rejoinHook != nil {
+		r.rejoinHook(old, join)
+		return
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -520,7 +558,10 @@ func (r *Rink) publishRank() {
 // role, hands leadership on, leaves, and waits for every other goroutine.
 func (r *Rink) shutdown(cause error) {
 	st := &r.st
-	ctx := r.stopCtx
+	// Leaving takes a few etcd requests; past one TTL the lease has expired
+	// anyway, so never wait longer than that, whatever the caller's context.
+	ctx, cancel := context.WithTimeout(r.stopCtx, r.opts.ttl)
+	defer cancel()
 	st.stopping = true
 	for s, h := range st.held {
 		if h != nil {

@@ -257,6 +257,10 @@ type Rink struct {
 	ackCh chan ackReq
 
 	st state // owned by the run goroutine
+
+	// rejoinHook, when set (tests of the run goroutine's state alone),
+	// replaces starting the rejoin goroutine.
+	rejoinHook func(old *incarnation, join bool)
 }
 
 // New joins the rink called name on etcd and returns once this member's

@@ -812,7 +812,13 @@ func TestMapKeyDeleted(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), newKeys(name).rankMap()); err != nil {
 		t.Fatal(err)
 	}
-	// A membership change makes the leader proclaim again.
+	// The leader writes the map again by itself, in a new lineage.
+	eventually(t, 10*time.Second, "map key re-created", func() bool {
+		resp, err := cli.Get(context.Background(), newKeys(name).rankMap())
+		return err == nil && len(resp.Kvs) == 1
+	})
+	settle(t, h, ms...)
+	// And the rink goes on: a membership change in the new lineage.
 	n := join(t, newClient(t), name, WithMemberName("m3"), h.hook())
 	all := append(slices.Clone(ms), n)
 	eventually(t, 10*time.Second, "m3 ranked in the new lineage", func() bool { return n.Rank().Index >= 0 })
