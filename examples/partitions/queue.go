@@ -261,13 +261,6 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return fmt.Errorf("workers not ranked: %w", err)
 	}
 	old := live[0]
-	staleRole := ""
-	var staleToken int64
-	for p := 0; p < cfg.partitions && staleRole == ""; p++ {
-		if c, ok := old.r.Get(fmt.Sprint("partition:", p)); ok {
-			staleRole, staleToken = fmt.Sprint(p), func() int64 { t, _ := rink.Token(c); return t }()
-		}
-	}
 	nw, err := q.startWorker(ctx, fmt.Sprintf("worker-%d", cfg.workers))
 	if err != nil {
 		return err
@@ -275,26 +268,40 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	live = append(live, nw)
 	// Like a readiness probe: the old worker may go once the newcomer is
 	// listed as waiting, so that it inherits the old worker's partitions.
-	if err := until(ctx, 30*time.Second, func() bool { return nw.r.Rank().Waiting }); err != nil {
-		return fmt.Errorf("newcomer not listed as waiting: %w", err)
+	if err := until(ctx, 30*time.Second, func() bool { return nw.r.Rank().Waiting || nw.r.Rank().Index >= 0 }); err != nil {
+		return fmt.Errorf("newcomer not listed: %w", err)
+	}
+	// Remember one partition the old worker holds, and its token.
+	staleP, staleToken := -1, int64(0)
+	for p := 0; p < cfg.partitions && staleP < 0; p++ {
+		if c, ok := old.r.Get(fmt.Sprint("partition:", p)); ok {
+			staleP = p
+			staleToken, _ = rink.Token(c)
+		}
 	}
 	fmt.Fprintf(out, "%s leaves (rolling replacement by %s)\n", old.name, nw.name)
 	old.stop()
 	live = live[1:]
 
-	// A late attempt by the departed worker, with its old token, once the
-	// newcomer holds that partition: refused by the fence.
-	if staleRole != "" {
-		p, _ := strconv.Atoi(staleRole)
-		role := "partition:" + staleRole
-		if err := until(ctx, 30*time.Second, func() bool { _, ok := nw.r.Get(role); return ok }); err != nil {
-			return err
+	// A late attempt by the departed worker, with its old token, once
+	// another worker holds that partition: refused by the fence.
+	if staleP >= 0 {
+		role := fmt.Sprint("partition:", staleP)
+		if err := until(ctx, 30*time.Second, func() bool {
+			for _, w := range live {
+				if _, ok := w.r.Get(role); ok {
+					return true
+				}
+			}
+			return false
+		}); err != nil {
+			return fmt.Errorf("nobody took %s over: %w", role, err)
 		}
-		key := taskKey(p, cfg.tasks+1)
+		key := taskKey(staleP, cfg.tasks+1)
 		if _, err := admin.Put(ctx, key, "probe"); err != nil {
 			return err
 		}
-		ok, err := process(ctx, admin, p, key, staleToken, old.name)
+		ok, err := process(ctx, admin, staleP, key, staleToken, old.name)
 		if err != nil {
 			return err
 		}
