@@ -583,58 +583,61 @@ func (r *Rink) shutdown(cause error) {
 	r.log.Info("left the rink", zap.Error(err))
 }
 
-// watch keeps the run goroutine's view current: it opens a watch on the
-// rink's keys, lists them, and then forwards the watch's events that are
-// newer than the listing. After any watch error (compaction, lost etcd
-// leader, a broken stream) it starts over.
+// watch keeps the run goroutine's view current.
+func (r *Rink) watch() { follow(r.ctx, r.cli, r.keys.prefix, r.log, r.sendBatch) }
+
+// follow feeds send with a listing of the keys under prefix and then the
+// watch events newer than the listing; after any watch error (compaction,
+// lost etcd leader, a broken stream) it starts over with a new listing. It
+// returns when ctx ends or send reports false.
 //
 // The watch is opened before the listing, from the current revision, rather
 // than from the listing's revision: etcd serves a watch that starts in the
 // past from a loop that runs every 100 ms until it catches up, and a write
-// landing between a listing and such a watch would delay every event this
-// member sees by up to that long.
-func (r *Rink) watch() {
+// landing between a listing and such a watch would delay every event by up
+// to that long.
+func follow(ctx context.Context, cli *clientv3.Client, prefix string, log *zap.Logger, send func(watchBatch) bool) {
 	b := newBackoff()
-	for r.ctx.Err() == nil {
+	for ctx.Err() == nil {
 		began := time.Now()
-		if !r.watchOnce() {
+		if !followOnce(ctx, cli, prefix, log, send) {
 			return
 		}
 		if time.Since(began) > time.Minute {
 			b.reset() // it had been healthy: start over from a short wait
 		}
-		sleep(r.ctx, b.next())
+		sleep(ctx, b.next())
 	}
 }
 
-// watchOnce runs one watch until it breaks; it reports false when the rink
-// is stopping.
-func (r *Rink) watchOnce() bool {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
+// followOnce runs one watch until it breaks; it reports false when it
+// should stop for good.
+func followOnce(ctx context.Context, cli *clientv3.Client, prefix string, log *zap.Logger, send func(watchBatch) bool) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := r.cli.Watch(ctx, r.keys.prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
 	created, ok := <-wch
 	if !ok || created.Err() != nil {
-		if r.ctx.Err() == nil {
-			r.log.Warn("opening the watch failed, retrying", zap.Error(created.Err()))
+		if ctx.Err() == nil {
+			log.Warn("opening the watch failed, retrying", zap.Error(created.Err()))
 		}
-		return r.ctx.Err() == nil
+		return ctx.Err() == nil
 	}
-	resp, err := r.cli.Get(ctx, r.keys.prefix, clientv3.WithPrefix())
+	resp, err := cli.Get(wctx, prefix, clientv3.WithPrefix())
 	if err != nil {
-		if r.ctx.Err() == nil {
-			r.log.Warn("listing the rink failed, retrying", zap.Error(err))
+		if ctx.Err() == nil {
+			log.Warn("listing the rink failed, retrying", zap.Error(err))
 		}
-		return r.ctx.Err() == nil
+		return ctx.Err() == nil
 	}
 	listed := resp.Header.Revision
-	if !r.sendBatch(watchBatch{snapshot: true, kvs: resp.Kvs, rev: listed}) {
+	if !send(watchBatch{snapshot: true, kvs: resp.Kvs, rev: listed}) {
 		return false
 	}
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
-			r.log.Warn("watch broken, listing again", zap.Error(err))
-			return r.ctx.Err() == nil
+			log.Warn("watch broken, listing again", zap.Error(err))
+			return ctx.Err() == nil
 		}
 		events := wr.Events
 		for len(events) > 0 && events[0].Kv.ModRevision <= listed {
@@ -643,11 +646,11 @@ func (r *Rink) watchOnce() bool {
 		if len(events) == 0 {
 			continue
 		}
-		if !r.sendBatch(watchBatch{events: events, rev: wr.Header.Revision}) {
+		if !send(watchBatch{events: events, rev: wr.Header.Revision}) {
 			return false
 		}
 	}
-	return r.ctx.Err() == nil
+	return ctx.Err() == nil
 }
 
 func (r *Rink) sendBatch(b watchBatch) bool {

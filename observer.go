@@ -1,0 +1,324 @@
+package rink
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Observer follows a rink without joining it: it reads the proclaimed map,
+// the member keys and the election, and never writes. Routers use it to send
+// a request for a role to the member that owns it; tools use it to show a
+// rink's state. Create one with NewObserver and stop it with Close.
+type Observer struct {
+	cli  *clientv3.Client
+	name string
+	keys keys
+	log  *zap.Logger
+
+	state  atomic.Pointer[observed]
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// State is a rink's state as an Observer last saw it.
+type State struct {
+	// Rink is the rink's name.
+	Rink string
+	// Version is the map's version (0 before any map); Lineage names the
+	// map key's life (its create revision), within which versions count.
+	Version, Lineage int64
+	// Slots is the rink's slot count (0 before any map).
+	Slots int
+	// Leader is the member currently elected to maintain the rink.
+	Leader string
+	// Members lists the ranked members by index.
+	Members []MemberState
+	// Waiting lists the members waiting to be ranked, oldest first.
+	Waiting []WaitingState
+	// Joining lists live members the map does not mention yet.
+	Joining []string
+	// Revision is the etcd revision this state reflects.
+	Revision int64
+
+	table   []int
+	changed chan struct{}
+}
+
+// MemberState describes one ranked member.
+type MemberState struct {
+	Name  string
+	Index int
+	// Slots is how many slots the member owns.
+	Slots int
+	// Ack is the newest map version it has acknowledged (in this lineage;
+	// -1 if it acknowledged another lineage's map or none).
+	Ack int64
+	// Live reports whether its member key exists: a member that is gone but
+	// still ranked is about to be replaced by the leader.
+	Live bool
+}
+
+// WaitingState describes a member waiting to be ranked.
+type WaitingState struct {
+	Name string
+	// Since is when the proclaiming leader first saw it waiting (that
+	// leader's wall clock).
+	Since time.Time
+}
+
+// Changed returns a channel that is closed once a newer State is available.
+func (s State) Changed() <-chan struct{} { return s.changed }
+
+// Owner returns the member that owns role in this state.
+func (s State) Owner(role string) (string, bool) {
+	if len(s.table) == 0 || role == "" {
+		return "", false
+	}
+	return s.Members[s.table[slotOf(role, s.Slots)]].Name, true
+}
+
+type observed struct{ s State }
+
+// NewObserver starts following the rink called name and returns once it
+// has read the rink's current state (bounded by the join timeout option;
+// WithLogger and WithJoinTimeout are the options an Observer uses). A rink
+// with no keys yet is not an error: its State has Version 0.
+func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
+	if cli == nil {
+		return nil, ErrNilClient
+	}
+	if why := validName(name, true); why != "" {
+		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
+	}
+	o := options{log: zap.NewNop(), joinTimeout: DefaultJoinTimeout}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, o.errs[0]
+	}
+	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}
+	ob.ctx, ob.cancel = context.WithCancel(context.Background())
+	ob.state.Store(&observed{State{Rink: name, changed: make(chan struct{})}})
+
+	batches := make(chan watchBatch)
+	ready := make(chan struct{})
+	ob.wg.Add(2)
+	go func() {
+		defer ob.wg.Done()
+		follow(ob.ctx, cli, ob.keys.prefix, ob.log, func(b watchBatch) bool {
+			select {
+			case batches <- b:
+				return true
+			case <-ob.ctx.Done():
+				return false
+			}
+		})
+	}()
+	go func() {
+		defer ob.wg.Done()
+		ob.run(batches, ready)
+	}()
+	select {
+	case <-ready:
+		return ob, nil
+	case <-time.After(o.joinTimeout):
+		ob.Close()
+		return nil, fmt.Errorf("rink: reading rink %q: %w", name, context.DeadlineExceeded)
+	}
+}
+
+// run owns the observer's view and publishes a State after each batch.
+func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
+	members := map[string]memberInfo{}
+	elect := map[string]memberInfo{}
+	var cur rankMap
+	var lineage, rev int64
+	first := true
+	for {
+		var b watchBatch
+		select {
+		case b = <-batches:
+		case <-ob.ctx.Done():
+			return
+		}
+		apply := func(key string, kvVal []byte, createRev, modRev int64, deleted bool) {
+			switch {
+			case ob.keys.isMember(key):
+				name := ob.keys.memberName(key)
+				if deleted {
+					delete(members, name)
+					return
+				}
+				var v memberValue
+				_ = json.Unmarshal(kvVal, &v)
+				members[name] = memberInfo{createRev: createRev, ack: v.Ack, lineage: v.Lineage}
+			case ob.keys.isElection(key):
+				if deleted {
+					delete(elect, key)
+					return
+				}
+				elect[key] = memberInfo{createRev: createRev, value: string(kvVal)}
+			case ob.keys.isMap(key):
+				if deleted {
+					return // the leader writes it again; keep showing the last one
+				}
+				var m rankMap
+				if err := json.Unmarshal(kvVal, &m); err != nil || m.Schema != schemaVersion || m.validate() != nil {
+					ob.log.Warn("the rink's map cannot be read", zap.Error(err), zap.Int("schema", m.Schema))
+					return
+				}
+				cur, lineage = m, createRev
+			}
+		}
+		if b.snapshot {
+			clear(members)
+			clear(elect)
+			for _, kv := range b.kvs {
+				apply(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, false)
+			}
+		} else {
+			for _, ev := range b.events {
+				apply(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
+			}
+		}
+		rev = max(rev, b.rev)
+		ob.publish(cur, lineage, rev, members, elect)
+		if first {
+			first = false
+			close(ready)
+		}
+	}
+}
+
+func (ob *Observer) publish(cur rankMap, lineage, rev int64, members, elect map[string]memberInfo) {
+	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, table: cur.Table, changed: make(chan struct{})}
+	var lowest int64
+	for _, e := range elect {
+		if lowest == 0 || e.createRev < lowest {
+			lowest, s.Leader = e.createRev, e.value
+		}
+	}
+	count := make([]int, len(cur.Members))
+	for _, i := range cur.Table {
+		count[i]++
+	}
+	listed := map[string]bool{}
+	for i, name := range cur.Members {
+		m, live := members[name]
+		ack := int64(-1)
+		if live && m.lineage == lineage {
+			ack = m.ack
+		}
+		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live})
+		listed[name] = true
+	}
+	for _, w := range cur.Waiting {
+		s.Waiting = append(s.Waiting, WaitingState(w))
+		listed[w.Name] = true
+	}
+	for _, name := range liveByAge(members) {
+		if !listed[name] {
+			s.Joining = append(s.Joining, name)
+		}
+	}
+	old := ob.state.Swap(&observed{s})
+	close(old.s.changed)
+}
+
+// State returns the rink's state as last seen.
+func (ob *Observer) State() State { return ob.state.Load().s }
+
+// Owner returns the member that owns role in the newest map seen.
+func (ob *Observer) Owner(role string) (string, bool) { return ob.State().Owner(role) }
+
+// Close stops following the rink and waits for the observer's goroutines.
+func (ob *Observer) Close() error {
+	ob.cancel()
+	ob.wg.Wait()
+	return nil
+}
+
+// Diff describes what changed from one State to the next, in words, for
+// tools that print a line per change.
+func Diff(prev, next State) []string {
+	var out []string
+	index := func(s State) map[string]MemberState {
+		m := map[string]MemberState{}
+		for _, x := range s.Members {
+			m[x.Name] = x
+		}
+		return m
+	}
+	waiting := func(s State) map[string]bool {
+		m := map[string]bool{}
+		for _, w := range s.Waiting {
+			m[w.Name] = true
+		}
+		for _, n := range s.Joining {
+			m[n] = true
+		}
+		return m
+	}
+	pm, nm, pw, nw := index(prev), index(next), waiting(prev), waiting(next)
+	if prev.Leader != next.Leader && next.Leader != "" {
+		out = append(out, fmt.Sprintf("leader %s", next.Leader))
+	}
+	for _, w := range next.Waiting {
+		if !pw[w.Name] && pm[w.Name].Name == "" {
+			out = append(out, fmt.Sprintf("%s joined, waiting", w.Name))
+		}
+	}
+	for _, m := range next.Members {
+		p, was := pm[m.Name]
+		switch {
+		case !was && pw[m.Name]:
+			out = append(out, fmt.Sprintf("%s promoted to index %d", m.Name, m.Index))
+		case !was:
+			out = append(out, fmt.Sprintf("%s joined at index %d", m.Name, m.Index))
+		case p.Index != m.Index:
+			out = append(out, fmt.Sprintf("%s moved from index %d to %d", m.Name, p.Index, m.Index))
+		}
+	}
+	for _, m := range prev.Members {
+		if _, still := nm[m.Name]; !still && !nw[m.Name] {
+			out = append(out, fmt.Sprintf("%s left", m.Name))
+		}
+	}
+	for _, w := range prev.Waiting {
+		if _, ranked := nm[w.Name]; !ranked && !nw[w.Name] {
+			out = append(out, fmt.Sprintf("%s left while waiting", w.Name))
+		}
+	}
+	if moved := slotsMoved(prev, next); moved > 0 {
+		out = append(out, fmt.Sprintf("%d slots moved", moved))
+	}
+	return out
+}
+
+// slotsMoved counts slots whose owner differs between two states of the
+// same rink.
+func slotsMoved(a, b State) int {
+	if len(a.table) == 0 || len(a.table) != len(b.table) {
+		return 0
+	}
+	n := 0
+	for s := range a.table {
+		if a.Members[a.table[s]].Name != b.Members[b.table[s]].Name {
+			n++
+		}
+	}
+	return n
+}

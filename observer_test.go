@@ -1,0 +1,84 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// awaitState waits for an observer state that satisfies cond.
+func awaitState(t *testing.T, ob *Observer, what string, cond func(State) bool) State {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		s := ob.State()
+		if cond(s) {
+			return s
+		}
+		select {
+		case <-s.Changed():
+		case <-deadline:
+			t.Fatalf("observer never saw: %s (last: version %d, leader %q, members %+v, waiting %+v, joining %v)", what, s.Version, s.Leader, s.Members, s.Waiting, s.Joining)
+		}
+	}
+}
+
+func TestObserver(t *testing.T) {
+	name := rinkName(t)
+	cli := newClient(t)
+	ob, err := NewObserver(cli, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	if s := ob.State(); s.Version != 0 || len(s.Members) != 0 {
+		t.Fatalf("state of an empty rink: %+v", s)
+	}
+	a := join(t, newClient(t), name, WithMemberName("a"), WithRebalanceDelay(time.Hour)) // a leads: its delay counts
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	join(t, newClient(t), name, WithMemberName("b"))
+	s := awaitState(t, ob, "a ranked, b waiting", func(s State) bool {
+		return len(s.Members) == 1 && s.Members[0].Name == "a" && s.Leader == "a" && len(s.Waiting) == 1
+	})
+	if s.Members[0].Slots != DefaultSlots || s.Slots != DefaultSlots || !s.Members[0].Live {
+		t.Fatalf("member a: %+v of %d slots", s.Members[0], s.Slots)
+	}
+	// The observer agrees with members on every owner.
+	for _, role := range []string{"leader", "BTC/ETH", "partition:42"} {
+		if o, _ := ob.Owner(role); o != "a" {
+			t.Errorf("observer: owner of %s = %q", role, o)
+		}
+	}
+	prev := ob.State()
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next := awaitState(t, ob, "b promoted", func(s State) bool {
+		return len(s.Members) == 1 && s.Members[0].Name == "b" && s.Leader == "b"
+	})
+	diff := strings.Join(Diff(prev, next), "; ")
+	for _, want := range []string{"leader b", "b promoted to index 0", "a left", "1024 slots moved"} {
+		if !strings.Contains(diff, want) {
+			t.Errorf("diff %q lacks %q", diff, want)
+		}
+	}
+	// The observer never joined: no member key of its own.
+	if got := len(next.Joining) + len(next.Waiting); got != 0 {
+		t.Errorf("observer state lists %d unranked members", got)
+	}
+}
+
+func TestObserverBadInput(t *testing.T) {
+	if _, err := NewObserver(nil, "x"); !errors.Is(err, ErrNilClient) {
+		t.Errorf("nil client: %v", err)
+	}
+	if _, err := NewObserver(newClient(t), "a b"); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("bad name: %v", err)
+	}
+	dead := freeURL()
+	if _, err := NewObserver(newClient(t, dead.Host), "x", WithJoinTimeout(300*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("unreachable etcd: %v", err)
+	}
+}
