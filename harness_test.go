@@ -114,21 +114,21 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 // the instant it happens inside the library, and checks the promise.
 type history struct {
 	mu     sync.Mutex
-	events []event
+	events []Event
 }
 
 func (h *history) hook() Option {
-	return withHook(func(e event) {
+	return WithEvents(func(e Event) {
 		h.mu.Lock()
 		h.events = append(h.events, e)
 		h.mu.Unlock()
 	})
 }
 
-func (h *history) snapshot() []event {
+func (h *history) snapshot() []Event {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]event(nil), h.events...)
+	return append([]Event(nil), h.events...)
 }
 
 // holders returns, per slot, the members holding it at the end of the
@@ -136,17 +136,17 @@ func (h *history) snapshot() []event {
 func (h *history) holders() map[int][]string {
 	open := map[int]map[string]bool{}
 	for _, e := range h.snapshot() {
-		switch e.kind {
-		case evAcquire:
-			if open[e.slot] == nil {
-				open[e.slot] = map[string]bool{}
+		switch e.Kind {
+		case EventAcquired:
+			if open[e.Slot] == nil {
+				open[e.Slot] = map[string]bool{}
 			}
-			open[e.slot][e.member] = true
-		case evRelease:
-			delete(open[e.slot], e.member)
-		case evFence:
+			open[e.Slot][e.Member] = true
+		case EventReleased:
+			delete(open[e.Slot], e.Member)
+		case EventFenced:
 			for _, m := range open {
-				delete(m, e.member)
+				delete(m, e.Member)
 			}
 		}
 	}
@@ -170,27 +170,27 @@ func (h *history) check(t testing.TB) {
 	}
 }
 
-func checkHistory(events []event) error {
-	sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+func checkHistory(events []Event) error {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
 	holder := map[int]string{} // slot -> member holding it
 	lastToken := map[int]int64{}
 	for _, e := range events {
-		switch e.kind {
-		case evAcquire:
-			if h, ok := holder[e.slot]; ok && h != e.member {
-				return fmt.Errorf("overlap: %s acquired slot %d at %v while %s held it", e.member, e.slot, e.at.Format(time.StampMicro), h)
+		switch e.Kind {
+		case EventAcquired:
+			if h, ok := holder[e.Slot]; ok && h != e.Member {
+				return fmt.Errorf("overlap: %s acquired slot %d at %v while %s held it", e.Member, e.Slot, e.Time.Format(time.StampMicro), h)
 			}
-			if e.token <= lastToken[e.slot] {
-				return fmt.Errorf("token: %s acquired slot %d with token %d after token %d", e.member, e.slot, e.token, lastToken[e.slot])
+			if e.Token <= lastToken[e.Slot] {
+				return fmt.Errorf("token: %s acquired slot %d with token %d after token %d", e.Member, e.Slot, e.Token, lastToken[e.Slot])
 			}
-			holder[e.slot], lastToken[e.slot] = e.member, e.token
-		case evRelease:
-			if holder[e.slot] == e.member {
-				delete(holder, e.slot)
+			holder[e.Slot], lastToken[e.Slot] = e.Member, e.Token
+		case EventReleased:
+			if holder[e.Slot] == e.Member {
+				delete(holder, e.Slot)
 			}
-		case evFence:
+		case EventFenced:
 			for s, m := range holder {
-				if m == e.member {
+				if m == e.Member {
 					delete(holder, s)
 				}
 			}
@@ -203,29 +203,29 @@ func checkHistory(events []event) error {
 func TestCheckerCatchesViolations(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	overlap := []event{
-		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
-		{kind: evAcquire, member: "b", slot: 1, token: 6, at: at(1)},
-		{kind: evRelease, member: "a", slot: 1, at: at(2)},
+	overlap := []Event{
+		{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+		{Kind: EventAcquired, Member: "b", Slot: 1, Token: 6, Time: at(1)},
+		{Kind: EventReleased, Member: "a", Slot: 1, Time: at(2)},
 	}
 	if err := checkHistory(overlap); err == nil || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("overlap not caught: %v", err)
 	}
-	stale := []event{
-		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
-		{kind: evFence, member: "a", slot: -1, at: at(1)},
-		{kind: evAcquire, member: "b", slot: 1, token: 5, at: at(2)},
+	stale := []Event{
+		{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+		{Kind: EventFenced, Member: "a", Slot: -1, Time: at(1)},
+		{Kind: EventAcquired, Member: "b", Slot: 1, Token: 5, Time: at(2)},
 	}
 	if err := checkHistory(stale); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Fatalf("stale token not caught: %v", err)
 	}
-	fine := []event{
-		{kind: evAcquire, member: "a", slot: 1, token: 5, at: at(0)},
-		{kind: evFence, member: "a", slot: -1, at: at(1)},
-		{kind: evAcquire, member: "b", slot: 1, token: 9, at: at(2)},
-		{kind: evRelease, member: "a", slot: 1, at: at(3)},
-		{kind: evRelease, member: "b", slot: 1, at: at(4)},
-		{kind: evAcquire, member: "a", slot: 1, token: 10, at: at(5)},
+	fine := []Event{
+		{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+		{Kind: EventFenced, Member: "a", Slot: -1, Time: at(1)},
+		{Kind: EventAcquired, Member: "b", Slot: 1, Token: 9, Time: at(2)},
+		{Kind: EventReleased, Member: "a", Slot: 1, Time: at(3)},
+		{Kind: EventReleased, Member: "b", Slot: 1, Time: at(4)},
+		{Kind: EventAcquired, Member: "a", Slot: 1, Token: 10, Time: at(5)},
 	}
 	if err := checkHistory(fine); err != nil {
 		t.Fatal(err)

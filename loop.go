@@ -35,10 +35,14 @@ type state struct {
 	// Per slot: whether the applied map gives it to this member, since which
 	// map version (and that version's mod revision) it has continuously done
 	// so, and the cancel function of the holding, if held.
-	owned   []bool
-	gain    []int64
-	gainRev []int64
-	held    []context.CancelCauseFunc
+	owned    []bool
+	gain     []int64
+	gainRev  []int64
+	gainAt   []time.Time // when the slot became ours (for Event.Wait)
+	gainFrom []string    // its owner in the map before (for Event.From)
+	held     []context.CancelCauseFunc
+	prev     rankMap // the map applied before cur
+	joins    int     // incarnations so far
 	pending map[int]struct{} // owned but not yet held
 
 	lead  *leadership // non-nil while this member leads
@@ -130,6 +134,8 @@ func (r *Rink) initState() {
 	st.owned = make([]bool, S)
 	st.gain = make([]int64, S)
 	st.gainRev = make([]int64, S)
+	st.gainAt = make([]time.Time, S)
+	st.gainFrom = make([]string, S)
 	st.held = make([]context.CancelCauseFunc, S)
 	st.pending = map[int]struct{}{}
 	st.cur = rankMap{Schema: schemaVersion, Slots: S}
@@ -139,6 +145,9 @@ func (r *Rink) initState() {
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
+	if st.joins++; st.joins > 1 {
+		r.emit(Event{Kind: EventRejoined, Slot: -1})
+	}
 	if st.incompatible != nil {
 		// The map became unusable while we were rejoining: leave again.
 		r.fence(inc, st.incompatible)
@@ -303,12 +312,17 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			st.gain[s], st.gainRev[s] = m.Version, kv.ModRevision
 		}
 	}
+	began := time.Now()
 	st.lineage = kv.CreateRevision
-	st.cur = m
+	st.prev, st.cur = st.cur, m
+	if newLineage {
+		st.prev = rankMap{}
+	}
 	st.hist[m.Version] = m
 	r.owners.Store(&m)
 	r.reconcile()
 	r.sendAck()
+	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 
 // mapGone handles the map key's absence (deleted, or missing from a
@@ -346,6 +360,10 @@ func (r *Rink) reconcile() {
 		st.owned[s] = want
 		if want {
 			st.gain[s], st.gainRev[s] = st.cur.Version, st.curRev
+			st.gainAt[s], st.gainFrom[s] = time.Now(), ""
+			if st.prev.Version == st.cur.Version-1 {
+				st.gainFrom[s] = st.prev.owner(s)
+			}
 			st.pending[s] = struct{}{}
 			continue
 		}
@@ -422,7 +440,7 @@ func (r *Rink) acquire(s int) {
 	token := max(st.gainRev[s], st.inc.createRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	st.held[s] = cancel
-	r.emit(evAcquire, s, token)
+	r.emit(Event{Kind: EventAcquired, Slot: s, Token: token, From: st.gainFrom[s], Wait: time.Since(st.gainAt[s])})
 	r.swapSlot(s, &slotState{ctx: context.WithValue(ctx, tokenKey{}, token), changed: make(chan struct{})})
 }
 
@@ -431,7 +449,10 @@ func (r *Rink) release(s int, cause error) {
 	st := &r.st
 	st.held[s](cause)
 	st.held[s] = nil
-	r.emit(evRelease, s, 0)
+	if cur := r.slots[s].Load(); cur != nil && cur.ctx != nil {
+		cause = context.Cause(cur.ctx) // a fence's cause, if it came first
+	}
+	r.emit(Event{Kind: EventReleased, Slot: s, Cause: cause})
 	r.swapSlot(s, nil)
 }
 
@@ -552,6 +573,7 @@ func (r *Rink) publishRank() {
 	if old != nil {
 		close(old.changed)
 	}
+	r.emit(Event{Kind: EventRankChanged, Slot: -1, Rank: rk})
 }
 
 // shutdown runs on the run goroutine when the rink stops: it releases every

@@ -82,3 +82,46 @@ func TestObserverBadInput(t *testing.T) {
 		t.Errorf("unreachable etcd: %v", err)
 	}
 }
+
+// TestEvents checks what WithEvents reports through a graceful handover
+// and a partition.
+func TestEvents(t *testing.T) {
+	h := &history{}
+	a, b, _ := pair(t, h, "a", "b")
+	settle(t, h, a, b)
+	mark := time.Now()
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b holds everything", func() bool {
+		held := h.holders()
+		for s := 0; s < DefaultSlots; s++ {
+			if len(held[s]) != 1 || held[s][0] != "b" {
+				return false
+			}
+		}
+		return true
+	})
+	var fromA, applied, ranks int
+	for _, e := range h.snapshot() {
+		if e.Rink != b.Name() || !e.Time.After(mark) || e.Member != "b" {
+			continue
+		}
+		switch e.Kind {
+		case EventAcquired:
+			if e.From == "a" && e.Token > 0 && e.Wait >= 0 && e.Slot >= 0 {
+				fromA++
+			}
+		case EventMapApplied:
+			applied++
+		case EventRankChanged:
+			ranks++
+		}
+	}
+	if fromA != DefaultSlots/2 || applied == 0 || ranks == 0 {
+		t.Fatalf("b's events: %d acquisitions from a (want %d), %d maps applied, %d rank changes", fromA, DefaultSlots/2, applied, ranks)
+	}
+	if _, err := New(newClient(t), "x", WithEvents(nil)); !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("nil events function: %v", err)
+	}
+}

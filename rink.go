@@ -71,38 +71,79 @@ type options struct {
 	slots       int
 	log         *zap.Logger
 	joinTimeout time.Duration
-	hook        func(event) // tests: observes every acquire, release and fence
+	events      func(Event)
 	errs        []error
 }
 
-// eventKind names what an event reports.
-type eventKind int
+// EventKind says what an Event reports.
+type EventKind int
 
+// The kinds of Event.
 const (
-	evAcquire eventKind = iota // a slot's holding started
-	evRelease                  // a slot's holding ended
-	evFence                    // every holding of the member ended at once
+	// EventAcquired: this member started holding a slot (and so every role
+	// that hashes to it). Slot, Token, From and Wait are set.
+	EventAcquired EventKind = iota
+	// EventReleased: this member stopped holding a slot. Slot and Cause
+	// are set.
+	EventReleased
+	// EventFenced: every holding of this member ended at once (its session
+	// was lost, or it left the rink). Cause is set.
+	EventFenced
+	// EventRejoined: this member joined again with a new session.
+	EventRejoined
+	// EventMapApplied: this member applied a new map. Version and Wait (the
+	// time it took to apply) are set.
+	EventMapApplied
+	// EventRankChanged: this member's rank changed. Rank is set.
+	EventRankChanged
 )
 
-// event is one state transition, reported synchronously at the instant it
-// happens so that a recorder sees a causally correct order.
-type event struct {
-	kind   eventKind
-	member string
-	slot   int
-	token  int64
-	at     time.Time
+// Event reports a change in this member's state, for metrics and other
+// telemetry (see WithEvents).
+type Event struct {
+	Kind   EventKind
+	Time   time.Time
+	Rink   string
+	Member string
+	// Slot is the slot acquired or released, -1 for other kinds.
+	Slot int
+	// Token is the fencing token of an acquisition.
+	Token int64
+	// From is the member that owned an acquired slot before this member
+	// (empty when it had no owner, as in a new rink).
+	From string
+	// Wait is, for an acquisition, how long this member waited between the
+	// map that gave it the slot and holding it (for the previous holder to
+	// let go); for a map, how long applying it took.
+	Wait time.Duration
+	// Version is the version of an applied map.
+	Version int64
+	// Cause is why holdings ended.
+	Cause error
+	// Rank is the new rank.
+	Rank Rank
 }
 
-// withHook installs an observer of acquisitions, releases and fences. It is
-// called synchronously from the rink's goroutines and must be quick.
-func withHook(h func(event)) Option {
-	return func(o *options) { o.hook = h }
+// WithEvents calls fn for every Event of this member. fn is called
+// synchronously from the rink's own goroutines, in order for each kind,
+// and must return quickly; it must not call back into the Rink.
+func WithEvents(fn func(Event)) Option {
+	return func(o *options) {
+		if fn == nil {
+			o.fail("nil events function")
+			return
+		}
+		o.events = fn
+	}
 }
 
-func (r *Rink) emit(kind eventKind, slot int, token int64) {
-	if r.opts.hook != nil {
-		r.opts.hook(event{kind: kind, member: r.opts.member, slot: slot, token: token, at: time.Now()})
+func (r *Rink) emit(e Event) {
+	if r.opts.events != nil {
+		e.Rink, e.Member = r.name, r.opts.member
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		r.opts.events(e)
 	}
 }
 

@@ -37,20 +37,20 @@ func names(rs []*Rink) []string {
 
 // gaps returns, for slot s, the time between each release (or fence) by one
 // member and the next acquisition by another, for acquisitions after since.
-func gaps(events []event, s int, since time.Time) []time.Duration {
-	sort.SliceStable(events, func(i, j int) bool { return events[i].at.Before(events[j].at) })
+func gaps(events []Event, s int, since time.Time) []time.Duration {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
 	var out []time.Duration
 	var lastEnd time.Time
 	holder := ""
 	for _, e := range events {
 		switch {
-		case e.kind == evAcquire && e.slot == s:
-			if holder == "" && !lastEnd.IsZero() && e.at.After(since) {
-				out = append(out, e.at.Sub(lastEnd))
+		case e.Kind == EventAcquired && e.Slot == s:
+			if holder == "" && !lastEnd.IsZero() && e.Time.After(since) {
+				out = append(out, e.Time.Sub(lastEnd))
 			}
-			holder = e.member
-		case (e.kind == evRelease && e.slot == s || e.kind == evFence) && e.member == holder:
-			holder, lastEnd = "", e.at
+			holder = e.Member
+		case (e.Kind == EventReleased && e.Slot == s || e.Kind == EventFenced) && e.Member == holder:
+			holder, lastEnd = "", e.Time
 		}
 	}
 	return out
@@ -390,19 +390,19 @@ func settle(t testing.TB, h *history, ms ...*Rink) {
 func slotsSince(h *history, t0 time.Time) (acq, rel map[string]map[int]int) {
 	acq, rel = map[string]map[int]int{}, map[string]map[int]int{}
 	for _, e := range h.snapshot() {
-		if !e.at.After(t0) {
+		if !e.Time.After(t0) {
 			continue
 		}
 		dst := acq
-		if e.kind == evRelease {
+		if e.Kind == EventReleased {
 			dst = rel
-		} else if e.kind != evAcquire {
+		} else if e.Kind != EventAcquired {
 			continue
 		}
-		if dst[e.member] == nil {
-			dst[e.member] = map[int]int{}
+		if dst[e.Member] == nil {
+			dst[e.Member] = map[int]int{}
 		}
-		dst[e.member][e.slot]++
+		dst[e.Member][e.Slot]++
 	}
 	return acq, rel
 }
@@ -658,6 +658,16 @@ func TestPartition(t *testing.T) {
 	eventually(t, 30*time.Second, "b rejoined and ranked", func() bool { return b.Rank().Index >= 0 && a.Rank().Size == 2 })
 	settle(t, h, a, b)
 	h.check(t)
+	var sawFence, sawRejoin bool
+	for _, e := range h.snapshot() {
+		if e.Member == "b" {
+			sawFence = sawFence || e.Kind == EventFenced && errors.Is(e.Cause, ErrFenced)
+			sawRejoin = sawRejoin || e.Kind == EventRejoined
+		}
+	}
+	if !sawFence || !sawRejoin {
+		t.Errorf("b's events: fenced %v, rejoined %v", sawFence, sawRejoin)
+	}
 }
 
 // TestMemberNameReuse: a live member's name is refused; once its lease has

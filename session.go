@@ -177,7 +177,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
 // from it is cancelled at once, whatever the run goroutine is doing.
 func (r *Rink) fence(inc *incarnation, cause error) {
 	inc.cancel(cause)
-	r.emit(evFence, -1, 0)
+	r.emit(Event{Kind: EventFenced, Slot: -1, Cause: context.Cause(inc.ctx)})
 }
 
 // leave ends an incarnation: it stops renewals and revokes the lease, which
