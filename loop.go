@@ -41,9 +41,9 @@ type state struct {
 	gainAt   []time.Time // when the slot became ours (for Event.Wait)
 	gainFrom []string    // its owner in the map before (for Event.From)
 	held     []context.CancelCauseFunc
-	prev     rankMap // the map applied before cur
-	joins    int     // incarnations so far
-	pending map[int]struct{} // owned but not yet held
+	prev     rankMap          // the map applied before cur
+	joins    int              // incarnations so far
+	pending  map[int]struct{} // owned but not yet held
 
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
