@@ -547,6 +547,9 @@ func (r *Rink) startRejoin(old *incarnation) {
 func (r *Rink) publishRank() {
 	st := &r.st
 	rk := Rank{Member: r.opts.member, Index: -1, Size: len(st.cur.Members), Version: st.cur.Version}
+	if st.stopping && st.inc == nil {
+		rk.Size = 0 // shut down: no longer part of any rink
+	}
 	if st.inc != nil && st.selfSeen && st.incompatible == nil {
 		rk.Index = st.cur.index(r.opts.member)
 		for _, w := range st.cur.Waiting {
@@ -601,6 +604,10 @@ func (r *Rink) shutdown(cause error) {
 	r.stopLeading()
 	r.cancel()
 	r.wg.Wait()
+	// Out of the rink now: say so to Rank's readers and event observers.
+	st.inc = nil
+	clear(st.elect)
+	r.publishRank()
 	r.shutdownErr = err
 	r.log.Info("left the rink", zap.Error(err))
 }

@@ -174,6 +174,9 @@ func TestSingleMember(t *testing.T) {
 	if err := r.Shutdown(context.Background()); err != nil {
 		t.Fatalf("second Shutdown: %v", err)
 	}
+	if rk := r.Rank(); rk.Index != -1 || rk.Leader != "" || rk.Size != 0 {
+		t.Fatalf("rank after Shutdown = %+v, want out of the rink", rk)
+	}
 	if ctx := r.AwaitRole("leader"); !errors.Is(context.Cause(ctx), ErrShutdown) {
 		t.Fatalf("AwaitRole after Shutdown: cause %v", context.Cause(ctx))
 	}

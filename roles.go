@@ -126,7 +126,8 @@ type Rank struct {
 	// Member is this member's name.
 	Member string
 	// Index is this member's 0-based rank, or -1 while it waits to be ranked
-	// (or has not applied any map yet, or is rejoining after a fence).
+	// (or has not applied any map yet, is rejoining after a fence, or has
+	// shut down).
 	Index int
 	// Waiting reports that the map lists this member as waiting to be
 	// ranked: the leader knows it, and it will take the index of the next

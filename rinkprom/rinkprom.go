@@ -1,0 +1,146 @@
+// Package rinkprom exports rink members' events as Prometheus metrics.
+//
+//	m := rinkprom.New()
+//	prometheus.MustRegister(m)
+//	r, err := rink.New(cli, "orders", rink.WithEvents(m.Observe))
+//
+// One Metrics value serves every member in the process; each series carries
+// the labels rink and member.
+//
+// | metric | type | meaning |
+// | --- | --- | --- |
+// | rink_member_index | gauge | this member's index; -1 while waiting or out of the rink |
+// | rink_size | gauge | ranked members in the newest map this member applied |
+// | rink_member_waiting | gauge | 1 while the map lists this member as waiting to be ranked |
+// | rink_member_leader | gauge | 1 while this member is the rink's leader |
+// | rink_slots_held | gauge | slots this member holds (a role is held with its slot) |
+// | rink_acquisitions_total | counter | slots this member started holding |
+// | rink_releases_total | counter | slots this member stopped holding |
+// | rink_handovers_total | counter | acquisitions of a slot another member owned before |
+// | rink_fences_total | counter | times this member dropped every holding at once (session lost, or left the rink) |
+// | rink_rejoins_total | counter | times this member joined again with a new session |
+// | rink_maps_applied_total | counter | map versions this member applied |
+// | rink_handover_wait_seconds | histogram | time from the map that gave this member a slot to holding it |
+// | rink_map_apply_seconds | histogram | time this member took to apply a map |
+package rinkprom
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rink-go/rink"
+)
+
+// Metrics turns rink events into Prometheus metrics. Pass its Observe
+// method to rink.WithEvents and register it with a Prometheus registry.
+type Metrics struct {
+	index, size, waiting, leader, held                          *prometheus.GaugeVec
+	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
+	handoverWait, mapApply                                      *prometheus.HistogramVec
+
+	seen sync.Map // member label pairs whose series exist
+}
+
+var labels = []string{"rink", "member"}
+
+// New returns Metrics with no series yet; series appear with the first
+// event of each member.
+func New() *Metrics {
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "rink", Name: name, Help: help}, labels)
+	}
+	counter := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "rink", Name: name, Help: help}, labels)
+	}
+	return &Metrics{
+		index:        gauge("member_index", "This member's index; -1 while waiting or out of the rink."),
+		size:         gauge("size", "Ranked members in the newest map this member applied."),
+		waiting:      gauge("member_waiting", "1 while the map lists this member as waiting to be ranked."),
+		leader:       gauge("member_leader", "1 while this member is the rink's leader."),
+		held:         gauge("slots_held", "Slots this member holds; a role is held with its slot."),
+		acquisitions: counter("acquisitions_total", "Slots this member started holding."),
+		releases:     counter("releases_total", "Slots this member stopped holding."),
+		handovers:    counter("handovers_total", "Acquisitions of a slot another member owned before."),
+		fences:       counter("fences_total", "Times this member dropped every holding at once."),
+		rejoins:      counter("rejoins_total", "Times this member joined again with a new session."),
+		applied:      counter("maps_applied_total", "Map versions this member applied."),
+		handoverWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "rink", Name: "handover_wait_seconds",
+			Help:    "Time from the map that gave this member a slot to holding it.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10), // 100µs .. 26s
+		}, labels),
+		mapApply: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "rink", Name: "map_apply_seconds",
+			Help:    "Time this member took to apply a map.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 9), // 10µs .. 0.6s
+		}, labels),
+	}
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held,
+		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied,
+		m.handoverWait, m.mapApply}
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+}
+
+// Observe records one event. Pass it to rink.WithEvents.
+func (m *Metrics) Observe(e rink.Event) {
+	l := prometheus.Labels{"rink": e.Rink, "member": e.Member}
+	if _, loaded := m.seen.LoadOrStore([2]string{e.Rink, e.Member}, true); !loaded {
+		// Every series of a member exists from its first event on, at 0,
+		// so that rates and alerts see zeros rather than gaps.
+		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied} {
+			c.With(l)
+		}
+		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held} {
+			g.With(l)
+		}
+		m.index.With(l).Set(-1)
+	}
+	switch e.Kind {
+	case rink.EventAcquired:
+		m.acquisitions.With(l).Inc()
+		m.held.With(l).Inc()
+		m.handoverWait.With(l).Observe(e.Wait.Seconds())
+		if e.From != "" && e.From != e.Member {
+			m.handovers.With(l).Inc()
+		}
+	case rink.EventReleased:
+		m.releases.With(l).Inc()
+		m.held.With(l).Dec()
+	case rink.EventFenced:
+		m.fences.With(l).Inc()
+	case rink.EventRejoined:
+		m.rejoins.With(l).Inc()
+	case rink.EventMapApplied:
+		m.applied.With(l).Inc()
+		m.mapApply.With(l).Observe(e.Wait.Seconds())
+	case rink.EventRankChanged:
+		m.index.With(l).Set(float64(e.Rank.Index))
+		m.size.With(l).Set(float64(e.Rank.Size))
+		m.waiting.With(l).Set(b2f(e.Rank.Waiting))
+		m.leader.With(l).Set(b2f(e.Rank.Leader == e.Member))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,136 @@
+package rinkprom_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/rinkprom"
+)
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMetricsAfterHandover scrapes the registry after a handover.
+func TestMetricsAfterHandover(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	client := func() *clientv3.Client {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ca, cb := client(), client()
+	defer ca.Close()
+	defer cb.Close()
+
+	m := rinkprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	opts := []rink.Option{rink.WithEvents(m.Observe), rink.WithRebalanceDelay(0), rink.WithSessionTTL(2 * time.Second)}
+	a, err := rink.New(ca, "metrics", append(opts, rink.WithMemberName("a"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AwaitRoleContext(context.Background(), "leader"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := rink.New(cb, "metrics", append(opts, rink.WithMemberName("b"))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown(context.Background())
+	eventually(t, "b ranked", func() bool { return b.Rank().Index == 1 })
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b holds every slot", func() bool {
+		return gauge(t, reg, "rink_slots_held", "b") == rink.DefaultSlots
+	})
+
+	checks := []struct {
+		metric, member string
+		want           float64
+	}{
+		{"rink_slots_held", "a", 0},
+		{"rink_member_index", "b", 0},
+		{"rink_size", "b", 1},
+		{"rink_member_leader", "b", 1},
+		{"rink_member_waiting", "b", 0},
+		{"rink_fences_total", "b", 0},
+		{"rink_acquisitions_total", "a", rink.DefaultSlots},
+		{"rink_releases_total", "a", rink.DefaultSlots},
+	}
+	for _, c := range checks {
+		if got := gauge(t, reg, c.metric, c.member); got != c.want {
+			t.Errorf("%s{member=%q} = %v, want %v", c.metric, c.member, got, c.want)
+		}
+	}
+	// b took a's half when a left; the half it took when it joined counts
+	// too if b saw the map from before it was ranked.
+	if got := gauge(t, reg, "rink_handovers_total", "b"); got != rink.DefaultSlots/2 && got != rink.DefaultSlots {
+		t.Errorf("rink_handovers_total{member=\"b\"} = %v, want %d or %d", got, rink.DefaultSlots/2, rink.DefaultSlots)
+	}
+	if n, err := testutil.GatherAndCount(reg, "rink_handover_wait_seconds", "rink_map_apply_seconds"); err != nil || n != 4 {
+		t.Errorf("histogram series: %d, %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP rink_member_leader 1 while this member is the rink's leader.
+# TYPE rink_member_leader gauge
+rink_member_leader{member="a",rink="metrics"} 0
+rink_member_leader{member="b",rink="metrics"} 1
+`), "rink_member_leader"); err != nil {
+		t.Error(err)
+	}
+	if got := gauge(t, reg, "rink_member_index", "a"); got != -1 {
+		t.Errorf("index of a after Shutdown = %v, want -1", got)
+	}
+}
+
+// gauge reads one series' value (gauge or counter) from the registry.
+func gauge(t *testing.T, reg *prometheus.Registry, name, member string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "member" && lp.GetValue() == member {
+					if g := m.GetGauge(); g != nil {
+						return g.GetValue()
+					}
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -42
+}
