@@ -252,17 +252,19 @@ func (ob *Observer) Close() error {
 }
 
 // Diff describes what changed from one State to the next, in words, for
-// tools that print a line per change.
+// tools that print a line per change: members that joined, were ranked
+// (promoted into a departed member's index, or added by a rebalance), moved
+// index, or left; a new leader; how many slots moved.
 func Diff(prev, next State) []string {
 	var out []string
-	index := func(s State) map[string]MemberState {
+	ranked := func(s State) map[string]MemberState {
 		m := map[string]MemberState{}
 		for _, x := range s.Members {
 			m[x.Name] = x
 		}
 		return m
 	}
-	waiting := func(s State) map[string]bool {
+	unranked := func(s State) map[string]bool {
 		m := map[string]bool{}
 		for _, w := range s.Waiting {
 			m[w.Name] = true
@@ -272,38 +274,53 @@ func Diff(prev, next State) []string {
 		}
 		return m
 	}
-	pm, nm, pw, nw := index(prev), index(next), waiting(prev), waiting(next)
+	pr, nr, pu, nu := ranked(prev), ranked(next), unranked(prev), unranked(next)
 	if prev.Leader != next.Leader && next.Leader != "" {
 		out = append(out, fmt.Sprintf("leader %s", next.Leader))
 	}
-	for _, w := range next.Waiting {
-		if !pw[w.Name] && pm[w.Name].Name == "" {
-			out = append(out, fmt.Sprintf("%s joined, waiting", w.Name))
+	for _, n := range append(append([]string{}, next.Joining...), waitingNames(next)...) {
+		if _, was := pr[n]; !was && !pu[n] {
+			out = append(out, fmt.Sprintf("%s joined", n))
+			pu[n] = true // once
+		}
+	}
+	leftAt := map[int]bool{}
+	for _, m := range prev.Members {
+		if _, still := nr[m.Name]; !still {
+			leftAt[m.Index] = true
 		}
 	}
 	for _, m := range next.Members {
-		p, was := pm[m.Name]
+		p, was := pr[m.Name]
 		switch {
-		case !was && pw[m.Name]:
+		case !was && leftAt[m.Index]:
 			out = append(out, fmt.Sprintf("%s promoted to index %d", m.Name, m.Index))
 		case !was:
-			out = append(out, fmt.Sprintf("%s joined at index %d", m.Name, m.Index))
+			out = append(out, fmt.Sprintf("%s ranked at index %d", m.Name, m.Index))
 		case p.Index != m.Index:
 			out = append(out, fmt.Sprintf("%s moved from index %d to %d", m.Name, p.Index, m.Index))
 		}
 	}
 	for _, m := range prev.Members {
-		if _, still := nm[m.Name]; !still && !nw[m.Name] {
+		if _, still := nr[m.Name]; !still && !nu[m.Name] {
 			out = append(out, fmt.Sprintf("%s left", m.Name))
 		}
 	}
-	for _, w := range prev.Waiting {
-		if _, ranked := nm[w.Name]; !ranked && !nw[w.Name] {
-			out = append(out, fmt.Sprintf("%s left while waiting", w.Name))
+	for _, n := range append(append([]string{}, prev.Joining...), waitingNames(prev)...) {
+		if _, r := nr[n]; !r && !nu[n] {
+			out = append(out, fmt.Sprintf("%s left while waiting", n))
 		}
 	}
 	if moved := slotsMoved(prev, next); moved > 0 {
 		out = append(out, fmt.Sprintf("%d slots moved", moved))
+	}
+	return out
+}
+
+func waitingNames(s State) []string {
+	var out []string
+	for _, w := range s.Waiting {
+		out = append(out, w.Name)
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
@@ -29,7 +30,13 @@ type Options struct {
 	NoFsync bool
 	// Logger receives etcd's own logs; nil discards them.
 	Logger *zap.Logger
+	// TLS, when set, serves clients over TLS and requires client
+	// certificates signed by TLS.CA.
+	TLS *TLSFiles
 }
+
+// TLSFiles names PEM files.
+type TLSFiles struct{ Cert, Key, CA string }
 
 // Start runs etcd and waits until it serves clients.
 func Start(o Options) (*Server, error) {
@@ -56,6 +63,10 @@ func Start(o Options) (*Server, error) {
 	pu, err := FreeURL()
 	if err != nil {
 		return nil, s.cleanup(err)
+	}
+	if o.TLS != nil {
+		cu.Scheme = "https"
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: o.TLS.Cert, KeyFile: o.TLS.Key, TrustedCAFile: o.TLS.CA, ClientCertAuth: true}
 	}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/embedetcd"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// rinkctl runs the command and returns its exit code, stdout and stderr.
+func rinkctl(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code := run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// mask replaces what changes from run to run (times, revisions, ports).
+func mask(s string) string {
+	s = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`).ReplaceAllString(s, "TIME")
+	s = regexp.MustCompile(`\d\d:\d\d:\d\d\.\d{3}`).ReplaceAllString(s, "TIME")
+	s = regexp.MustCompile(`"(revision|lineage)": \d+`).ReplaceAllString(s, `"$1": N`)
+	s = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllString(s, "ADDR")
+	return s
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	got = mask(got)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("%s: got\n%s\nwant\n%s", name, got, want)
+	}
+}
+
+func member(t *testing.T, endpoint, rinkName, name string, opts ...rink.Option) *rink.Rink {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := rink.New(cli, rinkName, append([]rink.Option{rink.WithMemberName(name), rink.WithSessionTTL(2 * time.Second)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		r.Shutdown(context.Background())
+		cli.Close()
+	})
+	return r
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ep := srv.Endpoint()
+	a := member(t, ep, "orders", "orders-0", rink.WithRebalanceDelay(time.Hour))
+	eventually(t, "orders-0 ranked", func() bool { return a.Rank().Index == 0 })
+	b := member(t, ep, "orders", "orders-1")
+	eventually(t, "orders-1 waiting", func() bool { return b.Rank().Waiting })
+	c := member(t, ep, "jobs/eu", "jobs-0")
+	eventually(t, "jobs-0 ranked", func() bool { return c.Rank().Index == 0 })
+
+	code, out, errOut := rinkctl(t, "list", "--endpoints", ep)
+	if code != 0 {
+		t.Fatalf("list: %d %s", code, errOut)
+	}
+	golden(t, "list", out)
+
+	code, out, errOut = rinkctl(t, "status", "orders", "--endpoints", ep)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	golden(t, "status", out)
+
+	code, out, _ = rinkctl(t, "status", "orders", "--endpoints", ep, "-w", "json")
+	var st statusJSON
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Members) != 1 || st.Members[0].Share != 1 || len(st.Waiting) != 1 {
+		t.Fatalf("status -w json: %d %s", code, out)
+	}
+
+	code, out, _ = rinkctl(t, "owner", "orders", "BTC/ETH", "partition:42", "--endpoints", ep)
+	if code != 0 {
+		t.Fatalf("owner: %d", code)
+	}
+	golden(t, "owner", out)
+
+	// watch: orders-0 leaves; orders-1 is promoted into its index.
+	var wout syncBuffer
+	done := make(chan int)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- run(ctx, []string{"watch", "orders", "--endpoints", ep, "--max-changes", "1"}, &wout, &bytes.Buffer{})
+	}()
+	eventually(t, "watch started", func() bool { return strings.Contains(wout.String(), "watching: 1 ranked, 1 waiting, leader orders-0") })
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-done; code != 0 || !strings.Contains(wout.String(), "orders-1 promoted to index 0; orders-0 left; 1024 slots moved") {
+		t.Fatalf("watch: %d\n%s", code, wout.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestErrors(t *testing.T) {
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dead, _ := embedetcd.FreeURL()
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown rink", []string{"status", "nope", "--endpoints", srv.Endpoint()}, 1, `no rink named "nope"`},
+		{"unreachable etcd", []string{"status", "x", "--endpoints", dead.Host, "--dial-timeout", "300ms"}, 1, "did not answer within 300ms"},
+		{"bad TLS files", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cacert", filepath.Join(dir, "missing.pem")}, 1, "reading TLS files"},
+		{"cert without key", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cert", "c.pem"}, 2, "--cert and --key go together"},
+		{"bad output format", []string{"list", "--endpoints", srv.Endpoint(), "-w", "yaml"}, 2, `want table or json`},
+		{"missing argument", []string{"status"}, 2, "accepts 1 arg(s)"},
+		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
+		{"empty role", []string{"owner", "x", "", "--endpoints", srv.Endpoint()}, 2, "empty role"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := rinkctl(t, tt.args...)
+			if code != tt.code || !strings.Contains(errOut, tt.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errOut, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// TestTLS serves etcd over TLS with client certificates made here.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey := newCert(t, dir, "ca", nil, nil)
+	newCert(t, dir, "server", ca, caKey)
+	newCert(t, dir, "client", ca, caKey)
+	p := func(n string) string { return filepath.Join(dir, n) }
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true, TLS: &embedetcd.TLSFiles{Cert: p("server.pem"), Key: p("server-key.pem"), CA: p("ca.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	tlsArgs := []string{"--endpoints", "https://" + srv.Endpoint(), "--cacert", p("ca.pem"), "--cert", p("client.pem"), "--key", p("client-key.pem")}
+	code, out, errOut := rinkctl(t, append([]string{"list"}, tlsArgs...)...)
+	if code != 0 || !strings.Contains(out, "RINK") {
+		t.Fatalf("list over TLS: %d %q %q", code, out, errOut)
+	}
+	// Without a client certificate the server refuses.
+	code, _, _ = rinkctl(t, "list", "--endpoints", "https://"+srv.Endpoint(), "--cacert", p("ca.pem"), "--dial-timeout", "500ms")
+	if code == 0 {
+		t.Fatal("list without a client certificate succeeded")
+	}
+}
+
+// newCert writes name.pem and name-key.pem, signed by parent (self-signed
+// CA when parent is nil).
+func newCert(t *testing.T, dir, name string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+	}
+	signer, signerKey := tmpl, key
+	if parent == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+		tmpl.KeyUsage |= x509.KeyUsageCertSign
+	} else {
+		signer, signerKey = parent, parentKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, file), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(name+".pem", "CERTIFICATE", der)
+	write(name+"-key.pem", "EC PRIVATE KEY", keyDER)
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
