@@ -197,3 +197,45 @@ func ExampleRink_Shutdown() {
 	fmt.Println(context.Cause(ctx))
 	// Output: rink: shut down
 }
+
+func ExampleNewObserver() {
+	cli, name := exampleClient("routed")
+	defer cli.Close()
+	r, err := rink.New(cli, name, rink.WithMemberName("api-0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	r.AwaitRole("tenant:acme") // the member is up and holds its roles
+
+	// A router that is not a member follows the rink read-only.
+	ob, err := rink.NewObserver(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ob.Close()
+	for st := ob.State(); len(st.Members) == 0; st = ob.State() {
+		<-st.Changed()
+	}
+	owner, _ := ob.Owner("tenant:acme")
+	fmt.Println("send tenant:acme requests to", owner)
+	// Output: send tenant:acme requests to api-0
+}
+
+func ExampleWithEvents() {
+	cli, name := exampleClient("events")
+	defer cli.Close()
+	acquired := make(chan int64, rink.DefaultSlots)
+	r, err := rink.New(cli, name, rink.WithEvents(func(e rink.Event) {
+		if e.Kind == rink.EventAcquired { // called synchronously: be quick
+			acquired <- e.Token
+		}
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	r.AwaitRole("leader")
+	fmt.Println("first acquisition has a token:", <-acquired > 0)
+	// Output: first acquisition has a token: true
+}

@@ -576,6 +576,12 @@ func (r *Rink) publishRank() {
 	if old != nil {
 		close(old.changed)
 	}
+	if old == nil || old.rank.Index != rk.Index || old.rank.Waiting != rk.Waiting {
+		// Being ranked, promoted, moved or unranked is a state change worth
+		// a line; size and leader changes show in the leader's own logs.
+		r.log.Info("rank changed", zap.Int("index", rk.Index), zap.Int("size", rk.Size),
+			zap.Bool("waiting", rk.Waiting), zap.Int64("version", rk.Version))
+	}
 	r.emit(Event{Kind: EventRankChanged, Slot: -1, Rank: rk})
 }
 
