@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -62,7 +63,8 @@ func (r *Rink) campaign(inc *incarnation) {
 			sess, err := concurrency.NewSession(ec, concurrency.WithLease(inc.lease), concurrency.WithContext(inc.ctx))
 			if err == nil {
 				sess.Orphan()
-				e := concurrency.NewElection(sess, r.keys.election())
+				// NewElection adds the "/" itself: keys are rink/<name>/election/<lease>.
+				e := concurrency.NewElection(sess, strings.TrimSuffix(r.keys.election(), "/"))
 				if err = e.Campaign(inc.ctx, r.opts.member); err == nil {
 					select {
 					case r.electedCh <- elected{inc: inc, key: e.Key(), rev: e.Rev()}:

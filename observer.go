@@ -47,6 +47,10 @@ type State struct {
 	Joining []string
 	// Revision is the etcd revision this state reflects.
 	Revision int64
+	// MapError, when not empty, says why the map now in etcd cannot be
+	// used (members refuse it too, and hold no roles meanwhile); the state
+	// shows the last usable map, and Owner answers nothing.
+	MapError string
 
 	table   []int
 	changed chan struct{}
@@ -79,7 +83,7 @@ func (s State) Changed() <-chan struct{} { return s.changed }
 
 // Owner returns the member that owns role in this state.
 func (s State) Owner(role string) (string, bool) {
-	if len(s.table) == 0 || role == "" {
+	if len(s.table) == 0 || role == "" || s.MapError != "" {
 		return "", false
 	}
 	return s.Members[s.table[slotOf(role, s.Slots)]].Name, true
@@ -146,6 +150,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	elect := map[string]memberInfo{}
 	var cur rankMap
 	var lineage, rev int64
+	var mapErr string
 	first := true
 	for {
 		var b watchBatch
@@ -173,14 +178,25 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				elect[key] = memberInfo{createRev: createRev, value: string(kvVal)}
 			case ob.keys.isMap(key):
 				if deleted {
-					return // the leader writes it again; keep showing the last one
-				}
-				var m rankMap
-				if err := json.Unmarshal(kvVal, &m); err != nil || m.Schema != schemaVersion || m.validate() != nil {
-					ob.log.Warn("the rink's map cannot be read", zap.Error(err), zap.Int("schema", m.Schema))
+					mapErr = "" // the leader writes it again; keep showing the last one
 					return
 				}
-				cur, lineage = m, createRev
+				var peek struct {
+					Slots int `json:"slots"`
+				}
+				_ = json.Unmarshal(kvVal, &peek) // observers take any slot count
+				m, err := decodeMap(kvVal, peek.Slots)
+				switch {
+				case err != nil:
+					mapErr = err.Error()
+				case createRev == lineage && m.Version <= cur.Version:
+					mapErr = fmt.Sprintf("map version went back from %d to %d", cur.Version, m.Version)
+				default:
+					cur, lineage, mapErr = m, createRev, ""
+				}
+				if mapErr != "" {
+					ob.log.Warn("the rink's map cannot be used", zap.String("error", mapErr))
+				}
 			}
 		}
 		if b.snapshot {
@@ -195,7 +211,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			}
 		}
 		rev = max(rev, b.rev)
-		ob.publish(cur, lineage, rev, members, elect)
+		ob.publish(cur, lineage, rev, mapErr, members, elect)
 		if first {
 			first = false
 			close(ready)
@@ -203,8 +219,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	}
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, rev int64, members, elect map[string]memberInfo) {
-	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, table: cur.Table, changed: make(chan struct{})}
+func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo) {
+	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
 	var lowest int64
 	for _, e := range elect {
 		if lowest == 0 || e.createRev < lowest {
@@ -244,6 +260,10 @@ func (ob *Observer) State() State { return ob.state.Load().s }
 // Owner returns the member that owns role in the newest map seen.
 func (ob *Observer) Owner(role string) (string, bool) { return ob.State().Owner(role) }
 
+// Done is closed when the observer is closed. State().Changed() is not:
+// a loop that waits for changes should select on both.
+func (ob *Observer) Done() <-chan struct{} { return ob.ctx.Done() }
+
 // Close stops following the rink and waits for the observer's goroutines.
 func (ob *Observer) Close() error {
 	ob.cancel()
@@ -251,12 +271,54 @@ func (ob *Observer) Close() error {
 	return nil
 }
 
-// Diff describes what changed from one State to the next, in words, for
-// tools that print a line per change: members that joined, were ranked
-// (promoted into a departed member's index, or added by a rebalance), moved
-// index, or left; a new leader; how many slots moved.
-func Diff(prev, next State) []string {
-	var out []string
+// Change is one difference between two States of a rink.
+type Change struct {
+	// Kind is one of: "leader" (Member is the new leader), "joined",
+	// "promoted" (took a departed member's Index and slots), "ranked" (added
+	// at Index by a rebalance), "moved" (from From to Index), "unranked"
+	// (ranked before, waiting now: it rejoined), "left", "left-waiting",
+	// "lineage" (the map key was re-created: Lineage), "slots" (Slots moved).
+	Kind    string `json:"kind"`
+	Member  string `json:"member,omitempty"`
+	Index   int    `json:"index"`
+	From    int    `json:"from"`
+	Slots   int    `json:"slots,omitempty"`
+	Lineage int64  `json:"lineage,omitempty"`
+}
+
+// String describes the change in words.
+func (c Change) String() string {
+	switch c.Kind {
+	case "leader":
+		return "leader " + c.Member
+	case "joined":
+		return c.Member + " joined"
+	case "promoted":
+		return fmt.Sprintf("%s promoted to index %d", c.Member, c.Index)
+	case "ranked":
+		return fmt.Sprintf("%s ranked at index %d", c.Member, c.Index)
+	case "moved":
+		return fmt.Sprintf("%s moved from index %d to %d", c.Member, c.From, c.Index)
+	case "unranked":
+		return fmt.Sprintf("%s unranked (rejoined, waiting)", c.Member)
+	case "left":
+		return c.Member + " left"
+	case "left-waiting":
+		return c.Member + " left while waiting"
+	case "lineage":
+		return fmt.Sprintf("map re-created (lineage %d)", c.Lineage)
+	case "slots":
+		return fmt.Sprintf("%d slots moved", c.Slots)
+	}
+	return c.Kind
+}
+
+// Diff lists what changed from one State to the next: members that joined,
+// were ranked (promoted into a departed member's index, or added by a
+// rebalance), moved index, fell back to waiting, or left; a new leader; a
+// re-created map; how many slots moved.
+func Diff(prev, next State) []Change {
+	var out []Change
 	ranked := func(s State) map[string]MemberState {
 		m := map[string]MemberState{}
 		for _, x := range s.Members {
@@ -264,24 +326,38 @@ func Diff(prev, next State) []string {
 		}
 		return m
 	}
-	unranked := func(s State) map[string]bool {
-		m := map[string]bool{}
+	unranked := func(s State) []string {
+		names := append([]string{}, s.Joining...)
 		for _, w := range s.Waiting {
-			m[w.Name] = true
+			names = append(names, w.Name)
 		}
-		for _, n := range s.Joining {
+		return names
+	}
+	set := func(names []string) map[string]bool {
+		m := map[string]bool{}
+		for _, n := range names {
 			m[n] = true
 		}
 		return m
 	}
-	pr, nr, pu, nu := ranked(prev), ranked(next), unranked(prev), unranked(next)
+	pr, nr := ranked(prev), ranked(next)
+	pu, nu := set(unranked(prev)), set(unranked(next))
 	if prev.Leader != next.Leader && next.Leader != "" {
-		out = append(out, fmt.Sprintf("leader %s", next.Leader))
+		out = append(out, Change{Kind: "leader", Member: next.Leader})
 	}
-	for _, n := range append(append([]string{}, next.Joining...), waitingNames(next)...) {
-		if _, was := pr[n]; !was && !pu[n] {
-			out = append(out, fmt.Sprintf("%s joined", n))
-			pu[n] = true // once
+	if prev.Lineage != 0 && next.Lineage != prev.Lineage {
+		out = append(out, Change{Kind: "lineage", Lineage: next.Lineage})
+	}
+	seen := map[string]bool{}
+	for _, n := range unranked(next) {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if _, wasRanked := pr[n]; wasRanked {
+			out = append(out, Change{Kind: "unranked", Member: n})
+		} else if !pu[n] {
+			out = append(out, Change{Kind: "joined", Member: n})
 		}
 	}
 	leftAt := map[int]bool{}
@@ -294,33 +370,27 @@ func Diff(prev, next State) []string {
 		p, was := pr[m.Name]
 		switch {
 		case !was && leftAt[m.Index]:
-			out = append(out, fmt.Sprintf("%s promoted to index %d", m.Name, m.Index))
+			out = append(out, Change{Kind: "promoted", Member: m.Name, Index: m.Index})
 		case !was:
-			out = append(out, fmt.Sprintf("%s ranked at index %d", m.Name, m.Index))
+			out = append(out, Change{Kind: "ranked", Member: m.Name, Index: m.Index})
 		case p.Index != m.Index:
-			out = append(out, fmt.Sprintf("%s moved from index %d to %d", m.Name, p.Index, m.Index))
+			out = append(out, Change{Kind: "moved", Member: m.Name, Index: m.Index, From: p.Index})
 		}
 	}
 	for _, m := range prev.Members {
 		if _, still := nr[m.Name]; !still && !nu[m.Name] {
-			out = append(out, fmt.Sprintf("%s left", m.Name))
+			out = append(out, Change{Kind: "left", Member: m.Name})
 		}
 	}
-	for _, n := range append(append([]string{}, prev.Joining...), waitingNames(prev)...) {
-		if _, r := nr[n]; !r && !nu[n] {
-			out = append(out, fmt.Sprintf("%s left while waiting", n))
+	gone := map[string]bool{}
+	for _, n := range unranked(prev) {
+		if _, r := nr[n]; !r && !nu[n] && !gone[n] {
+			out = append(out, Change{Kind: "left-waiting", Member: n})
+			gone[n] = true
 		}
 	}
 	if moved := slotsMoved(prev, next); moved > 0 {
-		out = append(out, fmt.Sprintf("%d slots moved", moved))
-	}
-	return out
-}
-
-func waitingNames(s State) []string {
-	var out []string
-	for _, w := range s.Waiting {
-		out = append(out, w.Name)
+		out = append(out, Change{Kind: "slots", Slots: moved})
 	}
 	return out
 }

@@ -8,6 +8,14 @@ import (
 	"time"
 )
 
+func changes(cs []Change) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.String())
+	}
+	return strings.Join(out, "; ")
+}
+
 // awaitState waits for an observer state that satisfies cond.
 func awaitState(t *testing.T, ob *Observer, what string, cond func(State) bool) State {
 	t.Helper()
@@ -58,7 +66,7 @@ func TestObserver(t *testing.T) {
 	next := awaitState(t, ob, "b promoted", func(s State) bool {
 		return len(s.Members) == 1 && s.Members[0].Name == "b" && s.Leader == "b"
 	})
-	diff := strings.Join(Diff(prev, next), "; ")
+	diff := changes(Diff(prev, next))
 	for _, want := range []string{"leader b", "b promoted to index 0", "a left", "1024 slots moved"} {
 		if !strings.Contains(diff, want) {
 			t.Errorf("diff %q lacks %q", diff, want)
@@ -123,5 +131,55 @@ func TestEvents(t *testing.T) {
 	}
 	if _, err := New(newClient(t), "x", WithEvents(nil)); !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("nil events function: %v", err)
+	}
+}
+
+// TestObserverUnusableMapAndDiff: the observer refuses the maps members
+// refuse, reports a re-created map, and Done ends change loops.
+func TestObserverUnusableMapAndDiff(t *testing.T) {
+	name := rinkName(t)
+	cli := newClient(t)
+	a := join(t, newClient(t), name, WithMemberName("a"))
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	ob, err := NewObserver(cli, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, ob, "a ranked", func(s State) bool { return len(s.Members) == 1 })
+
+	// A hand-written older map: members refuse it, so does the observer.
+	older := rankMap{Schema: schemaVersion, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make([]int, DefaultSlots)}
+	if _, err := cli.Put(context.Background(), newKeys(name).rankMap(), string(older.encode())); err != nil {
+		t.Fatal(err)
+	}
+	s := awaitState(t, ob, "map refused", func(s State) bool { return s.MapError != "" })
+	if o, ok := s.Owner("x"); ok {
+		t.Fatalf("owner under an unusable map: %q", o)
+	}
+	// Deleting it lets the rink start a new lineage.
+	prev := s
+	if _, err := cli.Delete(context.Background(), newKeys(name).rankMap()); err != nil {
+		t.Fatal(err)
+	}
+	next := awaitState(t, ob, "new lineage", func(s State) bool { return s.Lineage != prev.Lineage && s.MapError == "" && len(s.Members) == 1 })
+	if d := changes(Diff(prev, next)); !strings.Contains(d, "map re-created (lineage") {
+		t.Errorf("diff %q lacks the new lineage", d)
+	}
+	ob.Close()
+	select {
+	case <-ob.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+}
+
+func TestDiffUnranked(t *testing.T) {
+	prev := State{Members: []MemberState{{Name: "a", Index: 0}, {Name: "b", Index: 1}}}
+	next := State{Members: []MemberState{{Name: "a", Index: 0}}, Waiting: []WaitingState{{Name: "b"}}}
+	if d := changes(Diff(prev, next)); d != "b unranked (rejoined, waiting)" {
+		t.Fatalf("diff = %q", d)
+	}
+	if d := changes(Diff(next, State{Members: next.Members})); d != "b left while waiting" {
+		t.Fatalf("diff = %q", d)
 	}
 }

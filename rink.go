@@ -124,9 +124,17 @@ type Event struct {
 	Rank Rank
 }
 
-// WithEvents calls fn for every Event of this member. fn is called
-// synchronously from the rink's own goroutines, in order for each kind,
-// and must return quickly; it must not call back into the Rink.
+// WithEvents calls fn for every Event of this member, synchronously, at
+// the instant the change happens. What fn must respect:
+//
+//   - It may be called concurrently: fences come from the goroutine that
+//     renews the lease while the main goroutine works (and one fn may serve
+//     several Rinks). It must be safe for concurrent use.
+//   - It must not block: it runs on the path that starts roles (a handover
+//     of 1,000 slots calls it 1,000 times before the last role starts) and
+//     on the path that fences and rejoins.
+//   - It must not call Shutdown, AwaitRole or AwaitRoleContext; Rank, Get
+//     and Owner are safe. A panic in fn is not recovered.
 func WithEvents(fn func(Event)) Option {
 	return func(o *options) {
 		if fn == nil {
@@ -234,6 +242,15 @@ func validName(name string, slashes bool) string {
 	for _, c := range name {
 		if unicode.IsSpace(c) || unicode.IsControl(c) || c == unicode.ReplacementChar {
 			return fmt.Sprintf("contains %q", c)
+		}
+	}
+	for _, seg := range strings.Split(name, "/") {
+		switch seg {
+		case "":
+			return "contains '//'"
+		case "members", "election", "map":
+			// rink/X/members/... would be rink X's own member keys.
+			return fmt.Sprintf("contains the reserved segment %q", seg)
 		}
 	}
 	return ""

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -22,6 +23,7 @@ type incarnation struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
+	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
 }
 
 // memberValue is the JSON value of a member key.
@@ -177,7 +179,9 @@ func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
 // from it is cancelled at once, whatever the run goroutine is doing.
 func (r *Rink) fence(inc *incarnation, cause error) {
 	inc.cancel(cause)
-	r.emit(Event{Kind: EventFenced, Slot: -1, Cause: context.Cause(inc.ctx)})
+	if inc.fenced.CompareAndSwap(false, true) {
+		r.emit(Event{Kind: EventFenced, Slot: -1, Cause: context.Cause(inc.ctx)})
+	}
 }
 
 // leave ends an incarnation: it stops renewals and revokes the lease, which

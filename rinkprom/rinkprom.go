@@ -5,7 +5,8 @@
 //	r, err := rink.New(cli, "orders", rink.WithEvents(m.Observe))
 //
 // One Metrics value serves every member in the process; each series carries
-// the labels rink and member.
+// the labels rink and member, and exists from the member's first event on.
+// Call Forget after a member's Shutdown to stop exporting it.
 //
 // | metric | type | meaning |
 // | --- | --- | --- |
@@ -110,6 +111,8 @@ func (m *Metrics) Observe(e rink.Event) {
 		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held} {
 			g.With(l)
 		}
+		m.handoverWait.With(l)
+		m.mapApply.With(l)
 		m.index.With(l).Set(-1)
 	}
 	switch e.Kind {
@@ -136,6 +139,18 @@ func (m *Metrics) Observe(e rink.Event) {
 		m.waiting.With(l).Set(b2f(e.Rank.Waiting))
 		m.leader.With(l).Set(b2f(e.Rank.Leader == e.Member))
 	}
+}
+
+// Forget removes every series of a member, for one that has left for good
+// (after its Shutdown): otherwise its last values stay exported.
+func (m *Metrics) Forget(rinkName, member string) {
+	l := prometheus.Labels{"rink": rinkName, "member": member}
+	for _, c := range m.collectors() {
+		if v, ok := c.(interface{ Delete(prometheus.Labels) bool }); ok {
+			v.Delete(l)
+		}
+	}
+	m.seen.Delete([2]string{rinkName, member})
 }
 
 func b2f(b bool) float64 {

@@ -108,6 +108,10 @@ rink_member_leader{member="b",rink="metrics"} 1
 	if got := gauge(t, reg, "rink_member_index", "a"); got != -1 {
 		t.Errorf("index of a after Shutdown = %v, want -1", got)
 	}
+	m.Forget("metrics", "a")
+	if got := gauge(t, reg, "rink_acquisitions_total", "a"); got != -42 {
+		t.Errorf("a's series still exported after Forget: %v", got)
+	}
 }
 
 // gauge reads one series' value (gauge or counter) from the registry.

@@ -48,8 +48,19 @@ type globals struct {
 	output      string
 }
 
-// errUsage marks errors in how rinkctl was called (exit code 2).
-var errUsage = errors.New("usage")
+// Exit codes, as etcdctl's.
+const (
+	exitError         = 1   // something failed (an unknown rink, an unusable answer)
+	exitBadConnection = 2   // etcd could not be reached, or refused us (TLS, auth)
+	exitBadArgs       = 128 // rinkctl was called wrongly
+)
+
+var (
+	// errUsage marks errors in how rinkctl was called.
+	errUsage = errors.New("usage")
+	// errConnection marks failures to reach etcd.
+	errConnection = errors.New("cannot reach etcd")
+)
 
 // run executes rinkctl with args and returns the exit code.
 func run(ctx context.Context, args []string, out, errOut io.Writer) int {
@@ -77,22 +88,36 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "how long to wait for etcd to answer")
 	pf.StringVarP(&g.output, "write-out", "w", "table", "output format: table or json")
 
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
 	root.AddCommand(listCmd(g), statusCmd(g), ownerCmd(g), watchCmd(g))
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(errOut, "Error:", err)
-		if errors.Is(err, errUsage) || strings.Contains(err.Error(), "unknown command") ||
-			strings.Contains(err.Error(), "unknown flag") || strings.Contains(err.Error(), "arg(s)") {
-			return 2
+	cmd, err := root.ExecuteC()
+	if err != nil {
+		fmt.Fprintln(errOut, "Error:", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		switch {
+		case errors.Is(err, errConnection):
+			return exitBadConnection
+		case errors.Is(err, errUsage) || cmd == root || strings.Contains(err.Error(), "arg(s)"):
+			// cobra reports unknown commands and wrong argument counts
+			// without a way to tell them apart other than by text.
+			return exitBadArgs
 		}
-		return 1
+		return exitError
 	}
 	return 0
+}
+
+// usage wraps a mistake in how rinkctl was called.
+func usage(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
 // client connects to etcd as the global flags say.
 func (g *globals) client() (*clientv3.Client, error) {
 	if g.output != "table" && g.output != "json" {
-		return nil, fmt.Errorf("%w: -w %q: want table or json", errUsage, g.output)
+		return nil, usage("-w %q: want table or json", g.output)
+	}
+	if g.dialTimeout <= 0 {
+		return nil, usage("--dial-timeout %v: want > 0", g.dialTimeout)
 	}
 	cfg := clientv3.Config{
 		Endpoints:   g.endpoints,
@@ -101,13 +126,13 @@ func (g *globals) client() (*clientv3.Client, error) {
 	}
 	if g.cacert != "" || g.cert != "" || g.key != "" {
 		if (g.cert == "") != (g.key == "") {
-			return nil, fmt.Errorf("%w: --cert and --key go together", errUsage)
+			return nil, usage("--cert and --key go together")
 		}
 		info := transport.TLSInfo{CertFile: g.cert, KeyFile: g.key, TrustedCAFile: g.cacert}
 		var tc *tls.Config
 		var err error
 		if tc, err = info.ClientConfig(); err != nil {
-			return nil, fmt.Errorf("reading TLS files: %w", err)
+			return nil, usage("reading TLS files: %v", err)
 		}
 		cfg.TLS = tc
 	}
@@ -117,32 +142,55 @@ func (g *globals) client() (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd at %s: %w", strings.Join(g.endpoints, ","), err)
+		return nil, fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
 	}
 	return cli, nil
 }
 
+// probe makes one small read so that an unreachable etcd, a TLS mismatch or
+// a refused login is reported as itself rather than as a timeout later.
+func (g *globals) probe(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	resp, err := cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
+	}
+	return resp.Count, nil
+}
+
 // observe connects and follows one rink; it fails for a rink with no keys
 // unless allowEmpty.
-func (g *globals) observe(name string, allowEmpty bool) (*rink.Observer, func(), error) {
+func (g *globals) observe(ctx context.Context, name string, allowEmpty bool) (*rink.Observer, func(), error) {
+	if strings.TrimSpace(name) == "" {
+		return nil, nil, usage("an empty rink name")
+	}
 	cli, err := g.client()
 	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := g.probe(ctx, cli, "rink/"+name+"/")
+	if err != nil {
+		cli.Close()
 		return nil, nil, err
 	}
 	ob, err := rink.NewObserver(cli, name, rink.WithJoinTimeout(g.dialTimeout))
 	if err != nil {
 		cli.Close()
+		if errors.Is(err, rink.ErrInvalidName) {
+			return nil, nil, usage("%v", err)
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, nil, fmt.Errorf("etcd at %s did not answer within %v (--dial-timeout)", strings.Join(g.endpoints, ","), g.dialTimeout)
+			return nil, nil, fmt.Errorf("%w at %s: no answer within %v (--dial-timeout)", errConnection, strings.Join(g.endpoints, ","), g.dialTimeout)
 		}
 		return nil, nil, err
 	}
-	closeAll := func() { ob.Close(); cli.Close() }
-	if s := ob.State(); !allowEmpty && s.Version == 0 && len(s.Members) == 0 && len(s.Joining) == 0 && s.Leader == "" {
-		closeAll()
+	if keys == 0 && !allowEmpty {
+		ob.Close()
+		cli.Close()
 		return nil, nil, fmt.Errorf("no rink named %q (see rinkctl list)", name)
 	}
-	return ob, closeAll, nil
+	return ob, func() { ob.Close(); cli.Close() }, nil
 }
 
 func (g *globals) json(w io.Writer, v any) error {
@@ -162,11 +210,14 @@ func listCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer cli.Close()
+			if _, err := g.probe(cmd.Context(), cli, "rink/"); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), g.dialTimeout)
 			defer cancel()
 			resp, err := cli.Get(ctx, "rink/", clientv3.WithPrefix())
 			if err != nil {
-				return fmt.Errorf("listing rinks at %s: %w", strings.Join(g.endpoints, ","), err)
+				return fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
 			}
 			type entry struct {
 				Name    string `json:"name"`
@@ -175,6 +226,7 @@ func listCmd(g *globals) *cobra.Command {
 				Leader  string `json:"leader"`
 			}
 			found := map[string]*entry{}
+			oldest := map[string]int64{} // rink -> create revision of its oldest candidate
 			for _, kv := range resp.Kvs {
 				name, rest, ok := splitRinkKey(string(kv.Key))
 				if !ok {
@@ -188,13 +240,16 @@ func listCmd(g *globals) *cobra.Command {
 				switch {
 				case strings.HasPrefix(rest, "members/"):
 					e.Members++
+				case strings.HasPrefix(rest, "election/"):
+					if o, ok := oldest[name]; !ok || kv.CreateRevision < o {
+						oldest[name], e.Leader = kv.CreateRevision, string(kv.Value)
+					}
 				case rest == "map":
 					var m struct {
-						Version int64  `json:"version"`
-						Leader  string `json:"leader"`
+						Version int64 `json:"version"`
 					}
 					_ = json.Unmarshal(kv.Value, &m)
-					e.Version, e.Leader = m.Version, m.Leader
+					e.Version = m.Version
 				}
 			}
 			list := make([]*entry, 0, len(found))
@@ -206,26 +261,38 @@ func listCmd(g *globals) *cobra.Command {
 				return g.json(cmd.OutOrStdout(), list)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RINK\tMEMBERS\tVERSION")
+			fmt.Fprintln(tw, "RINK\tMEMBERS\tVERSION\tLEADER")
 			for _, e := range list {
-				fmt.Fprintf(tw, "%s\t%d\t%d\n", e.Name, e.Members, e.Version)
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Name, e.Members, e.Version, orNone(e.Leader))
 			}
 			return tw.Flush()
 		},
 	}
 }
 
-// splitRinkKey splits "rink/<name>/<rest>" where rest starts with one of
-// the rink's own key kinds; rink names may contain '/'.
+// splitRinkKey splits "rink/<name>/<rest>" into the rink's name and the
+// rink-relative key: "map", "members/<member>" or "election/<lease>". It
+// reads from the right, since rink names may contain '/' while member names
+// and leases do not.
 func splitRinkKey(key string) (name, rest string, ok bool) {
 	key, found := strings.CutPrefix(key, "rink/")
 	if !found {
 		return "", "", false
 	}
-	for _, kind := range []string{"/members/", "/election/", "/map"} {
-		if i := strings.LastIndex(key, kind); i > 0 && (kind != "/map" || i+len(kind) == len(key)) {
-			return key[:i], key[i+1:], true
-		}
+	if n, isMap := strings.CutSuffix(key, "/map"); isMap && n != "" {
+		return n, "map", true
+	}
+	i := strings.LastIndexByte(key, '/')
+	if i <= 0 {
+		return "", "", false
+	}
+	j := strings.LastIndexByte(key[:i], '/')
+	if j <= 0 {
+		return "", "", false
+	}
+	switch key[j+1 : i] {
+	case "members", "election":
+		return key[:j], key[j+1:], true
 	}
 	return "", "", false
 }
@@ -241,6 +308,7 @@ type statusJSON struct {
 	Members  []memberJSON  `json:"members"`
 	Waiting  []waitingJSON `json:"waiting"`
 	Joining  []string      `json:"joining"`
+	MapError string        `json:"mapError,omitempty"`
 }
 
 type memberJSON struct {
@@ -258,7 +326,7 @@ type waitingJSON struct {
 }
 
 func toJSON(s rink.State) statusJSON {
-	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots,
+	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, MapError: s.MapError,
 		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...)}
 	for _, m := range s.Members {
 		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live})
@@ -275,7 +343,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show a rink's members, indexes, waiting members, leader, version and slot shares",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ob, closeAll, err := g.observe(args[0], false)
+			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
 			if err != nil {
 				return err
 			}
@@ -287,6 +355,9 @@ func statusCmd(g *globals) *cobra.Command {
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(w, "rink %s: version %d, leader %s, %d ranked, %d waiting, %d slots\n",
 				s.Rink, s.Version, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots)
+			if s.MapError != "" {
+				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tACK\tSTATE")
 			for _, m := range s.Members {
@@ -328,10 +399,10 @@ func ownerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, role := range args[1:] {
 				if role == "" {
-					return fmt.Errorf("%w: an empty role name", errUsage)
+					return usage("an empty role name")
 				}
 			}
-			ob, closeAll, err := g.observe(args[0], false)
+			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
 			if err != nil {
 				return err
 			}
@@ -366,31 +437,38 @@ func watchCmd(g *globals) *cobra.Command {
 		Short: "Print a line for every change of a rink: joins, promotions, leaves, leader, slots moved",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ob, closeAll, err := g.observe(args[0], true)
+			ob, closeAll, err := g.observe(cmd.Context(), args[0], true)
 			if err != nil {
 				return err
 			}
 			defer closeAll()
 			w := cmd.OutOrStdout()
 			prev := ob.State()
-			print := func(s rink.State, what []string) error {
+			print := func(s rink.State, what []rink.Change) error {
 				if g.output == "json" {
 					return json.NewEncoder(w).Encode(struct {
-						Time    time.Time `json:"time"`
-						Version int64     `json:"version"`
-						Changes []string  `json:"changes"`
+						Time    time.Time     `json:"time"`
+						Version int64         `json:"version"`
+						Changes []rink.Change `json:"changes"`
 					}{time.Now().UTC(), s.Version, what})
 				}
-				_, err := fmt.Fprintf(w, "%s v%d %s\n", time.Now().UTC().Format("15:04:05.000"), s.Version, strings.Join(what, "; "))
+				words := make([]string, len(what))
+				for i, c := range what {
+					words[i] = c.String()
+				}
+				_, err := fmt.Fprintf(w, "%s v%d %s\n", time.Now().UTC().Format("15:04:05.000"), s.Version, strings.Join(words, "; "))
 				return err
 			}
-			if err := print(prev, []string{fmt.Sprintf("watching: %d ranked, %d waiting, leader %s", len(prev.Members), len(prev.Waiting)+len(prev.Joining), orNone(prev.Leader))}); err != nil {
-				return err
+			if g.output == "table" {
+				fmt.Fprintf(w, "%s v%d watching: %d ranked, %d waiting, leader %s\n", time.Now().UTC().Format("15:04:05.000"),
+					prev.Version, len(prev.Members), len(prev.Waiting)+len(prev.Joining), orNone(prev.Leader))
 			}
 			for n := 0; maxChanges <= 0 || n < maxChanges; {
 				select {
 				case <-prev.Changed():
 				case <-cmd.Context().Done():
+					return nil
+				case <-ob.Done():
 					return nil
 				}
 				next := ob.State()

@@ -186,13 +186,17 @@ func TestErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown rink", []string{"status", "nope", "--endpoints", srv.Endpoint()}, 1, `no rink named "nope"`},
-		{"unreachable etcd", []string{"status", "x", "--endpoints", dead.Host, "--dial-timeout", "300ms"}, 1, "did not answer within 300ms"},
-		{"bad TLS files", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cacert", filepath.Join(dir, "missing.pem")}, 1, "reading TLS files"},
-		{"cert without key", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cert", "c.pem"}, 2, "--cert and --key go together"},
-		{"bad output format", []string{"list", "--endpoints", srv.Endpoint(), "-w", "yaml"}, 2, `want table or json`},
-		{"missing argument", []string{"status"}, 2, "accepts 1 arg(s)"},
-		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
-		{"empty role", []string{"owner", "x", "", "--endpoints", srv.Endpoint()}, 2, "empty role"},
+		{"unreachable etcd", []string{"status", "x", "--endpoints", dead.Host, "--dial-timeout", "300ms"}, 2, "cannot reach etcd at " + dead.Host},
+		{"unreachable etcd, list", []string{"list", "--endpoints", dead.Host, "--dial-timeout", "300ms"}, 2, "cannot reach etcd at " + dead.Host},
+		{"bad TLS files", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cacert", filepath.Join(dir, "missing.pem")}, 128, "reading TLS files"},
+		{"cert without key", []string{"status", "x", "--endpoints", srv.Endpoint(), "--cert", "c.pem"}, 128, "--cert and --key go together"},
+		{"bad output format", []string{"list", "--endpoints", srv.Endpoint(), "-w", "yaml"}, 128, `want table or json`},
+		{"bad flag value", []string{"list", "--dial-timeout", "soon"}, 128, `invalid argument "soon"`},
+		{"zero dial timeout", []string{"list", "--dial-timeout", "0"}, 128, `--dial-timeout 0s: want > 0`},
+		{"invalid rink name", []string{"status", "/orders", "--endpoints", srv.Endpoint()}, 128, "invalid name"},
+		{"missing argument", []string{"status"}, 128, "accepts 1 arg(s)"},
+		{"unknown command", []string{"frobnicate"}, 128, "unknown command"},
+		{"empty role", []string{"owner", "x", "", "--endpoints", srv.Endpoint()}, 128, "empty role"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,4 +277,26 @@ func newCert(t *testing.T, dir, name string, parent *x509.Certificate, parentKey
 		t.Fatal(err)
 	}
 	return cert, key
+}
+
+func TestSplitRinkKey(t *testing.T) {
+	tests := []struct{ key, name, rest string }{
+		{"rink/orders/map", "orders", "map"},
+		{"rink/orders/members/m1", "orders", "members/m1"},
+		{"rink/orders/election/6d3a", "orders", "election/6d3a"},
+		{"rink/jobs/eu/members/m1", "jobs/eu", "members/m1"},
+		{"rink/a/b/map", "a/b", "map"},
+		{"rink/a/mapping/members/x", "a/mapping", "members/x"},
+	}
+	for _, tt := range tests {
+		name, rest, ok := splitRinkKey(tt.key)
+		if !ok || name != tt.name || rest != tt.rest {
+			t.Errorf("splitRinkKey(%q) = %q, %q, %v; want %q, %q", tt.key, name, rest, ok, tt.name, tt.rest)
+		}
+	}
+	for _, bad := range []string{"other/orders/map", "rink/map", "rink/orders", "rink/orders/x/y"} {
+		if _, _, ok := splitRinkKey(bad); ok {
+			t.Errorf("splitRinkKey(%q) accepted", bad)
+		}
+	}
 }
