@@ -102,16 +102,9 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 	if why := validName(name, true); why != "" {
 		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
 	}
-	o := options{log: zap.NewNop(), joinTimeout: DefaultJoinTimeout}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("nil option")
-			continue
-		}
-		opt(&o)
-	}
-	if len(o.errs) > 0 {
-		return nil, o.errs[0]
+	o, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())

@@ -229,6 +229,26 @@ func WithJoinTimeout(d time.Duration) Option {
 	}
 }
 
+// parseOptions applies opts over the defaults and reports every invalid
+// one.
+func parseOptions(opts []Option) (options, error) {
+	o := options{
+		ttl:         DefaultSessionTTL,
+		delay:       DefaultRebalanceDelay,
+		slots:       DefaultSlots,
+		log:         zap.NewNop(),
+		joinTimeout: DefaultJoinTimeout,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt(&o)
+	}
+	return o, errors.Join(o.errs...)
+}
+
 // validName reports why a rink or member name is unusable, or "".
 func validName(name string, slashes bool) string {
 	switch {
@@ -333,22 +353,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	if why := validName(name, true); why != "" {
 		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
 	}
-	o := options{
-		ttl:         DefaultSessionTTL,
-		delay:       DefaultRebalanceDelay,
-		slots:       DefaultSlots,
-		log:         zap.NewNop(),
-		joinTimeout: DefaultJoinTimeout,
-	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("nil option")
-			continue
-		}
-		opt(&o)
-	}
-	if len(o.errs) > 0 {
-		return nil, errors.Join(o.errs...)
+	o, err := parseOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	if o.member == "" {
 		o.member = defaultMemberName()

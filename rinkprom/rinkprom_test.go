@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	rtest "github.com/rink-go/rink/internal/testutil"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,17 +18,6 @@ import (
 	"github.com/rink-go/rink/internal/embedetcd"
 	"github.com/rink-go/rink/rinkprom"
 )
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
 
 // TestMetricsAfterHandover scrapes the registry after a handover.
 func TestMetricsAfterHandover(t *testing.T) {
@@ -63,11 +54,11 @@ func TestMetricsAfterHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Shutdown(context.Background())
-	eventually(t, "b ranked", func() bool { return b.Rank().Index == 1 })
+	rtest.Eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index == 1 })
 	if err := a.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b holds every slot", func() bool {
+	rtest.Eventually(t, 10*time.Second, "b holds every slot", func() bool {
 		return gauge(t, reg, "rink_slots_held", "b") == rink.DefaultSlots
 	})
 

@@ -17,9 +17,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/testutil"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -87,17 +88,6 @@ func member(t *testing.T, endpoint, rinkName, name string, opts ...rink.Option) 
 	return r
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 10s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestCommands(t *testing.T) {
 	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
 	if err != nil {
@@ -106,11 +96,11 @@ func TestCommands(t *testing.T) {
 	defer srv.Close()
 	ep := srv.Endpoint()
 	a := member(t, ep, "orders", "orders-0", rink.WithRebalanceDelay(time.Hour))
-	eventually(t, "orders-0 ranked", func() bool { return a.Rank().Index == 0 })
+	testutil.Eventually(t, 10*time.Second, "orders-0 ranked", func() bool { return a.Rank().Index == 0 })
 	b := member(t, ep, "orders", "orders-1")
-	eventually(t, "orders-1 waiting", func() bool { return b.Rank().Waiting })
+	testutil.Eventually(t, 10*time.Second, "orders-1 waiting", func() bool { return b.Rank().Waiting })
 	c := member(t, ep, "jobs/eu", "jobs-0")
-	eventually(t, "jobs-0 ranked", func() bool { return c.Rank().Index == 0 })
+	testutil.Eventually(t, 10*time.Second, "jobs-0 ranked", func() bool { return c.Rank().Index == 0 })
 
 	code, out, errOut := rinkctl(t, "list", "--endpoints", ep)
 	if code != 0 {
@@ -137,38 +127,20 @@ func TestCommands(t *testing.T) {
 	golden(t, "owner", out)
 
 	// watch: orders-0 leaves; orders-1 is promoted into its index.
-	var wout syncBuffer
+	var wout testutil.Buffer
 	done := make(chan int)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		done <- run(ctx, []string{"watch", "orders", "--endpoints", ep, "--max-changes", "1"}, &wout, &bytes.Buffer{})
 	}()
-	eventually(t, "watch started", func() bool { return strings.Contains(wout.String(), "watching: 1 ranked, 1 waiting, leader orders-0") })
+	testutil.Eventually(t, 10*time.Second, "watch started", func() bool { return strings.Contains(wout.String(), "watching: 1 ranked, 1 waiting, leader orders-0") })
 	if err := a.Shutdown(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if code := <-done; code != 0 || !strings.Contains(wout.String(), "orders-1 promoted to index 0; orders-0 left; 1024 slots moved") {
 		t.Fatalf("watch: %d\n%s", code, wout.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestErrors(t *testing.T) {

@@ -5,9 +5,10 @@ import (
 	"context"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/testutil"
 
 	"go.uber.org/goleak"
 )
@@ -15,11 +16,11 @@ import (
 // TestDemo plays the whole story in plain mode and checks what it reports.
 func TestDemo(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var out bytes.Buffer
+	var out testutil.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config{members: 3, roles: 16, ttl: 2 * time.Second, delay: 500 * time.Millisecond, plain: true}
-	if err := run(ctx, &syncWriter{w: &out}, cfg); err != nil {
+	if err := run(ctx, &out, cfg); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	got := out.String()
@@ -57,16 +58,4 @@ func TestBadFlags(t *testing.T) {
 			t.Errorf("config %+v accepted", cfg)
 		}
 	}
-}
-
-// syncWriter serialises writes from the demo's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }

@@ -3,37 +3,27 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/testutil"
+
 	"go.uber.org/goleak"
 )
-
-type buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
 
 // TestExactlyOnce runs producers and 3 workers through a rolling
 // replacement and a crash; run fails unless every task was processed
 // exactly once.
 func TestExactlyOnce(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var out buffer
+	var out testutil.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := config{workers: 3, partitions: 64, tasks: 600, ttl: 2 * time.Second}
 	if err := run(ctx, &out, cfg); err != nil {
-		t.Fatalf("%v\n%s", err, out.b.String())
+		t.Fatalf("%v\n%s", err, out.String())
 	}
-	got := out.b.String()
+	got := out.String()
 	for _, want := range []string{
 		"worker-0 leaves (rolling replacement by worker-3)",
 		"worker-1 crashes",
@@ -53,7 +43,7 @@ func TestBadConfig(t *testing.T) {
 		{workers: 2, partitions: 1, tasks: 0, ttl: 2 * time.Second},
 		{workers: 2, partitions: 1, tasks: 1, ttl: time.Second},
 	} {
-		if err := run(context.Background(), &buffer{}, cfg); err == nil {
+		if err := run(context.Background(), &testutil.Buffer{}, cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
 	}

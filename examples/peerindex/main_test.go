@@ -3,33 +3,23 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/testutil"
 
 	"go.uber.org/goleak"
 )
 
-type buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
 func TestPeerIndex(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	var out buffer
+	var out testutil.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := run(ctx, &out, config{members: 3}); err != nil {
-		t.Fatalf("%v\n%s", err, out.b.String())
+		t.Fatalf("%v\n%s", err, out.String())
 	}
-	got := out.b.String()
+	got := out.String()
 	for _, want := range []string{
 		"m0: I am 0 of 1",
 		"I am 2 of 3",
@@ -44,7 +34,7 @@ func TestPeerIndex(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	if err := run(context.Background(), &buffer{}, config{members: 1}); err == nil {
+	if err := run(context.Background(), &testutil.Buffer{}, config{members: 1}); err == nil {
 		t.Fatal("-members 1 accepted")
 	}
 }

@@ -3,42 +3,15 @@ package main
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/testutil"
 
 	"go.uber.org/goleak"
 
 	"github.com/rink-go/rink/internal/embedetcd"
 )
-
-type buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 15s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestSingleton runs two copies against one etcd: one ticks; when it
 // stops, the other takes over.
@@ -50,18 +23,18 @@ func TestSingleton(t *testing.T) {
 	}
 	defer srv.Close()
 
-	var outA, outB buffer
+	var outA, outB testutil.Buffer
 	ctxA, stopA := context.WithCancel(context.Background())
 	ctxB, stopB := context.WithCancel(context.Background())
 	errs := make(chan error, 2)
 	go func() {
 		errs <- run(ctxA, &outA, config{endpoints: srv.Endpoint(), name: "a", every: 20 * time.Millisecond, ttl: 2 * time.Second})
 	}()
-	eventually(t, "a ticks", func() bool { return strings.Contains(outA.String(), "a: tick 2") })
+	testutil.Eventually(t, 15*time.Second, "a ticks", func() bool { return strings.Contains(outA.String(), "a: tick 2") })
 	go func() {
 		errs <- run(ctxB, &outB, config{endpoints: srv.Endpoint(), name: "b", every: 20 * time.Millisecond, ttl: 2 * time.Second})
 	}()
-	eventually(t, "b joined", func() bool { return strings.Contains(outB.String(), "b joined") })
+	testutil.Eventually(t, 15*time.Second, "b joined", func() bool { return strings.Contains(outB.String(), "b joined") })
 	time.Sleep(100 * time.Millisecond) // b must stay idle while a leads
 	if strings.Contains(outB.String(), "tick") {
 		t.Fatalf("b ticks while a leads:\n%s", outB.String())
@@ -70,7 +43,7 @@ func TestSingleton(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "b takes over", func() bool { return strings.Contains(outB.String(), "b: tick 2") })
+	testutil.Eventually(t, 15*time.Second, "b takes over", func() bool { return strings.Contains(outB.String(), "b: tick 2") })
 	if !strings.Contains(outA.String(), "a stops leading: rink: shut down") {
 		t.Errorf("a's output:\n%s", outA.String())
 	}
@@ -81,7 +54,7 @@ func TestSingleton(t *testing.T) {
 }
 
 func TestBadInterval(t *testing.T) {
-	if err := run(context.Background(), &buffer{}, config{every: 0}); err == nil {
+	if err := run(context.Background(), &testutil.Buffer{}, config{every: 0}); err == nil {
 		t.Fatal("-every 0 accepted")
 	}
 }
