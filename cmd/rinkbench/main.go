@@ -1,0 +1,165 @@
+// Command rinkbench measures rink on an embedded etcd: graceful handover,
+// failover after a member is cut off, roles moved by a scale-out, a crash
+// and a rolling deploy. Each scenario runs -runs times and reports the
+// min, median and max of each figure; -json prints one JSON object per
+// scenario instead.
+//
+//	go run ./cmd/rinkbench
+//	go run ./cmd/rinkbench -scenario handover,failover -runs 5 -json
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink/internal/bench"
+	"github.com/rink-go/rink/internal/embedetcd"
+)
+
+// scenarios maps names to runs of one scenario.
+var scenarios = []struct {
+	name, about string
+	run         func(env bench.Env, cfg config) (bench.Sample, error)
+}{
+	{"handover", "a plain member shuts down; gap until the other holds its role", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Handover(env, false, cfg.handovers)
+	}},
+	{"handover-leader", "the leader shuts down; gap until the other holds its role", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Handover(env, true, cfg.handovers)
+	}},
+	{"failover", "TTL 2 s; the holder is cut off etcd: when it fences, when the other holds its roles", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.Failover(env)
+	}},
+	{"scale-out", "4 -> 5 members, 1,024 roles: roles moved and role contexts cancelled", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.ScaleOut(env)
+	}},
+	{"crash-moves", "5 members, 1,024 roles; index 1 crashes: roles moved against its roles", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.CrashMoves(env)
+	}},
+	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.Rolling(env)
+	}},
+}
+
+type config struct {
+	scenario  string
+	runs      int
+	handovers int
+	json      bool
+	noFsync   bool
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.scenario, "scenario", "all", "scenarios to run, comma-separated: "+names()+", or all")
+	flag.IntVar(&cfg.runs, "runs", 5, "runs per scenario")
+	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios")
+	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
+	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
+	flag.Parse()
+	if err := run(os.Stdout, os.Stderr, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "rinkbench:", err)
+		os.Exit(1)
+	}
+}
+
+func names() string {
+	var out []string
+	for _, s := range scenarios {
+		out = append(out, s.name)
+	}
+	return strings.Join(out, ", ")
+}
+
+// jsonResult is the JSON form of one scenario's result.
+type jsonResult struct {
+	Scenario string                   `json:"scenario"`
+	Runs     int                      `json:"runs"`
+	Figures  map[string]bench.Summary `json:"figures"`
+	Samples  []bench.Sample           `json:"samples"`
+}
+
+func run(out, errOut io.Writer, cfg config) error {
+	if cfg.runs < 1 || cfg.handovers < 1 {
+		return fmt.Errorf("-runs and -handovers must be at least 1")
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(cfg.scenario, ",") {
+		want[strings.TrimSpace(n)] = true
+	}
+	for n := range want {
+		if n != "all" && !strings.Contains(","+names()+",", ", "+n+",") && !strings.HasPrefix(names(), n+",") {
+			return fmt.Errorf("unknown scenario %q (have %s)", n, names())
+		}
+	}
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: cfg.noFsync})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	env := bench.Env{Endpoints: []string{srv.Endpoint()}, NewProxy: newProxy(srv.Endpoint())}
+	if !cfg.json {
+		fmt.Fprintf(out, "rinkbench: embedded etcd at %s (fsync %v), %d runs per scenario\n\n", srv.Endpoint(), !cfg.noFsync, cfg.runs)
+	}
+	for _, s := range scenarios {
+		if !want["all"] && !want[s.name] {
+			continue
+		}
+		res := bench.Result{Scenario: s.name}
+		began := time.Now()
+		for i := 0; i < cfg.runs; i++ {
+			sample, err := s.run(env, cfg)
+			if err != nil {
+				return fmt.Errorf("%s, run %d: %w", s.name, i+1, err)
+			}
+			res.Runs = append(res.Runs, sample)
+		}
+		if cfg.json {
+			if err := json.NewEncoder(out).Encode(jsonResult{s.name, cfg.runs, res.Summaries(), res.Runs}); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(out, "%s — %s (%v)\n", s.name, s.about, time.Since(began).Round(time.Second))
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "figure\tmin\tmedian\tmax\t")
+		sums := res.Summaries()
+		for _, f := range res.Figures() {
+			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t\n", f, sums[f].Min, sums[f].Median, sums[f].Max)
+		}
+		tw.Flush()
+		fmt.Fprintln(out)
+	}
+	return nil
+}
+
+// newProxy makes proxies in front of etcd (go.etcd.io/etcd/pkg/v3/proxy)
+// that a scenario can cut off.
+func newProxy(target string) func() (string, func(), func(), func(), error) {
+	return func() (string, func(), func(), func(), error) {
+		from, err := embedetcd.FreeURL()
+		if err != nil {
+			return "", nil, nil, nil, err
+		}
+		from.Scheme = "tcp"
+		p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: target}})
+		select {
+		case <-p.Ready():
+		case err := <-p.Error():
+			return "", nil, nil, nil, err
+		}
+		cut := func() { p.PauseTx(); p.PauseRx() }
+		heal := func() { p.UnpauseTx(); p.UnpauseRx() }
+		return from.Host, cut, heal, func() { heal(); p.Close() }, nil
+	}
+}

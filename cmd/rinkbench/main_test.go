@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestAllScenarios runs every scenario once, briefly, and checks the JSON
+// output: every scenario reports, and no run saw two holders of a role.
+func TestAllScenarios(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out, errOut bytes.Buffer
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, json: true, noFsync: true}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r jsonResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		seen[r.Scenario] = true
+		if o, ok := r.Figures["overlaps"]; !ok || o.Max != 0 {
+			t.Errorf("%s: overlaps %+v", r.Scenario, o)
+		}
+	}
+	for _, s := range scenarios {
+		if !seen[s.name] {
+			t.Errorf("no result for %s", s.name)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, cfg := range []config{{scenario: "nope", runs: 1, handovers: 1}, {scenario: "all", runs: 0, handovers: 1}} {
+		if err := run(&bytes.Buffer{}, &bytes.Buffer{}, cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}

@@ -1,0 +1,247 @@
+// Package bench holds the scenarios of cmd/rinkbench: each starts members
+// of a rink on an etcd it is given, provokes one kind of change, and
+// measures it through the members' events (rink.WithEvents), which report
+// acquisitions and releases at the instant they happen.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+)
+
+// Env is what a scenario runs against.
+type Env struct {
+	Endpoints []string
+	// NewProxy, if set, returns the address of a proxy in front of etcd and
+	// functions that cut it off and heal it (for the failover scenario).
+	NewProxy func() (addr string, cut, heal func(), closeProxy func(), err error)
+}
+
+var rinkSeq atomic.Int64
+
+// Sample is one run's figures, by name.
+type Sample map[string]float64
+
+// Result is a scenario's samples over its runs.
+type Result struct {
+	Scenario string
+	Runs     []Sample
+}
+
+// Summary is min, median and max of one figure over the runs.
+type Summary struct{ Min, Median, Max float64 }
+
+// Summaries summarises every figure of the result.
+func (r Result) Summaries() map[string]Summary {
+	all := map[string][]float64{}
+	for _, s := range r.Runs {
+		for k, v := range s {
+			all[k] = append(all[k], v)
+		}
+	}
+	out := map[string]Summary{}
+	for k, vs := range all {
+		slices.Sort(vs)
+		out[k] = Summary{vs[0], vs[len(vs)/2], vs[len(vs)-1]}
+	}
+	return out
+}
+
+// Figures lists the result's figure names, sorted.
+func (r Result) Figures() []string {
+	var names []string
+	for k := range r.Summaries() {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// recorder collects events from all members of a run.
+type recorder struct {
+	mu     sync.Mutex
+	events []rink.Event
+}
+
+func (rec *recorder) observe(e rink.Event) {
+	if e.Kind == rink.EventAcquired || e.Kind == rink.EventReleased || e.Kind == rink.EventFenced {
+		rec.mu.Lock()
+		rec.events = append(rec.events, e)
+		rec.mu.Unlock()
+	}
+}
+
+func (rec *recorder) snapshot() []rink.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.events)
+}
+
+// overlaps counts instants at which a slot had two holders, and acquisitions
+// whose token did not increase: both must be zero.
+func overlaps(events []rink.Event) int {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
+	holder := map[int]string{}
+	last := map[int]int64{}
+	bad := 0
+	for _, e := range events {
+		switch e.Kind {
+		case rink.EventAcquired:
+			if h, ok := holder[e.Slot]; ok && h != e.Member {
+				bad++
+			}
+			if e.Token <= last[e.Slot] {
+				bad++
+			}
+			holder[e.Slot], last[e.Slot] = e.Member, e.Token
+		case rink.EventReleased:
+			if holder[e.Slot] == e.Member {
+				delete(holder, e.Slot)
+			}
+		case rink.EventFenced:
+			for s, m := range holder {
+				if m == e.Member {
+					delete(holder, s)
+				}
+			}
+		}
+	}
+	return bad
+}
+
+// moves returns, for acquisitions after since, the gap between the slot's
+// previous holder letting go and the new holder starting, per slot move.
+func moves(events []rink.Event, since time.Time) []time.Duration {
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
+	holder := map[int]string{}
+	ended := map[int]time.Time{}
+	var gaps []time.Duration
+	for _, e := range events {
+		switch e.Kind {
+		case rink.EventAcquired:
+			if t, ok := ended[e.Slot]; ok && holder[e.Slot] == "" && e.Time.After(since) {
+				gaps = append(gaps, e.Time.Sub(t))
+			}
+			holder[e.Slot] = e.Member
+		case rink.EventReleased:
+			if holder[e.Slot] == e.Member {
+				holder[e.Slot], ended[e.Slot] = "", e.Time
+			}
+		case rink.EventFenced:
+			for s, m := range holder {
+				if m == e.Member {
+					holder[s], ended[s] = "", e.Time
+				}
+			}
+		}
+	}
+	return gaps
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// member is one rink member with its own client.
+type member struct {
+	r   *rink.Rink
+	cli *clientv3.Client
+}
+
+func (m *member) stop() {
+	if m.r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = m.r.Shutdown(ctx)
+		cancel()
+	}
+	m.cli.Close()
+}
+
+func join(endpoints []string, rinkName, name string, rec *recorder, opts ...rink.Option) (*member, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	opts = append([]rink.Option{rink.WithMemberName(name), rink.WithEvents(rec.observe)}, opts...)
+	r, err := rink.New(cli, rinkName, opts...)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &member{r: r, cli: cli}, nil
+}
+
+// until polls cond for up to d.
+func until(d time.Duration, what string, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v: %s", d, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// settled reports whether every member holds exactly the slots the first
+// member's map gives it, and all members agree on the map version.
+func settled(rec *recorder, ms []*member) func() bool {
+	return func() bool {
+		var version int64
+		for i, m := range ms {
+			rk := m.r.Rank()
+			if i == 0 {
+				version = rk.Version
+			} else if rk.Version != version {
+				return false
+			}
+		}
+		held := map[int]string{}
+		for _, e := range rec.snapshot() {
+			switch e.Kind {
+			case rink.EventAcquired:
+				held[e.Slot] = e.Member
+			case rink.EventReleased:
+				if held[e.Slot] == e.Member {
+					delete(held, e.Slot)
+				}
+			case rink.EventFenced:
+				for s, who := range held {
+					if who == e.Member {
+						delete(held, s)
+					}
+				}
+			}
+		}
+		if len(held) != rink.DefaultSlots {
+			return false
+		}
+		for _, m := range ms {
+			if m.r.Rank().Index < 0 {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+func nextRink(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), rinkSeq.Add(1))
+}
