@@ -49,12 +49,16 @@ var scenarios = []struct {
 	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, _ config) (bench.Sample, error) {
 		return bench.Rolling(env)
 	}},
+	{"steady-cost", "8 members holding 10,000 roles: etcd requests per second, renewals, keys", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.SteadyCost(env, cfg.hold)
+	}},
 }
 
 type config struct {
 	scenario  string
 	runs      int
 	handovers int
+	hold      time.Duration
 	json      bool
 	noFsync   bool
 }
@@ -64,6 +68,7 @@ func main() {
 	flag.StringVar(&cfg.scenario, "scenario", "all", "scenarios to run, comma-separated: "+names()+", or all")
 	flag.IntVar(&cfg.runs, "runs", 5, "runs per scenario")
 	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios")
+	flag.DurationVar(&cfg.hold, "hold", 30*time.Second, "how long the steady-cost scenario holds its roles")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
 	flag.Parse()
@@ -90,8 +95,8 @@ type jsonResult struct {
 }
 
 func run(out, errOut io.Writer, cfg config) error {
-	if cfg.runs < 1 || cfg.handovers < 1 {
-		return fmt.Errorf("-runs and -handovers must be at least 1")
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 {
+		return fmt.Errorf("-runs and -handovers must be at least 1, -hold above 0")
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(cfg.scenario, ",") {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -14,7 +15,7 @@ import (
 func TestAllScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, json: true, noFsync: true}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	seen := map[string]bool{}
@@ -37,7 +38,7 @@ func TestAllScenarios(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, cfg := range []config{{scenario: "nope", runs: 1, handovers: 1}, {scenario: "all", runs: 0, handovers: 1}} {
+	for _, cfg := range []config{{scenario: "nope", runs: 1, handovers: 1, hold: time.Second}, {scenario: "all", runs: 0, handovers: 1, hold: time.Second}} {
 		if err := run(&bytes.Buffer{}, &bytes.Buffer{}, cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}

@@ -1,0 +1,126 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rink-go/rink"
+)
+
+// requestCounts reads, from the embedded etcd's metrics in this process,
+// the requests started per gRPC method and the lease renewals.
+func requestCounts() (map[string]float64, error) {
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "grpc_server_started_total":
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "grpc_method" {
+						out[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		case "etcd_debugging_lease_renewed_total":
+			out["renewals"] = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return out, nil
+}
+
+// SteadyCost runs 8 members holding 10,000 roles (every member awaits every
+// role, as an application would) for the given time, and reports etcd
+// requests per second by kind, lease renewals per member per TTL, and the
+// keys under the rink's prefix: all of which grow with members, not roles.
+func SteadyCost(env Env, hold time.Duration) (Sample, error) {
+	const members, nroles = 8, 10000
+	ttl := rink.DefaultSessionTTL
+	rec := &recorder{}
+	name, ms, err := cluster(env, rec, "steady", members, rink.WithRebalanceDelay(0))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { stopAll(ms) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	defer func() { cancel(); loops.Wait() }()
+	rs := roles(nroles)
+	for _, m := range ms {
+		for _, role := range rs {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				for {
+					rctx, err := m.r.AwaitRoleContext(ctx, role)
+					if err != nil {
+						return
+					}
+					select {
+					case <-rctx.Done():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	}
+	if err := until(time.Minute, "every role held", func() bool {
+		for _, role := range rs {
+			held := false
+			for _, m := range ms {
+				if _, ok := m.r.Get(role); ok {
+					held = true
+					break
+				}
+			}
+			if !held {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	before, err := requestCounts()
+	if err != nil {
+		return nil, err
+	}
+	began := time.Now()
+	time.Sleep(hold)
+	after, err := requestCounts()
+	if err != nil {
+		return nil, err
+	}
+	secs := time.Since(began).Seconds()
+	resp, err := ms[0].cli.Get(context.Background(), "rink/"+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	s := Sample{"keys": float64(resp.Count)}
+	total := 0.0
+	for k, v := range after {
+		rate := (v - before[k]) / secs
+		if rate == 0 || k == "renewals" {
+			continue
+		}
+		total += rate
+		s[strings.ToLower(k)+"_per_s"] = rate
+	}
+	s["requests_per_s"] = total
+	s["renewals_per_member_per_ttl"] = (after["renewals"] - before["renewals"]) / secs / members * ttl.Seconds()
+	s["overlaps"] = float64(overlaps(rec.snapshot()))
+	if s["keys"] > 3*members+1 {
+		return s, fmt.Errorf("%v keys for %d members", s["keys"], members)
+	}
+	return s, nil
+}
