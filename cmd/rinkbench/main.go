@@ -46,8 +46,8 @@ var scenarios = []struct {
 	{"crash-moves", "5 members, 1,024 roles; index 1 crashes: roles moved against its roles", func(env bench.Env, _ config) (bench.Sample, error) {
 		return bench.CrashMoves(env)
 	}},
-	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, _ config) (bench.Sample, error) {
-		return bench.Rolling(env)
+	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Rolling(env, cfg.plot)
 	}},
 	{"steady-cost", "8 members holding 10,000 roles: etcd requests per second, renewals, keys", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.SteadyCost(env, cfg.hold)
@@ -59,6 +59,7 @@ type config struct {
 	runs      int
 	handovers int
 	hold      time.Duration
+	plot      string
 	json      bool
 	noFsync   bool
 }
@@ -69,6 +70,7 @@ func main() {
 	flag.IntVar(&cfg.runs, "runs", 5, "runs per scenario")
 	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios")
 	flag.DurationVar(&cfg.hold, "hold", 30*time.Second, "how long the steady-cost scenario holds its roles")
+	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
 	flag.Parse()
@@ -123,6 +125,9 @@ func run(out, errOut io.Writer, cfg config) error {
 		res := bench.Result{Scenario: s.name}
 		began := time.Now()
 		for i := 0; i < cfg.runs; i++ {
+			if i > 0 {
+				cfg.plot = "" // the first run draws
+			}
 			sample, err := s.run(env, cfg)
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, i+1, err)

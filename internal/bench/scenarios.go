@@ -265,8 +265,9 @@ func CrashMoves(env Env) (Sample, error) {
 
 // Rolling replaces each of 4 members (1,024 roles) by a newcomer that
 // joins, waits, and inherits, and reports acquisitions per role, gaps per
-// slot move and the total unheld role-time.
-func Rolling(env Env) (Sample, error) {
+// slot move and the total unheld role-time. With plotTo set it also draws
+// the roles each member held over time.
+func Rolling(env Env, plotTo string) (Sample, error) {
 	rec := &recorder{}
 	rs := roles(1024)
 	opts := []rink.Option{rink.WithRebalanceDelay(2 * time.Second)}
@@ -311,6 +312,11 @@ func Rolling(env Env) (Sample, error) {
 	acqRoles := 0
 	for _, r := range rs {
 		acqRoles += acquired[slotOf(r)]
+	}
+	if plotTo != "" {
+		if err := plotHoldings(plotTo, "rolling deploy: 4 members x 1,024 roles, each replaced by a newcomer", events, rs, mark); err != nil {
+			return nil, err
+		}
 	}
 	gaps := moves(events, mark)
 	var unheld time.Duration
