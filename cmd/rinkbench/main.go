@@ -125,10 +125,11 @@ func run(out, errOut io.Writer, cfg config) error {
 		res := bench.Result{Scenario: s.name}
 		began := time.Now()
 		for i := 0; i < cfg.runs; i++ {
+			runCfg := cfg
 			if i > 0 {
-				cfg.plot = "" // the first run draws
+				runCfg.plot = "" // the first run draws
 			}
-			sample, err := s.run(env, cfg)
+			sample, err := s.run(env, runCfg)
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", s.name, i+1, err)
 			}
