@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 	r.initState()
 	r.rejoinHook = func(*incarnation, bool) {}
 	inc := &incarnation{createRev: createRev, lost: make(chan struct{})}
+	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
 	return &bare{t: t, r: r}
@@ -163,6 +165,7 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 	st.inc, st.selfSeen = nil, false
 	b.r.reconcile()
 	inc := &incarnation{createRev: createRev, lost: make(chan struct{})}
+	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	st.inc = inc
 }
@@ -248,4 +251,37 @@ func TestBarrierOlderMapWrittenByHand(t *testing.T) {
 	f := newBare(t, "f", 2, 40)
 	f.put(mapKV(twoSlots(8, []string{"f", "a"}, 0, 1), L, 30), memberKV("a", 3, 21, 10, L), memberKV("f", 40, 40, 0, 0))
 	f.wantHeld(0, false, "a acknowledged v10, which f has not seen")
+}
+
+// After a pause past the fence deadline (SIGSTOP, a long stall), the first
+// check of a role context's Err reports the role lost, and fences the
+// member, even before the goroutine that renews the lease has woken up.
+func TestRoleContextFencesAtDeadline(t *testing.T) {
+	b := newBare(t, "b", 1, 5)
+	var fences int
+	b.r.opts.events = func(e Event) {
+		if e.Kind == EventFenced {
+			fences++
+		}
+	}
+	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
+	ctx := b.r.slots[0].Load().ctx
+	if ctx.Err() != nil {
+		t.Fatal("a fresh holding reports itself lost")
+	}
+	b.r.st.inc.setDeadline(time.Now().Add(-time.Millisecond)) // as if stopped past it
+	if err := ctx.Err(); !errors.Is(err, context.Canceled) || !errors.Is(context.Cause(ctx), ErrFenced) {
+		t.Fatalf("after the deadline: Err %v, Cause %v", err, context.Cause(ctx))
+	}
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("Done not closed")
+	}
+	if _, ok := b.r.Get("anything-in-slot-0"); ok {
+		t.Fatal("Get reports a role held past the deadline")
+	}
+	if fences != 1 {
+		t.Fatalf("%d fence events, want 1", fences)
+	}
 }

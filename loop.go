@@ -441,7 +441,8 @@ func (r *Rink) acquire(s int) {
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	st.held[s] = cancel
 	r.emit(Event{Kind: EventAcquired, Slot: s, Token: token, From: st.gainFrom[s], Wait: time.Since(st.gainAt[s])})
-	r.swapSlot(s, &slotState{ctx: context.WithValue(ctx, tokenKey{}, token), changed: make(chan struct{})})
+	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
+	r.swapSlot(s, &slotState{ctx: rc, changed: make(chan struct{})})
 }
 
 // release stops holding slot s.

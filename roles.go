@@ -21,6 +21,29 @@ type slotState struct {
 
 type tokenKey struct{}
 
+// roleContext is the context of a holding. Its Err also checks the lease's
+// fence deadline, and fences the member on the spot if the deadline has
+// passed: after the process was stopped or stalled past its deadline, the
+// goroutine that renews the lease may not have run yet, but a caller that
+// checks Err before acting on a role already sees it lost. Done is closed
+// by the fence itself, a moment later in that case.
+type roleContext struct {
+	context.Context
+	r   *Rink
+	inc *incarnation
+}
+
+func (c *roleContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	if c.inc.expired() {
+		c.r.fence(c.inc, ErrFenced)
+		return c.Context.Err()
+	}
+	return nil
+}
+
 // Token returns the fencing token carried by a role context. Tokens strictly
 // increase across successive holdings of a role, whichever members hold it,
 // so a store that remembers the highest token it has seen for a role can
@@ -50,6 +73,8 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 // context, which is cancelled the moment the role is lost: when a new map
 // moves it (cause ErrRoleMoved), when this member cannot confirm its lease
 // (ErrFenced) or on Shutdown (ErrShutdown); context.Cause tells which.
+// Check ctx.Err() before each action on the role: it is exact even right
+// after the process was stopped or stalled past its lease.
 //
 // After Shutdown it returns at once a context already cancelled with cause
 // ErrShutdown, so a loop that runs work per holding stops like this:

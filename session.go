@@ -24,7 +24,21 @@ type incarnation struct {
 	cancel    context.CancelCauseFunc
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
 	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
+	deadline  atomic.Int64  // fence deadline, as nanoseconds on monoClock
 }
+
+// monoBase anchors a process-wide monotonic clock: durations since it are
+// read from the monotonic clock, which keeps counting while the process is
+// stopped (SIGSTOP) or stalled.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+func (inc *incarnation) setDeadline(t time.Time) { inc.deadline.Store(int64(t.Sub(monoBase))) }
+
+// expired reports whether the fence deadline has passed, whether or not
+// the keeper has woken up to act on it yet.
+func (inc *incarnation) expired() bool { return monoNow() >= inc.deadline.Load() }
 
 // memberValue is the JSON value of a member key.
 type memberValue struct {
@@ -94,6 +108,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
 		inc := &incarnation{lease: grant.ID, createRev: resp.Header.Revision, lost: make(chan struct{})}
+		inc.setDeadline(deadline)
 		inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 		r.wg.Add(1)
 		go func() {
@@ -156,6 +171,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
 			return
 		case err == nil && resp.TTL > 0:
 			deadline = sent.Add(time.Duration(resp.TTL)*time.Second - fenceMargin(r.opts.ttl))
+			inc.setDeadline(deadline)
 			fence.Reset(time.Until(deadline))
 			tick.Reset(time.Until(sent.Add(interval)))
 		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
