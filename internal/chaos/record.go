@@ -1,0 +1,123 @@
+// Package chaos records what rink members do with their roles, from
+// several processes on one machine, and checks the records for violations
+// of rink's promise.
+//
+// A member appends one line per event to its own log file:
+//
+//	<monotonic ns> <member> <kind> <role> <token>
+//
+// Times are CLOCK_MONOTONIC, the same clock for every process on the
+// machine, unaffected by wall-clock steps. Kinds: "acquire" (written and
+// fsynced before the member acts on the role), "act" (the member checked
+// its role context and acted: written before the action), and "release"
+// (written after the role context ended).
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Kind is what a record reports.
+type Kind string
+
+// The kinds of record.
+const (
+	Acquire Kind = "acquire"
+	Act     Kind = "act"
+	Release Kind = "release"
+)
+
+// Record is one line of a member's log.
+type Record struct {
+	Mono   int64 // CLOCK_MONOTONIC, nanoseconds
+	Member string
+	Kind   Kind
+	Role   string
+	Token  int64
+}
+
+// Now reads CLOCK_MONOTONIC.
+func Now() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("chaos: CLOCK_MONOTONIC: %v", err)) // Linux always has it
+	}
+	return ts.Nano()
+}
+
+// Log appends records to a file. It is safe for concurrent use.
+type Log struct {
+	mu sync.Mutex
+	f  *os.File
+	w  *bufio.Writer
+}
+
+// Create opens (creating or appending to) the log at path.
+func Create(path string) (*Log, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: opening log: %w", err)
+	}
+	return &Log{f: f, w: bufio.NewWriter(f)}, nil
+}
+
+// Write appends a record, stamped now. Acquisitions are flushed and
+// fsynced before Write returns, so that a member killed right after never
+// acted on a role without a durable record of holding it.
+func (l *Log) Write(member string, kind Kind, role string, token int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", Now(), member, kind, role, token); err != nil {
+		return err
+	}
+	if kind != Acquire {
+		return nil
+	}
+	if err := l.w.Flush(); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+// Close flushes and closes the log.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.w.Flush(); err != nil {
+		l.f.Close()
+		return err
+	}
+	if err := l.f.Sync(); err != nil {
+		l.f.Close()
+		return err
+	}
+	return l.f.Close()
+}
+
+// Parse reads records; a torn last line (a member killed mid-write) is
+// skipped.
+func Parse(r io.Reader) ([]Record, error) {
+	var out []Record
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		f := strings.Fields(sc.Text())
+		if len(f) != 5 {
+			continue // torn
+		}
+		mono, err1 := strconv.ParseInt(f[0], 10, 64)
+		token, err2 := strconv.ParseInt(f[4], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("chaos: line %d: %q", n, sc.Text())
+		}
+		out = append(out, Record{Mono: mono, Member: f[1], Kind: Kind(f[2]), Role: f[3], Token: token})
+	}
+	return out, sc.Err()
+}

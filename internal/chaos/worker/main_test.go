@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rink-go/rink/internal/chaos"
+	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/internal/testutil"
+)
+
+// TestWorkers runs two workers through a graceful handover and checks
+// their merged logs.
+func TestWorkers(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	cfg := func(name string) config {
+		return config{endpoints: srv.Endpoint(), rink: "chaos-test", name: name, roles: 16, ttl: 2 * time.Second,
+			delay: 0, every: 10 * time.Millisecond, log: filepath.Join(dir, name+".log")}
+	}
+	ctxA, stopA := context.WithCancel(context.Background())
+	ctxB, stopB := context.WithCancel(context.Background())
+	errA, errB := make(chan error, 1), make(chan error, 1)
+	go func() { errA <- run(ctxA, cfg("a")) }()
+	go func() { errB <- run(ctxB, cfg("b")) }()
+	acted := func(name string) bool {
+		f, err := os.Open(filepath.Join(dir, name+".log"))
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		recs, _ := chaos.Parse(f)
+		for _, r := range recs {
+			if r.Kind == chaos.Act {
+				return true
+			}
+		}
+		return false
+	}
+	testutil.Eventually(t, 20*time.Second, "both workers act", func() bool { return acted("a") && acted("b") })
+	stopA()
+	if err := <-errA; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let b act on a's former roles for a while (not synchronisation)
+	stopB()
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+	var all []chaos.Record
+	for _, name := range []string{"a", "b"} {
+		f, err := os.Open(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := chaos.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	rep := chaos.Check(all)
+	if len(rep.Violations) > 0 || rep.Acquisitions < 17 || rep.Actions == 0 {
+		t.Fatalf("report: %d acquisitions, %d actions, violations %v", rep.Acquisitions, rep.Actions, rep.Violations)
+	}
+}
+
+func TestUnwritableLog(t *testing.T) {
+	err := run(context.Background(), config{name: "a", roles: 1, every: time.Millisecond, log: filepath.Join(t.TempDir(), "no", "such", "dir", "a.log")})
+	if err == nil {
+		t.Fatal("a worker started without a writable log")
+	}
+}
