@@ -18,11 +18,22 @@ func (v Violation) String() string { return v.Role + ": " + v.Detail }
 type Report struct {
 	Acquisitions int
 	Actions      int
-	Violations   []Violation
+	// Late counts acquisition records that reached the log after a newer
+	// holding's: harmless unless the member then acted on them.
+	Late       int
+	Violations []Violation
 	// Unheld lists, per role, the gaps between one holding's last sign of
 	// life (its release, or its last action if it never logged a release)
 	// and the next acquisition.
 	Unheld map[string][]time.Duration
+	// UnheldAt lists the same gaps with the time each ended.
+	UnheldAt map[string][]Gap
+}
+
+// Gap is a time a role had no holder, ending at End (CLOCK_MONOTONIC).
+type Gap struct {
+	End int64
+	Gap time.Duration
 }
 
 // Check reads the merged records of all members and reports:
@@ -32,13 +43,15 @@ type Report struct {
 //     token, and before that member's holding ended — two members acting
 //     on one role at once. A release logged late (a process that was
 //     stopped logs it when it resumes) is not an action and is not counted.
-//   - tokens: successive acquisitions of a role, in time order, whose
-//     tokens do not strictly increase.
-//   - stale action: a member acting on a role with a token lower than the
-//     newest token already acquired for that role by anyone.
+//   - tokens: two members acquiring a role with the same token.
+//
+// Records are written after the fact (an acquisition record can queue
+// behind other fsyncs), so holdings are ordered by token, which etcd
+// assigns in real order, not by record time: an acquisition recorded after
+// a newer one is late, not a violation, unless its member then acts.
 func Check(records []Record) Report {
 	sort.SliceStable(records, func(i, j int) bool { return records[i].Mono < records[j].Mono })
-	rep := Report{Unheld: map[string][]time.Duration{}}
+	rep := Report{Unheld: map[string][]time.Duration{}, UnheldAt: map[string][]Gap{}}
 	type holding struct {
 		member string
 		token  int64
@@ -47,27 +60,37 @@ func Check(records []Record) Report {
 	}
 	cur := map[string]*holding{} // role -> newest holding
 	newest := map[string]int64{} // role -> newest token acquired
+	owner := map[string]string{} // role -> who acquired it
 	for _, r := range records {
 		switch r.Kind {
 		case Acquire:
 			rep.Acquisitions++
-			if r.Token <= newest[r.Role] {
+			switch {
+			case r.Token == newest[r.Role] && owner[r.Role] != r.Member:
 				rep.Violations = append(rep.Violations, Violation{r.Role, fmt.Sprintf(
-					"tokens: %s acquired with token %d after token %d", r.Member, r.Token, newest[r.Role])})
+					"tokens: %s and %s both acquired with token %d", owner[r.Role], r.Member, r.Token)})
+				continue
+			case r.Token <= newest[r.Role]:
+				// Written late: the holding was already superseded when its
+				// record reached the log (records queue behind each other's
+				// fsync). Acting on it would be a violation; see Act.
+				rep.Late++
+				continue
 			}
 			if h := cur[r.Role]; h != nil {
 				// If the previous holder logged no release (killed, or
 				// stopped), its holding counts until its last action; it is
 				// an overlap only if it acts again from now on (see Act).
 				rep.Unheld[r.Role] = append(rep.Unheld[r.Role], time.Duration(r.Mono-h.last))
+				rep.UnheldAt[r.Role] = append(rep.UnheldAt[r.Role], Gap{End: r.Mono, Gap: time.Duration(r.Mono - h.last)})
 			}
-			newest[r.Role] = max(newest[r.Role], r.Token)
+			newest[r.Role], owner[r.Role] = r.Token, r.Member
 			cur[r.Role] = &holding{member: r.Member, token: r.Token, last: r.Mono}
 		case Act:
 			rep.Actions++
-			if r.Token < newest[r.Role] {
+			if r.Token < newest[r.Role] || r.Token == newest[r.Role] && owner[r.Role] != r.Member {
 				rep.Violations = append(rep.Violations, Violation{r.Role, fmt.Sprintf(
-					"overlap: %s acted with token %d after token %d was acquired", r.Member, r.Token, newest[r.Role])})
+					"overlap: %s acted with token %d after %s acquired token %d", r.Member, r.Token, owner[r.Role], newest[r.Role])})
 				continue
 			}
 			if h := cur[r.Role]; h != nil && h.member == r.Member && h.token == r.Token {

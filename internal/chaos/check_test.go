@@ -34,15 +34,19 @@ func TestCheck(t *testing.T) {
 			rec(0, "a", Acquire, "r", 5),
 			rec(2000, "b", Acquire, "r", 9),
 			rec(5000, "a", Act, "r", 5),
-		}, "overlap: a acted with token 5"},
-		{"token not increasing", []Record{
+		}, "overlap: a acted with token 5 after b acquired token 9"},
+		{"two members with one token", []Record{
 			rec(0, "a", Acquire, "r", 5), rec(1, "a", Release, "r", 5),
 			rec(2, "b", Acquire, "r", 5),
-		}, "tokens: b acquired with token 5 after token 5"},
-		{"acquired with an older token", []Record{
+		}, "tokens: a and b both acquired with token 5"},
+		{"an acquisition recorded late, never acted on", []Record{
+			rec(0, "b", Acquire, "r", 9), rec(3, "b", Act, "r", 9),
+			rec(5, "a", Acquire, "r", 5), rec(5, "a", Release, "r", 5),
+		}, ""},
+		{"an acquisition recorded late, then acted on", []Record{
 			rec(0, "b", Acquire, "r", 9),
-			rec(5, "a", Acquire, "r", 5),
-		}, "tokens: a acquired with token 5"},
+			rec(5, "a", Acquire, "r", 5), rec(6, "a", Act, "r", 5),
+		}, "overlap: a acted with token 5 after b acquired token 9"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

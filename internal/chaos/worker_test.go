@@ -1,4 +1,4 @@
-package main
+package chaos_test
 
 import (
 	"context"
@@ -24,15 +24,15 @@ func TestWorkers(t *testing.T) {
 	}
 	defer srv.Close()
 	dir := t.TempDir()
-	cfg := func(name string) config {
-		return config{endpoints: srv.Endpoint(), rink: "chaos-test", name: name, roles: 16, ttl: 2 * time.Second,
-			delay: 0, every: 10 * time.Millisecond, log: filepath.Join(dir, name+".log")}
+	cfg := func(name string) chaos.WorkerConfig {
+		return chaos.WorkerConfig{Endpoints: srv.Endpoint(), Rink: "chaos-test", Name: name, Roles: 16, TTL: 2 * time.Second,
+			Delay: 0, Every: 10 * time.Millisecond, Log: filepath.Join(dir, name+".log")}
 	}
 	ctxA, stopA := context.WithCancel(context.Background())
 	ctxB, stopB := context.WithCancel(context.Background())
 	errA, errB := make(chan error, 1), make(chan error, 1)
-	go func() { errA <- run(ctxA, cfg("a")) }()
-	go func() { errB <- run(ctxB, cfg("b")) }()
+	go func() { errA <- chaos.RunWorker(ctxA, cfg("a")) }()
+	go func() { errB <- chaos.RunWorker(ctxB, cfg("b")) }()
 	acted := func(name string) bool {
 		f, err := os.Open(filepath.Join(dir, name+".log"))
 		if err != nil {
@@ -77,7 +77,7 @@ func TestWorkers(t *testing.T) {
 }
 
 func TestUnwritableLog(t *testing.T) {
-	err := run(context.Background(), config{name: "a", roles: 1, every: time.Millisecond, log: filepath.Join(t.TempDir(), "no", "such", "dir", "a.log")})
+	err := chaos.RunWorker(context.Background(), chaos.WorkerConfig{Name: "a", Roles: 1, Every: time.Millisecond, Log: filepath.Join(t.TempDir(), "no", "such", "dir", "a.log")})
 	if err == nil {
 		t.Fatal("a worker started without a writable log")
 	}

@@ -1,0 +1,528 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/embedetcd"
+)
+
+// childEnv selects, in a re-executed process, which child to be.
+const childEnv = "RINK_CHAOS_CHILD"
+
+// nodeConfig configures one etcd node child.
+type nodeConfig struct {
+	Name, Dir, Client, Peer, Cluster, State string
+}
+
+// MaybeChild runs this process as a child of a fault-injection run if the
+// environment says so, and exits; otherwise it returns at once. Call it
+// first in main (or TestMain) of any binary used as Config.Self.
+func MaybeChild() {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return
+	}
+	kind, data, _ := strings.Cut(spec, ":")
+	ctx, stop := signalContext()
+	defer stop()
+	var err error
+	switch kind {
+	case "etcd":
+		var c nodeConfig
+		if err = json.Unmarshal([]byte(data), &c); err == nil {
+			err = runNode(ctx, c)
+		}
+	case "worker":
+		var c WorkerConfig
+		if err = json.Unmarshal([]byte(data), &c); err == nil {
+			err = RunWorker(ctx, c)
+		}
+	default:
+		err = fmt.Errorf("unknown child %q", kind)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func runNode(ctx context.Context, c nodeConfig) error {
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = c.Name, c.Dir
+	cu, _ := url.Parse(c.Client)
+	pu, _ := url.Parse(c.Peer)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster, cfg.ClusterState = c.Cluster, c.State
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	select {
+	case <-ctx.Done():
+	case err := <-e.Err():
+		return err
+	}
+	return nil
+}
+
+// Config configures a fault-injection run.
+type Config struct {
+	Self     string // the binary to re-execute for children (it calls MaybeChild)
+	Dir      string // data and logs
+	Members  int    // members kept alive (the run replaces those it stops)
+	Roles    int
+	Duration time.Duration
+	Seed     uint64
+	TTL      time.Duration
+	Delay    time.Duration
+	Out      io.Writer // progress lines
+}
+
+// Fault is one injected fault.
+type Fault struct {
+	Kind   string
+	Target string
+	Mono   int64
+}
+
+// Summary is what a run found.
+type Summary struct {
+	Faults     []Fault
+	Report     Report
+	MaxUnheld  map[string]time.Duration // per fault kind
+	MedUnheld  map[string]time.Duration
+	Violations []Violation
+}
+
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	done  chan struct{}
+	proxy []proxy.Server
+}
+
+func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+func (p *proc) wait(d time.Duration) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+type run struct {
+	cfg     Config
+	rng     *rand.Rand
+	nodes   []nodeConfig
+	etcd    []*proc
+	members []*proc
+	next    int
+	faults  []Fault
+	ob      *rink.Observer
+	admin   *clientv3.Client
+	began   int64
+}
+
+func (r *run) logf(format string, args ...any) {
+	if r.cfg.Out != nil {
+		fmt.Fprintf(r.cfg.Out, "%8.3fs  "+format+"\n", append([]any{float64(Now()-r.began) / 1e9}, args...)...)
+	}
+}
+
+func (r *run) start(kind, name string, payload any) (*proc, error) {
+	data, _ := json.Marshal(payload)
+	cmd := exec.Command(r.cfg.Self)
+	cmd.Env = append(os.Environ(), childEnv+"="+kind+":"+string(data))
+	logf, err := os.Create(filepath.Join(r.cfg.Dir, name+".stderr"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+// Drive runs a seeded fault-injection run and checks the members' logs.
+func Drive(ctx context.Context, cfg Config) (Summary, error) {
+	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), began: Now()}
+	defer r.cleanup()
+	if err := r.startEtcd(); err != nil {
+		return Summary{}, err
+	}
+	for i := 0; i < cfg.Members; i++ {
+		if _, err := r.startMember(); err != nil {
+			return Summary{}, err
+		}
+	}
+	if err := r.waitHeld(60 * time.Second); err != nil {
+		return Summary{}, err
+	}
+	end := time.Now().Add(cfg.Duration)
+	kinds := []string{"graceful", "kill9", "rolling", "partition", "latency", "sigstop", "etcd-leader-kill"}
+	var queue []string
+	for time.Now().Before(end) && ctx.Err() == nil {
+		if len(queue) == 0 { // every kind once per round, in a seeded order
+			queue = slices.Clone(kinds)
+			r.rng.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
+		}
+		kind := queue[0]
+		queue = queue[1:]
+		if err := r.inject(kind); err != nil {
+			return Summary{}, fmt.Errorf("%s: %w", kind, err)
+		}
+		// Let the rink recover, then a quiet moment before the next fault.
+		if err := r.waitHeld(60 * time.Second); err != nil {
+			return Summary{}, fmt.Errorf("after %s: %w", kind, err)
+		}
+		time.Sleep(time.Duration(500+r.rng.IntN(1500)) * time.Millisecond)
+	}
+	r.stopMembers()
+	return r.summarise()
+}
+
+func (r *run) startEtcd() error {
+	var peers []string
+	for i := 0; i < 3; i++ {
+		cu, _ := embedetcd.FreeURL()
+		pu, _ := embedetcd.FreeURL()
+		n := nodeConfig{Name: fmt.Sprintf("etcd%d", i), Dir: filepath.Join(r.cfg.Dir, fmt.Sprintf("etcd%d", i)), Client: cu.String(), Peer: pu.String(), State: "new"}
+		r.nodes = append(r.nodes, n)
+		peers = append(peers, n.Name+"="+n.Peer)
+	}
+	for i := range r.nodes {
+		r.nodes[i].Cluster = strings.Join(peers, ",")
+		p, err := r.start("etcd", r.nodes[i].Name, r.nodes[i])
+		if err != nil {
+			return err
+		}
+		r.etcd = append(r.etcd, p)
+	}
+	var eps []string
+	for _, n := range r.nodes {
+		eps = append(eps, strings.TrimPrefix(n.Client, "http://"))
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	r.admin = cli
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := cli.Put(ctx, "chaos/ready", "1")
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd cluster not ready: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.ob, err = rink.NewObserver(cli, "chaos")
+	r.logf("etcd cluster of 3 ready")
+	return err
+}
+
+// startMember starts a worker behind its own proxies to the 3 etcd nodes.
+func (r *run) startMember() (*proc, error) {
+	name := fmt.Sprintf("w%d", r.next)
+	r.next++
+	var proxies []proxy.Server
+	var eps []string
+	for _, n := range r.nodes {
+		from, _ := embedetcd.FreeURL()
+		from.Scheme = "tcp"
+		to, _ := url.Parse(n.Client)
+		p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: to.Host}})
+		<-p.Ready()
+		proxies = append(proxies, p)
+		eps = append(eps, from.Host)
+	}
+	w := WorkerConfig{Endpoints: strings.Join(eps, ","), Rink: "chaos", Name: name, Roles: r.cfg.Roles,
+		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, name+".log")}
+	p, err := r.start("worker", name, w)
+	if err != nil {
+		return nil, err
+	}
+	p.proxy = proxies
+	r.members = append(r.members, p)
+	return p, nil
+}
+
+func (r *run) record(kind, target string) {
+	r.faults = append(r.faults, Fault{Kind: kind, Target: target, Mono: Now()})
+	r.logf("fault %-16s %s", kind, target)
+}
+
+func (r *run) pick() *proc { return r.members[r.rng.IntN(len(r.members))] }
+
+func (r *run) remove(p *proc) {
+	r.members = slices.DeleteFunc(r.members, func(q *proc) bool { return q == p })
+	for _, x := range p.proxy {
+		x.Close()
+	}
+}
+
+func (r *run) inject(kind string) error {
+	t := r.pick()
+	switch kind {
+	case "graceful":
+		r.record(kind, t.name)
+		t.signal(syscall.SIGTERM)
+		t.wait(10 * time.Second)
+		r.remove(t)
+		_, err := r.startMember()
+		return err
+	case "kill9":
+		r.record(kind, t.name)
+		t.signal(syscall.SIGKILL)
+		t.wait(10 * time.Second)
+		r.remove(t)
+		_, err := r.startMember()
+		return err
+	case "rolling":
+		n, err := r.startMember()
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for !r.listed(n.name) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		r.record(kind, t.name+" -> "+n.name)
+		t.signal(syscall.SIGTERM)
+		t.wait(10 * time.Second)
+		r.remove(t)
+	case "partition":
+		r.record(kind, t.name)
+		for _, p := range t.proxy {
+			p.PauseTx()
+			p.PauseRx()
+		}
+		time.Sleep(r.cfg.TTL + time.Second)
+		for _, p := range t.proxy {
+			p.UnpauseTx()
+			p.UnpauseRx()
+		}
+	case "latency":
+		r.record(kind, t.name)
+		for _, p := range t.proxy {
+			p.DelayTx(100*time.Millisecond, 20*time.Millisecond)
+			p.DelayRx(100*time.Millisecond, 20*time.Millisecond)
+		}
+		time.Sleep(3 * time.Second)
+		for _, p := range t.proxy {
+			p.UndelayTx()
+			p.UndelayRx()
+		}
+	case "sigstop":
+		r.record(kind, t.name)
+		t.signal(syscall.SIGSTOP)
+		time.Sleep(r.cfg.TTL + time.Second)
+		t.signal(syscall.SIGCONT)
+	case "etcd-leader-kill":
+		i := r.etcdLeader()
+		r.record(kind, r.nodes[i].Name)
+		r.etcd[i].signal(syscall.SIGKILL)
+		r.etcd[i].wait(10 * time.Second)
+		time.Sleep(2 * time.Second)
+		n := r.nodes[i]
+		n.State = "existing" // restart with its data kept
+		p, err := r.start("etcd", n.Name, n)
+		if err != nil {
+			return err
+		}
+		r.etcd[i] = p
+	}
+	return nil
+}
+
+func (r *run) listed(name string) bool {
+	s := r.ob.State()
+	for _, w := range s.Waiting {
+		if w.Name == name {
+			return true
+		}
+	}
+	for _, m := range s.Members {
+		if m.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// etcdLeader returns the index of the etcd leader node (0 if unknown).
+func (r *run) etcdLeader() int {
+	for i, n := range r.nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := r.admin.Status(ctx, strings.TrimPrefix(n.Client, "http://"))
+		cancel()
+		if err == nil && st.Header.MemberId == st.Leader {
+			return i
+		}
+	}
+	return 0
+}
+
+// waitHeld waits until the observer shows every live member ranked and
+// the map stable: a proxy for "every role is held again".
+func (r *run) waitHeld(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		s := r.ob.State()
+		if len(s.Members) == len(r.members) && len(s.Waiting) == 0 && len(s.Joining) == 0 {
+			ok := true
+			for _, m := range s.Members {
+				ok = ok && m.Live && m.Ack == s.Version
+			}
+			if ok {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("rink did not settle within %v", d)
+}
+
+func (r *run) stopMembers() {
+	for _, m := range r.members {
+		m.signal(syscall.SIGCONT)
+		m.signal(syscall.SIGTERM)
+	}
+	for _, m := range r.members {
+		if !m.wait(15 * time.Second) {
+			m.signal(syscall.SIGKILL)
+			m.wait(5 * time.Second)
+		}
+		for _, p := range m.proxy {
+			p.Close()
+		}
+	}
+	r.members = nil
+}
+
+func (r *run) cleanup() {
+	r.stopMembers()
+	if r.ob != nil {
+		r.ob.Close()
+	}
+	if r.admin != nil {
+		r.admin.Close()
+	}
+	for _, e := range r.etcd {
+		e.signal(syscall.SIGTERM)
+		if !e.wait(10 * time.Second) {
+			e.signal(syscall.SIGKILL)
+			e.wait(5 * time.Second)
+		}
+	}
+}
+
+func (r *run) summarise() (Summary, error) {
+	var all []Record
+	logs, _ := filepath.Glob(filepath.Join(r.cfg.Dir, "w*.log"))
+	for _, path := range logs {
+		f, err := os.Open(path)
+		if err != nil {
+			return Summary{}, err
+		}
+		recs, err := Parse(f)
+		f.Close()
+		if err != nil {
+			return Summary{}, err
+		}
+		all = append(all, recs...)
+	}
+	rep := Check(all)
+	s := Summary{Faults: r.faults, Report: rep, Violations: rep.Violations, MaxUnheld: map[string]time.Duration{}, MedUnheld: map[string]time.Duration{}}
+	// Attribute each unheld gap to the latest fault before it began (the
+	// old holder's last sign of life, which may precede the fault by one
+	// action interval).
+	per := map[string][]time.Duration{}
+	for _, gaps := range rep.UnheldAt {
+		for _, g := range gaps {
+			kind := "start"
+			began := g.End - int64(g.Gap)
+			for _, f := range r.faults {
+				if f.Mono <= began+int64(200*time.Millisecond) {
+					kind = f.Kind
+				}
+			}
+			per[kind] = append(per[kind], g.Gap)
+		}
+	}
+	for kind, gaps := range per {
+		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+		s.MaxUnheld[kind], s.MedUnheld[kind] = gaps[len(gaps)-1], gaps[len(gaps)/2]
+	}
+	return s, nil
+}
+
+// Bound is the longest a role may stay unheld while a live ranked member
+// could hold it: a crashed holder's lease runs out (TTL, plus etcd's expiry
+// check every 500 ms), an etcd leader election (a few seconds; etcd extends
+// leases across it), the rebalance delay, and slack for a loaded machine.
+func Bound(cfg Config) time.Duration { return 2*cfg.TTL + cfg.Delay + 5*time.Second }
+
+// Text renders the summary as a report.
+func (s Summary) Text() string {
+	var b strings.Builder
+	count := map[string]int{}
+	for _, f := range s.Faults {
+		count[f.Kind]++
+	}
+	var kinds []string
+	for k := range count {
+		kinds = append(kinds, k)
+	}
+	for k := range s.MaxUnheld {
+		if count[k] == 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(&b, "faults: %d; acquisitions: %d (%d recorded after a newer one, never acted on); actions: %d; violations (overlaps, tokens): %d\n",
+		len(s.Faults), s.Report.Acquisitions, s.Report.Late, s.Report.Actions, len(s.Violations))
+	fmt.Fprintf(&b, "%-18s %6s %14s %14s\n", "fault", "count", "median unheld", "max unheld")
+	for _, k := range kinds {
+		fmt.Fprintf(&b, "%-18s %6d %14v %14v\n", k, count[k], s.MedUnheld[k].Round(time.Millisecond), s.MaxUnheld[k].Round(time.Millisecond))
+	}
+	return b.String()
+}

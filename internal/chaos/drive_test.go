@@ -1,0 +1,61 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	MaybeChild() // when re-executed as an etcd node or a worker
+	os.Exit(m.Run())
+}
+
+// TestChaos is a short seeded fault-injection run: a 3-node etcd in child
+// processes, 5 workers in child processes behind proxies, and faults of
+// every kind. It fails on any violation of the promise, and when a role
+// stays unheld longer than the bound.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos run in -short mode")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	dir := t.TempDir()
+	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
+		dir = d // keep the logs for a look after a failure
+	}
+	cfg := Config{Self: self, Dir: dir, Members: 5, Roles: 64, Duration: 30 * time.Second, Seed: 1,
+		TTL: 2 * time.Second, Delay: time.Second, Out: &out}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Drive(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(s.Text())
+	if len(s.Violations) > 0 {
+		t.Fatalf("%d violations, first: %v", len(s.Violations), s.Violations[0])
+	}
+	if s.Report.Acquisitions == 0 || len(s.Faults) < 5 {
+		t.Fatalf("too little happened: %d acquisitions, %d faults", s.Report.Acquisitions, len(s.Faults))
+	}
+	bound := Bound(cfg)
+	kinds := make([]string, 0, len(s.MaxUnheld))
+	for k := range s.MaxUnheld {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		if s.MaxUnheld[k] > bound {
+			t.Errorf("after %s a role was unheld for %v, bound %v", k, s.MaxUnheld[k], bound)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+)
+
+// WorkerConfig configures a member of a fault-injection run.
+type WorkerConfig struct {
+	Endpoints string
+	Rink      string
+	Name      string
+	Roles     int
+	TTL       time.Duration
+	Delay     time.Duration
+	Every     time.Duration
+	Log       string
+}
+
+// RunWorker is a member's life: join, hold roles and record, until ctx ends.
+func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	if cfg.Name == "" || cfg.Log == "" || cfg.Roles < 0 || cfg.Every <= 0 {
+		return fmt.Errorf("-name and -log are required; -roles >= 0; -every > 0")
+	}
+	log, err := Create(cfg.Log)
+	if err != nil {
+		return err // e.g. the log directory cannot be written
+	}
+	defer log.Close()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(cfg.Endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	r, err := rink.New(cli, cfg.Rink, rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay))
+	if err != nil {
+		return err
+	}
+	roles := []string{"leader"}
+	for i := 0; i < cfg.Roles; i++ {
+		roles = append(roles, fmt.Sprint("partition:", i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(roles))
+	for _, role := range roles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := hold(r, log, cfg, role); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errs:
+	case <-r.Done(): // the client was closed under us
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
+	defer cancel()
+	serr := r.Shutdown(sctx)
+	wg.Wait()
+	return errors.Join(err, serr)
+}
+
+// hold runs one role: await it, record the acquisition durably, act while
+// the role context says it is held, record the release.
+func hold(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
+	for {
+		ctx := r.AwaitRole(role)
+		if errors.Is(context.Cause(ctx), rink.ErrShutdown) {
+			return nil
+		}
+		token, _ := rink.Token(ctx)
+		if err := log.Write(cfg.Name, Acquire, role, token); err != nil {
+			return err
+		}
+		t := time.NewTicker(cfg.Every)
+		for ctx.Err() == nil {
+			select {
+			case <-t.C:
+				if ctx.Err() != nil { // checked right before acting
+					continue
+				}
+				if err := log.Write(cfg.Name, Act, role, token); err != nil {
+					t.Stop()
+					return err
+				}
+			case <-ctx.Done():
+			}
+		}
+		t.Stop()
+		if err := log.Write(cfg.Name, Release, role, token); err != nil {
+			return err
+		}
+	}
+}
