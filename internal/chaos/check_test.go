@@ -80,9 +80,10 @@ func TestLogRoundTrip(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// A torn last line, as after kill -9 mid-write.
+	// A torn last line, as after kill -9 between two flushes: it even has
+	// five fields, its token cut short.
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	f.WriteString("123 a act")
+	f.WriteString("123 a act partition:1 2")
 	f.Close()
 	f, _ = os.Open(path)
 	defer f.Close()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -120,6 +121,9 @@ type Summary struct {
 	MaxUnheld  map[string]time.Duration // per fault kind
 	MedUnheld  map[string]time.Duration
 	Violations []Violation
+	// Departed and Moved count, per kind of departure, the roles the
+	// departed members held and the roles acquired until the next fault.
+	Departed, Moved map[string]int
 }
 
 type proc struct {
@@ -492,7 +496,60 @@ func (r *run) summarise() (Summary, error) {
 		sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 		s.MaxUnheld[kind], s.MedUnheld[kind] = gaps[len(gaps)-1], gaps[len(gaps)/2]
 	}
+	s.Departed, s.Moved = movement(all, r.faults)
 	return s, nil
+}
+
+// movement compares, for each departure, the roles the departed member
+// held with the acquisitions (by token order, late records excluded) from
+// the fault until the next one.
+func movement(records []Record, faults []Fault) (departed, moved map[string]int) {
+	departed, moved = map[string]int{}, map[string]int{}
+	sort.SliceStable(records, func(i, j int) bool { return records[i].Mono < records[j].Mono })
+	newest := map[string]int64{}
+	owner := map[string]string{}
+	released := map[string]bool{}
+	i := 0
+	advance := func(until int64, count *int) {
+		for ; i < len(records) && records[i].Mono < until; i++ {
+			r := records[i]
+			switch r.Kind {
+			case Acquire:
+				if r.Token > newest[r.Role] {
+					newest[r.Role], owner[r.Role], released[r.Role] = r.Token, r.Member, false
+					if count != nil {
+						*count++
+					}
+				}
+			case Release:
+				if owner[r.Role] == r.Member && newest[r.Role] == r.Token {
+					released[r.Role] = true
+				}
+			}
+		}
+	}
+	for k, f := range faults {
+		advance(f.Mono, nil)
+		kind, gone := f.Kind, f.Target
+		if kind == "rolling" {
+			gone, _, _ = strings.Cut(f.Target, " -> ")
+		} else if kind != "graceful" && kind != "kill9" {
+			continue
+		}
+		for role, who := range owner {
+			if who == gone && !released[role] {
+				departed[kind]++
+			}
+		}
+		end := int64(math.MaxInt64)
+		if k+1 < len(faults) {
+			end = faults[k+1].Mono
+		}
+		n := 0
+		advance(end, &n)
+		moved[kind] += n
+	}
+	return departed, moved
 }
 
 // Bound is the longest a role may stay unheld while a live ranked member
@@ -523,6 +580,12 @@ func (s Summary) Text() string {
 	fmt.Fprintf(&b, "%-18s %6s %14s %14s\n", "fault", "count", "median unheld", "max unheld")
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "%-18s %6d %14v %14v\n", k, count[k], s.MedUnheld[k].Round(time.Millisecond), s.MaxUnheld[k].Round(time.Millisecond))
+	}
+	for _, k := range []string{"rolling", "graceful", "kill9"} {
+		if s.Departed[k] > 0 {
+			fmt.Fprintf(&b, "moves after %-9s roles moved %5d, held by the departed %5d (%.2f x the minimum)\n",
+				k+":", s.Moved[k], s.Departed[k], float64(s.Moved[k])/float64(s.Departed[k]))
+		}
 	}
 	return b.String()
 }

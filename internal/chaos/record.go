@@ -102,22 +102,28 @@ func (l *Log) Close() error {
 	return l.f.Close()
 }
 
-// Parse reads records; a torn last line (a member killed mid-write) is
-// skipped.
+// Parse reads records. A last line without its newline is torn — the
+// member was killed between two flushes of its buffered log, and the line
+// may end mid-number — and is dropped.
 func Parse(r io.Reader) ([]Record, error) {
-	var out []Record
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		f := strings.Fields(sc.Text())
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(string(data), "\n")
+	lines = lines[:len(lines)-1] // "" after the last newline, or a torn line
+	out := make([]Record, 0, len(lines))
+	for n, line := range lines {
+		f := strings.Fields(line)
 		if len(f) != 5 {
-			continue // torn
+			return nil, fmt.Errorf("chaos: line %d: %q", n+1, line)
 		}
 		mono, err1 := strconv.ParseInt(f[0], 10, 64)
 		token, err2 := strconv.ParseInt(f[4], 10, 64)
 		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("chaos: line %d: %q", n, sc.Text())
+			return nil, fmt.Errorf("chaos: line %d: %q", n+1, line)
 		}
 		out = append(out, Record{Mono: mono, Member: f[1], Kind: Kind(f[2]), Role: f[3], Token: token})
 	}
-	return out, sc.Err()
+	return out, nil
 }
