@@ -405,20 +405,25 @@ func (r *run) etcdLeader() int {
 	return 0
 }
 
-// waitHeld waits until the observer shows every live member ranked and
-// the map stable: a proxy for "every role is held again".
+// waitHeld waits until the observer shows exactly the running members
+// ranked, nobody waiting, and every member's acknowledgement current: a
+// proxy for "every role is held again". It compares names, not counts: just
+// after a kill -9 the dead member is still listed (its lease has not
+// expired) while its replacement has not joined yet.
 func (r *run) waitHeld(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		s := r.ob.State()
-		if len(s.Members) == len(r.members) && len(s.Waiting) == 0 && len(s.Joining) == 0 {
-			ok := true
-			for _, m := range s.Members {
-				ok = ok && m.Live && m.Ack == s.Version
-			}
-			if ok {
-				return nil
-			}
+		running := map[string]bool{}
+		for _, m := range r.members {
+			running[m.name] = true
+		}
+		ok := len(s.Members) == len(running) && len(s.Waiting) == 0 && len(s.Joining) == 0
+		for _, m := range s.Members {
+			ok = ok && running[m.Name] && m.Live && m.Ack == s.Version
+		}
+		if ok {
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
