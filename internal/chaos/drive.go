@@ -101,6 +101,7 @@ type Config struct {
 	Members  int    // members kept alive (the run replaces those it stops)
 	Roles    int
 	Duration time.Duration
+	Rounds   int // when > 0, stop after this many rounds of every fault kind instead
 	Seed     uint64
 	TTL      time.Duration
 	Delay    time.Duration
@@ -199,10 +200,18 @@ func Drive(ctx context.Context, cfg Config) (Summary, error) {
 	end := time.Now().Add(cfg.Duration)
 	kinds := []string{"graceful", "kill9", "rolling", "partition", "latency", "sigstop", "etcd-leader-kill"}
 	var queue []string
-	for time.Now().Before(end) && ctx.Err() == nil {
+	rounds := 0
+	for ctx.Err() == nil {
 		if len(queue) == 0 { // every kind once per round, in a seeded order
+			if cfg.Rounds > 0 && rounds == cfg.Rounds || cfg.Rounds == 0 && !time.Now().Before(end) {
+				break
+			}
+			rounds++
 			queue = slices.Clone(kinds)
 			r.rng.Shuffle(len(queue), func(i, j int) { queue[i], queue[j] = queue[j], queue[i] })
+		}
+		if cfg.Rounds == 0 && !time.Now().Before(end) {
+			break
 		}
 		kind := queue[0]
 		queue = queue[1:]
