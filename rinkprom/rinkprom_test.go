@@ -59,7 +59,9 @@ func TestMetricsAfterHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	rtest.Eventually(t, 10*time.Second, "b holds every slot", func() bool {
-		return gauge(t, reg, "rink_slots_held", "b") == rink.DefaultSlots
+		// b holds every slot once the hand-over map arrives, and leads once
+		// its campaign wins, a moment later.
+		return gauge(t, reg, "rink_slots_held", "b") == rink.DefaultSlots && gauge(t, reg, "rink_member_leader", "b") == 1
 	})
 
 	checks := []struct {

@@ -101,6 +101,21 @@ func TestCommands(t *testing.T) {
 	testutil.Eventually(t, 10*time.Second, "orders-1 waiting", func() bool { return b.Rank().Waiting })
 	c := member(t, ep, "jobs/eu", "jobs-0")
 	testutil.Eventually(t, 10*time.Second, "jobs-0 ranked", func() bool { return c.Rank().Index == 0 })
+	// The golden output shows acknowledgements: wait until they have landed.
+	ocli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ocli.Close()
+	ob, err := rink.NewObserver(ocli, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	testutil.Eventually(t, 10*time.Second, "acknowledgements current", func() bool {
+		st := ob.State()
+		return len(st.Members) == 1 && st.Members[0].Ack == st.Version && len(st.Waiting) == 1
+	})
 
 	code, out, errOut := rinkctl(t, "list", "--endpoints", ep)
 	if code != 0 {
