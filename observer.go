@@ -96,13 +96,7 @@ type observed struct{ s State }
 // WithLogger and WithJoinTimeout are the options an Observer uses). A rink
 // with no keys yet is not an error: its State has Version 0.
 func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
-	if cli == nil {
-		return nil, ErrNilClient
-	}
-	if why := validName(name, true); why != "" {
-		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
-	}
-	o, err := parseOptions(opts)
+	o, err := checkArgs(cli, name, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -229,6 +229,18 @@ func WithJoinTimeout(d time.Duration) Option {
 	}
 }
 
+// checkArgs validates what New and NewObserver are given: a client, a rink
+// name, and options.
+func checkArgs(cli *clientv3.Client, name string, opts []Option) (options, error) {
+	if cli == nil {
+		return options{}, ErrNilClient
+	}
+	if why := validName(name, true); why != "" {
+		return options{}, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
+	}
+	return parseOptions(opts)
+}
+
 // parseOptions applies opts over the defaults and reports every invalid
 // one.
 func parseOptions(opts []Option) (options, error) {
@@ -347,13 +359,7 @@ type Rink struct {
 // member name is held by a live member, and a context.DeadlineExceeded error
 // when etcd does not answer within the join timeout.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
-	if cli == nil {
-		return nil, ErrNilClient
-	}
-	if why := validName(name, true); why != "" {
-		return nil, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
-	}
-	o, err := parseOptions(opts)
+	o, err := checkArgs(cli, name, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -315,16 +315,13 @@ func (r *run) remove(p *proc) {
 func (r *run) inject(kind string) error {
 	t := r.pick()
 	switch kind {
-	case "graceful":
+	case "graceful", "kill9":
 		r.record(kind, t.name)
-		t.signal(syscall.SIGTERM)
-		t.wait(10 * time.Second)
-		r.remove(t)
-		_, err := r.startMember()
-		return err
-	case "kill9":
-		r.record(kind, t.name)
-		t.signal(syscall.SIGKILL)
+		sig := syscall.SIGTERM
+		if kind == "kill9" {
+			sig = syscall.SIGKILL
+		}
+		t.signal(sig)
 		t.wait(10 * time.Second)
 		r.remove(t)
 		_, err := r.startMember()
