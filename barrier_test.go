@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,8 +20,12 @@ import (
 // interleavings that are hard to provoke on a live cluster.
 
 type bare struct {
-	t *testing.T
-	r *Rink
+	t   *testing.T
+	r   *Rink
+	sim *ackView // what a leader would see: every member's acknowledgement
+	// manual: the test writes the floor itself (floorKV); the harness
+	// computes none.
+	manual bool
 }
 
 // newBare makes member self with S slots, joined at revision createRev.
@@ -39,12 +45,41 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
-	return &bare{t: t, r: r}
+	return &bare{t: t, r: r, sim: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}}
 }
 
+// memberKV stands for a member key created at createRev (its lease is
+// createRev too) and the member's acknowledgement of (lineage, ack) as of
+// modRev. The harness turns it into what the member sees: its member key,
+// and the floor a leader would compute from every acknowledgement so far.
 func memberKV(name string, createRev, modRev, ack, lineage int64) *mvccpb.KeyValue {
-	v, _ := json.Marshal(memberValue{Ack: ack, Lineage: lineage})
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev}
+	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage})
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
+}
+
+// seen turns the test's keys into the keys the member follows, and adds
+// the floor of the simulated leader's view after them.
+func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
+	k := newKeys("bare")
+	var out []*mvccpb.KeyValue
+	rev := int64(0)
+	for _, kv := range kvs {
+		rev = max(rev, kv.ModRevision)
+		if !k.isMember(string(kv.Key)) {
+			b.sim.put(k, kv)
+			out = append(out, kv)
+			continue
+		}
+		name := k.memberName(string(kv.Key))
+		b.sim.put(k, kv)
+		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease})
+		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
+	}
+	if f := b.sim.floor(); f != nil && !b.manual {
+		v, _ := json.Marshal(f)
+		out = append(out, &mvccpb.KeyValue{Key: []byte(k.floor()), Value: v, ModRevision: rev})
+	}
+	return out
 }
 
 func mapKV(m rankMap, createRev, modRev int64) *mvccpb.KeyValue {
@@ -59,7 +94,7 @@ func twoSlots(version int64, members []string, table ...int) rankMap {
 func (b *bare) put(kvs ...*mvccpb.KeyValue) {
 	var evs []*clientv3.Event
 	rev := int64(0)
-	for _, kv := range kvs {
+	for _, kv := range b.seen(kvs) {
 		evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		rev = max(rev, kv.ModRevision)
 	}
@@ -68,6 +103,7 @@ func (b *bare) put(kvs ...*mvccpb.KeyValue) {
 }
 
 func (b *bare) del(key string, rev int64) {
+	b.sim.del(newKeys("bare"), key)
 	ev := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
 	b.r.onWatch(watchBatch{events: []*clientv3.Event{ev}, rev: rev})
 	b.r.tryAcquire()
@@ -171,7 +207,10 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 }
 
 func (b *bare) snapshot(rev int64, kvs ...*mvccpb.KeyValue) {
-	b.r.onWatch(watchBatch{snapshot: true, kvs: kvs, rev: rev})
+	clear(b.sim.members)
+	clear(b.sim.acks)
+	b.sim.lineage, b.sim.version = 0, 0
+	b.r.onWatch(watchBatch{snapshot: true, kvs: b.seen(kvs), rev: rev})
 	b.r.tryAcquire()
 }
 
@@ -283,5 +322,111 @@ func TestRoleContextFencesAtDeadline(t *testing.T) {
 	}
 	if fences != 1 {
 		t.Fatalf("%d fence events, want 1", fences)
+	}
+}
+
+func floorKV(f ackFloor, modRev int64) *mvccpb.KeyValue {
+	v, _ := json.Marshal(f)
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").floor()), Value: v, CreateRevision: 1, ModRevision: modRev}
+}
+
+// The floor gives each member a lower bound of its acknowledgement; the
+// member checks the maps from the bound on.
+func TestBarrierFloorBounds(t *testing.T) {
+	const L = 10
+	three := func(version int64, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: []string{"a", "b", "c"}, Table: table}
+	}
+	start := func() *bare {
+		b := newBare(t, "b", 3, 5)
+		b.manual = true
+		b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0), memberKV("c", 4, 4, 0, 0))
+		// v1: a has slots 0 and 1, c slot 2; v2 moves slot 0 to b.
+		b.put(mapKV(three(1, 0, 0, 2), L, 11))
+		b.put(mapKV(three(2, 1, 0, 2), L, 12))
+		return b
+	}
+
+	b := start()
+	b.wantHeld(0, false, "no floor yet")
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 1}, 13))
+	b.wantHeld(0, false, "incomplete floor 1: a may not have applied v2")
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 2}, 14))
+	b.wantHeld(0, true, "every member has applied v2")
+
+	// One member that lags does not hold up a slot it never had.
+	b = start()
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"c": 1}}, 13))
+	b.wantHeld(0, true, "a applied v2 (not listed); c lags but never had slot 0")
+	b = start()
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"a": 1}}, 13))
+	b.wantHeld(0, false, "a, which had slot 0, lags")
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 0, Complete: true, Lagging: map[string]int64{"c": 0}}, 14))
+	b.wantHeld(0, false, "c's acknowledgement is unknown")
+
+	// A floor of a map we have not applied yet, or of another lineage,
+	// counts for nothing.
+	b = start()
+	b.put(floorKV(ackFloor{Lineage: L, Version: 3, Floor: 3}, 13))
+	b.wantHeld(0, false, "floor of v3, which b has not seen")
+	b = start()
+	b.put(floorKV(ackFloor{Lineage: L + 1, Version: 2, Floor: 2}, 13))
+	b.wantHeld(0, false, "floor of another lineage")
+
+	// A member the floor does not know joined after it was computed: it
+	// applies only maps from the floor's version on.
+	b = start()
+	b.put(floorKV(ackFloor{Lineage: L, Version: 2, Floor: 2, Complete: true}, 13), memberKV("d", 14, 14, 0, 0))
+	b.wantHeld(0, true, "d joined after v2: bound 2")
+
+	// A deleted floor is forgotten.
+	b = start()
+	b.del(newKeys("bare").floor(), 13)
+	b.wantHeld(0, false, "no floor")
+}
+
+// What the leader writes: bounds from its view, exact values for at most
+// maxLagging members.
+func TestFloorFromView(t *testing.T) {
+	k := newKeys("bare")
+	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
+	if v.floor() != nil {
+		t.Fatal("a floor without a map")
+	}
+	member := func(name string, lease int64) {
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue), Lease: lease})
+	}
+	ack := func(name string, lease, lineage, version int64) {
+		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage})
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease})
+	}
+	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20))
+	member("a", 1)
+	member("b", 2)
+	member("c", 3)
+	member("d", 4)
+	ack("a", 1, 10, 5)
+	ack("b", 2, 10, 4)
+	ack("c", 99, 10, 5) // another lease: an ended incarnation's
+	ack("d", 4, 9, 5)   // another lineage
+	f := v.floor()
+	want := &ackFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0}}
+	if !reflect.DeepEqual(f, want) {
+		t.Fatalf("floor = %+v, want %+v", f, want)
+	}
+	ack("a", 1, 10, 7) // beyond the map (an older map written by hand)
+	if f := v.floor(); f.Lagging["a"] != 0 {
+		t.Fatalf("an acknowledgement beyond the map counts as %d, want 0 (unknown)", f.Lagging["a"])
+	}
+	for i := range maxLagging + 1 {
+		member(fmt.Sprint("x", i), int64(100+i))
+	}
+	f = v.floor()
+	if f.Complete || f.Lagging != nil || f.Floor != 0 {
+		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", maxLagging+4, f)
+	}
+	v.del(k, k.rankMap())
+	if v.floor() != nil {
+		t.Fatal("a floor after the map was deleted")
 	}
 }

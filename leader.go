@@ -21,6 +21,7 @@ type leadership struct {
 	waitRev int64                // plan only once the view has reached this revision
 	timer   *time.Timer          // next rebalance or retry
 	retry   *backoff
+	stopAgg context.CancelFunc // stops the acknowledgement aggregator
 }
 
 type elected struct {
@@ -91,6 +92,13 @@ func (r *Rink) onElected(e elected) {
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
 	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff()}
 	st.dirty = true
+	var ctx context.Context
+	ctx, st.lead.stopAgg = context.WithCancel(e.inc.ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.aggregate(ctx, e.key, e.rev)
+	}()
 }
 
 func (r *Rink) stopLeading() {
@@ -101,6 +109,7 @@ func (r *Rink) stopLeading() {
 	if st.lead.timer != nil {
 		st.lead.timer.Stop()
 	}
+	st.lead.stopAgg()
 	st.lead = nil
 }
 
@@ -276,7 +285,8 @@ func (r *Rink) handOver(ctx context.Context) {
 			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(res.err), zap.Bool("lost", res.lost))
 			return
 		}
-		resp, err := r.cli.Get(ctx, r.keys.prefix, clientv3.WithPrefix())
+		key, end := r.keys.followed()
+		resp, err := r.cli.Get(ctx, key, clientv3.WithRange(end))
 		if err != nil {
 			return
 		}

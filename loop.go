@@ -31,6 +31,8 @@ type state struct {
 	curRev  int64                 // mod revision of cur's key (0: the key is gone)
 	lineage int64                 // create revision of cur's key: versions count within it
 	hist    map[int64]rankMap     // recently applied maps of the lineage, by version
+	floor   ackFloor              // the leader's summary of acknowledgements (zero: none)
+	leader  string                // election key of the lowest create revision ("": recompute)
 
 	// Per slot: whether the applied map gives it to this member, since which
 	// map version (and that version's mod revision) it has continuously done
@@ -52,8 +54,7 @@ type state struct {
 // memberInfo is what the view knows of a member key or an election key.
 type memberInfo struct {
 	createRev int64
-	ack       int64  // member keys: the acknowledged map version...
-	lineage   int64  // ...of this map lineage
+	lease     int64
 	value     string // election keys: the candidate's member name
 }
 
@@ -70,12 +71,6 @@ type watchBatch struct {
 	kvs      []*mvccpb.KeyValue
 	events   []*clientv3.Event
 	rev      int64
-}
-
-type ackReq struct {
-	inc     *incarnation
-	lineage int64
-	version int64
 }
 
 // run is the rink's single state-owning goroutine.
@@ -171,6 +166,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	if b.snapshot {
 		clear(st.members)
 		clear(st.elect)
+		st.floor, st.leader = ackFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
 		// map, not an older one.
@@ -216,6 +212,11 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 			case r.keys.isElection(key):
 				delete(st.elect, key)
+				if key == st.leader {
+					st.leader = ""
+				}
+			case r.keys.isFloor(key):
+				st.floor = ackFloor{}
 			case r.keys.isMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
 				r.mapGone()
@@ -240,10 +241,8 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	switch {
 	case r.keys.isMember(key):
 		name := r.keys.memberName(key)
-		var v memberValue
-		_ = json.Unmarshal(kv.Value, &v) // an unreadable value acknowledges nothing
 		old, existed := st.members[name]
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, ack: v.Ack, lineage: v.Lineage}
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease}
 		if !existed || old.createRev != kv.CreateRevision {
 			st.dirty = true
 		}
@@ -256,6 +255,15 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		}
 	case r.keys.isElection(key):
 		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: string(kv.Value)}
+		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
+			st.leader = key
+		}
+	case r.keys.isFloor(key):
+		var f ackFloor
+		if json.Unmarshal(kv.Value, &f) != nil {
+			f = ackFloor{} // unreadable: nothing is known
+		}
+		st.floor = f
 	}
 }
 
@@ -374,21 +382,6 @@ func (r *Rink) reconcile() {
 	}
 }
 
-// sendAck hands the applied map version to the ack writer, replacing any
-// acknowledgement it has not written yet. It never blocks: the run goroutine
-// is the only sender, so after draining the buffer there is room.
-func (r *Rink) sendAck() {
-	st := &r.st
-	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 {
-		return
-	}
-	select {
-	case <-r.ackCh:
-	default:
-	}
-	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version}
-}
-
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
@@ -408,22 +401,32 @@ func (r *Rink) tryAcquire() {
 // of the maps from its acknowledged version up to that one gave it the slot.
 // A member that is gone (its key deleted: lease revoked or expired) holds
 // nothing, because members fence themselves before their lease can expire.
+//
+// Acknowledgements come from the leader's floor, a lower bound of each
+// member's (see acks.go); a bound serves as well as the acknowledgement
+// itself, only more slowly: the maps from the bound on are checked.
 func (r *Rink) free(s int) bool {
 	st := &r.st
 	g := st.gain[s]
-	for name, m := range st.members {
+	f := &st.floor
+	// A floor of another lineage, or of a map we have not seen, tells us
+	// nothing we can use yet; a newer one comes.
+	known := f.Lineage == st.lineage && f.Version <= st.cur.Version
+	for name := range st.members {
 		if name == r.opts.member {
 			continue
 		}
-		if m.lineage != st.lineage || m.ack > st.cur.Version {
-			// It acknowledged a map of another lineage, or one we have not
-			// seen: we cannot tell what it holds. It acknowledges ours soon.
+		ack := int64(0)
+		if known {
+			ack = f.of(name)
+		}
+		if ack < 1 {
 			return false
 		}
-		if m.ack >= g {
+		if ack >= g {
 			continue
 		}
-		for v := max(m.ack, 1); v < g; v++ {
+		for v := ack; v < g; v++ {
 			h, ok := st.hist[v]
 			if !ok || h.owner(s) == name {
 				return false
@@ -463,20 +466,15 @@ func (r *Rink) swapSlot(s int, next *slotState) {
 	}
 }
 
-// pruneHistory drops applied maps that no live member's acknowledgement can
-// refer to any more.
+// pruneHistory drops applied maps that no acknowledgement bound can refer
+// to any more: those below the floor (which only rises within a lineage),
+// and all but the newest maxHistory.
 func (r *Rink) pruneHistory() {
 	st := &r.st
-	low := st.cur.Version
-	for name, m := range st.members {
-		if name != r.opts.member {
-			low = min(low, m.ack)
-			if m.lineage != st.lineage {
-				low = 0
-			}
-		}
+	low := st.cur.Version - maxHistory + 1
+	if f := &st.floor; f.Lineage == st.lineage && f.Floor >= 1 {
+		low = max(low, min(f.Floor, st.cur.Version))
 	}
-	low = max(low, st.cur.Version-maxHistory+1)
 	for v := range st.hist {
 		if v < low {
 			delete(st.hist, v)
@@ -557,12 +555,10 @@ func (r *Rink) publishRank() {
 			rk.Waiting = rk.Waiting || w.Name == r.opts.member
 		}
 	}
-	var lowest int64
-	for _, e := range st.elect {
-		if lowest == 0 || e.createRev < lowest {
-			lowest, rk.Leader = e.createRev, e.value
-		}
+	if _, ok := st.elect[st.leader]; !ok {
+		st.leader = lowestKey(st.elect)
 	}
+	rk.Leader = st.elect[st.leader].value
 	old := r.rank.Load()
 	if old != nil {
 		o := old.rank
@@ -620,9 +616,12 @@ func (r *Rink) shutdown(cause error) {
 }
 
 // watch keeps the run goroutine's view current.
-func (r *Rink) watch() { follow(r.ctx, r.cli, r.keys.prefix, r.log, r.sendBatch) }
+func (r *Rink) watch() {
+	key, end := r.keys.followed()
+	follow(r.ctx, r.cli, key, end, r.log, r.sendBatch)
+}
 
-// follow feeds send with a listing of the keys under prefix and then the
+// follow feeds send with a listing of the keys in [key, end) and then the
 // watch events newer than the listing; after any watch error (compaction,
 // lost etcd leader, a broken stream) it starts over with a new listing. It
 // returns when ctx ends or send reports false.
@@ -632,11 +631,11 @@ func (r *Rink) watch() { follow(r.ctx, r.cli, r.keys.prefix, r.log, r.sendBatch)
 // past from a loop that runs every 100 ms until it catches up, and a write
 // landing between a listing and such a watch would delay every event by up
 // to that long.
-func follow(ctx context.Context, cli *clientv3.Client, prefix string, log *zap.Logger, send func(watchBatch) bool) {
+func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) {
 	b := newBackoff()
 	for ctx.Err() == nil {
 		began := time.Now()
-		if !followOnce(ctx, cli, prefix, log, send) {
+		if !followOnce(ctx, cli, key, end, log, send) {
 			return
 		}
 		if time.Since(began) > time.Minute {
@@ -648,10 +647,10 @@ func follow(ctx context.Context, cli *clientv3.Client, prefix string, log *zap.L
 
 // followOnce runs one watch until it breaks; it reports false when it
 // should stop for good.
-func followOnce(ctx context.Context, cli *clientv3.Client, prefix string, log *zap.Logger, send func(watchBatch) bool) bool {
+func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	wch := cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	wch := cli.Watch(wctx, key, clientv3.WithRange(end), clientv3.WithCreatedNotify())
 	created, ok := <-wch
 	if !ok || created.Err() != nil {
 		if ctx.Err() == nil {
@@ -659,7 +658,7 @@ func followOnce(ctx context.Context, cli *clientv3.Client, prefix string, log *z
 		}
 		return ctx.Err() == nil
 	}
-	resp, err := cli.Get(wctx, prefix, clientv3.WithPrefix())
+	resp, err := cli.Get(wctx, key, clientv3.WithRange(end))
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("listing the rink failed, retrying", zap.Error(err))
@@ -695,75 +694,6 @@ func (r *Rink) sendBatch(b watchBatch) bool {
 		return true
 	case <-r.ctx.Done():
 		return false
-	}
-}
-
-// writeAcks writes this member's acknowledgements, newest first, retrying
-// failed writes until a newer one replaces them or the incarnation ends.
-//
-// Each write is guarded by the value it replaces, so that a write that timed
-// out here but commits late on the server cannot overwrite a newer one: an
-// acknowledgement never goes backwards.
-func (r *Rink) writeAcks() {
-	var (
-		cur  *ackReq
-		inc  *incarnation // whose key last holds
-		last string       // the value we believe the key holds
-	)
-	key := r.keys.member(r.opts.member)
-	b := newBackoff()
-	for {
-		if cur == nil {
-			select {
-			case req := <-r.ackCh:
-				cur = &req
-			case <-r.ctx.Done():
-				return
-			}
-		}
-		if cur.inc.ctx.Err() != nil {
-			cur = nil
-			continue
-		}
-		if cur.inc != inc {
-			inc, last = cur.inc, initialMemberValue
-		}
-		val, _ := json.Marshal(memberValue{Ack: cur.version, Lineage: cur.lineage})
-		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
-		resp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", cur.inc.createRev),
-				clientv3.Compare(clientv3.Value(key), "=", last)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
-			Else(clientv3.OpGet(key)).
-			Commit()
-		cancel()
-		switch {
-		case err == nil && resp.Succeeded:
-			last, cur = string(val), nil
-			b.reset()
-			continue
-		case err == nil:
-			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 0 || kvs[0].CreateRevision != cur.inc.createRev {
-				cur = nil // our key is gone: the keeper or the run loop fences
-				continue
-			}
-			// Someone (a late write of ours) changed the value: go again
-			// from what is there.
-			last = string(kvs[0].Value)
-			continue
-		case cur.inc.ctx.Err() != nil:
-			continue
-		}
-		wait := b.next()
-		r.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
-		select {
-		case req := <-r.ackCh:
-			cur = &req
-		case <-time.After(wait):
-		case <-r.ctx.Done():
-			return
-		}
 	}
 }
 
@@ -808,4 +738,17 @@ func liveByAge(members map[string]memberInfo) []string {
 		return 0
 	})
 	return names
+}
+
+// lowestKey returns the election key of the lowest create revision: the
+// leader's.
+func lowestKey(elect map[string]memberInfo) string {
+	var key string
+	var lowest int64
+	for k, e := range elect {
+		if lowest == 0 || e.createRev < lowest {
+			key, lowest = k, e.createRev
+		}
+	}
+	return key
 }

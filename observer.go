@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -109,7 +110,9 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 	ob.wg.Add(2)
 	go func() {
 		defer ob.wg.Done()
-		follow(ob.ctx, cli, ob.keys.prefix, ob.log, func(b watchBatch) bool {
+		// All of the rink's keys, the ack keys included: an observer shows
+		// every member's acknowledgement.
+		follow(ob.ctx, cli, ob.keys.prefix, clientv3.GetPrefixRangeEnd(ob.keys.prefix), ob.log, func(b watchBatch) bool {
 			select {
 			case batches <- b:
 				return true
@@ -135,6 +138,7 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	members := map[string]memberInfo{}
 	elect := map[string]memberInfo{}
+	acks := map[string]ackKey{}
 	var cur rankMap
 	var lineage, rev int64
 	var mapErr string
@@ -146,7 +150,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 		case <-ob.ctx.Done():
 			return
 		}
-		apply := func(key string, kvVal []byte, createRev, modRev int64, deleted bool) {
+		apply := func(kv *mvccpb.KeyValue, deleted bool) {
+			key, kvVal, createRev := string(kv.Key), kv.Value, kv.CreateRevision
 			switch {
 			case ob.keys.isMember(key):
 				name := ob.keys.memberName(key)
@@ -154,9 +159,16 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(members, name)
 					return
 				}
-				var v memberValue
-				_ = json.Unmarshal(kvVal, &v)
-				members[name] = memberInfo{createRev: createRev, ack: v.Ack, lineage: v.Lineage}
+				members[name] = memberInfo{createRev: createRev, lease: kv.Lease}
+			case ob.keys.isAck(key):
+				name := ob.keys.ackName(key)
+				if deleted {
+					delete(acks, name)
+					return
+				}
+				a := ackKey{lease: kv.Lease}
+				_ = json.Unmarshal(kvVal, &a.ackValue)
+				acks[name] = a
 			case ob.keys.isElection(key):
 				if deleted {
 					delete(elect, key)
@@ -189,16 +201,17 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 		if b.snapshot {
 			clear(members)
 			clear(elect)
+			clear(acks)
 			for _, kv := range b.kvs {
-				apply(string(kv.Key), kv.Value, kv.CreateRevision, kv.ModRevision, false)
+				apply(kv, false)
 			}
 		} else {
 			for _, ev := range b.events {
-				apply(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
+				apply(ev.Kv, ev.Type == clientv3.EventTypeDelete)
 			}
 		}
 		rev = max(rev, b.rev)
-		ob.publish(cur, lineage, rev, mapErr, members, elect)
+		ob.publish(cur, lineage, rev, mapErr, members, elect, acks)
 		if first {
 			first = false
 			close(ready)
@@ -206,7 +219,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	}
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo) {
+func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
 	var lowest int64
 	for _, e := range elect {
@@ -222,8 +235,8 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 	for i, name := range cur.Members {
 		m, live := members[name]
 		ack := int64(-1)
-		if live && m.lineage == lineage {
-			ack = m.ack
+		if a, ok := acks[name]; live && ok && a.lease == m.lease && a.Lineage == lineage {
+			ack = a.Ack
 		}
 		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live})
 		listed[name] = true

@@ -16,7 +16,10 @@ import (
 
 // schemaVersion is the version of the JSON map layout. A member refuses a map
 // whose schema it does not know rather than guessing at its meaning.
-const schemaVersion = 1
+//
+// Schema 2 moved acknowledgements out of the member keys (see acks.go):
+// members of schema 1 and 2 cannot share a rink.
+const schemaVersion = 2
 
 // rankMap is the state the leader proclaims: who is ranked at which index,
 // who waits, and which ranked member owns each slot.

@@ -192,15 +192,15 @@ func TestDecodeMap(t *testing.T) {
 		ok    bool
 	}{
 		{"good", string(good.encode()), 4, true},
-		{"empty rink", `{"schema":1,"version":3,"slots":4,"members":[]}`, 4, true},
+		{"empty rink", `{"schema":2,"version":3,"slots":4,"members":[]}`, 4, true},
 		{"not json", `{`, 4, false},
-		{"unknown schema", `{"schema":2,"version":1,"slots":4,"members":[]}`, 4, false},
+		{"unknown schema", `{"schema":3,"version":1,"slots":4,"members":[]}`, 4, false},
 		{"other slot count", string(good.encode()), 8, false},
-		{"short table", `{"schema":1,"version":1,"slots":4,"members":["a"],"table":[0,0]}`, 4, false},
-		{"index out of range", `{"schema":1,"version":1,"slots":2,"members":["a"],"table":[0,1]}`, 2, false},
-		{"duplicate member", `{"schema":1,"version":1,"slots":1,"members":["a","a"],"table":[0]}`, 1, false},
-		{"member also waiting", `{"schema":1,"version":1,"slots":1,"members":["a"],"table":[0],"waiting":[{"name":"a"}]}`, 1, false},
-		{"version zero", `{"schema":1,"version":0,"slots":1,"members":[]}`, 1, false},
+		{"short table", `{"schema":2,"version":1,"slots":4,"members":["a"],"table":[0,0]}`, 4, false},
+		{"index out of range", `{"schema":2,"version":1,"slots":2,"members":["a"],"table":[0,1]}`, 2, false},
+		{"duplicate member", `{"schema":2,"version":1,"slots":1,"members":["a","a"],"table":[0]}`, 1, false},
+		{"member also waiting", `{"schema":2,"version":1,"slots":1,"members":["a"],"table":[0],"waiting":[{"name":"a"}]}`, 1, false},
+		{"version zero", `{"schema":2,"version":0,"slots":1,"members":[]}`, 1, false},
 	}
 	for _, tt := range tests {
 		_, err := decodeMap([]byte(tt.data), tt.slots)

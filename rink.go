@@ -280,7 +280,7 @@ func validName(name string, slashes bool) string {
 		switch seg {
 		case "":
 			return "contains '//'"
-		case "members", "election", "map":
+		case "members", "election", "map", "acks", "floor":
 			// rink/X/members/... would be rink X's own member keys.
 			return fmt.Sprintf("contains the reserved segment %q", seg)
 		}
@@ -310,6 +310,18 @@ func (k keys) memberName(key string) string { return strings.TrimPrefix(key, k.m
 func (k keys) isMember(key string) bool     { return strings.HasPrefix(key, k.members()) }
 func (k keys) isElection(key string) bool   { return strings.HasPrefix(key, k.election()) }
 func (k keys) isMap(key string) bool        { return key == k.rankMap() }
+func (k keys) ack(name string) string       { return k.prefix + "acks/" + name }
+func (k keys) acks() string                 { return k.prefix + "acks/" }
+func (k keys) ackName(key string) string    { return strings.TrimPrefix(key, k.acks()) }
+func (k keys) isAck(key string) bool        { return strings.HasPrefix(key, k.acks()) }
+func (k keys) floor() string                { return k.prefix + "floor" }
+func (k keys) isFloor(key string) bool      { return key == k.floor() }
+
+// followed returns the key range a member follows: all of the rink's keys
+// but the ack keys, which sort first and which only the leader reads.
+func (k keys) followed() (key, end string) {
+	return clientv3.GetPrefixRangeEnd(k.acks()), clientv3.GetPrefixRangeEnd(k.prefix)
+}
 
 // Rink is this process's membership of a sticky ranked ring. Create one with
 // New; it is safe for concurrent use. Stop it with Shutdown.

@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -40,22 +39,6 @@ func (inc *incarnation) setDeadline(t time.Time) { inc.deadline.Store(int64(t.Su
 // the keeper has woken up to act on it yet.
 func (inc *incarnation) expired() bool { return monoNow() >= inc.deadline.Load() }
 
-// memberValue is the JSON value of a member key.
-type memberValue struct {
-	// Ack is the highest map version this member has applied, in the map
-	// lineage Lineage (the map key's create revision). It holds no slot
-	// that the maps from Ack on do not give it.
-	Ack     int64 `json:"ack"`
-	Lineage int64 `json:"lineage,omitempty"`
-}
-
-// initialMemberValue is a member key's value before its first
-// acknowledgement.
-var initialMemberValue = func() string {
-	b, _ := json.Marshal(memberValue{})
-	return string(b)
-}()
-
 // fenceMargin is how long before the server could expire the lease a member
 // stops trusting it. It covers clock rate drift between this process and the
 // etcd leader (assumed far below 1%), scheduling delay of the fence itself,
@@ -83,7 +66,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 		}
 		resp, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, initialMemberValue, clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(key, memberValue, clientv3.WithLease(grant.ID))).
 			Commit()
 		if err != nil {
 			revoke()

@@ -213,23 +213,7 @@ func settled(rec *recorder, ms []*member) func() bool {
 				return false
 			}
 		}
-		held := map[int]string{}
-		for _, e := range rec.snapshot() {
-			switch e.Kind {
-			case rink.EventAcquired:
-				held[e.Slot] = e.Member
-			case rink.EventReleased:
-				if held[e.Slot] == e.Member {
-					delete(held, e.Slot)
-				}
-			case rink.EventFenced:
-				for s, who := range held {
-					if who == e.Member {
-						delete(held, s)
-					}
-				}
-			}
-		}
+		held := heldBy(rec.snapshot())
 		if len(held) != rink.DefaultSlots {
 			return false
 		}

@@ -1,0 +1,342 @@
+package rink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Acknowledgements, and how they reach the members that wait for them.
+//
+// A member that gains a slot from another live member must not start it
+// until that member has applied a map that took the slot away. So every
+// member writes the newest map version it has applied to its ack key
+// (acks/<member>, bound to its lease). If every member watched every ack
+// key, one map change in a rink of n members would cost n² watch events.
+// Instead only the leader reads the ack keys: it folds them, as of one
+// revision of its view, into a single floor key that every member watches,
+// and which gives for every member a lower bound of its acknowledgement:
+//
+//   - Floor: the lowest acknowledgement of any member live at that revision;
+//   - Lagging, when Complete: the exact acknowledgement of each member that
+//     has not acknowledged Version (at most maxLagging of them), so that one
+//     slow member does not hold up slots it has nothing to do with.
+//
+// Why a bound from the past stays a bound: a member's acknowledgement never
+// goes back, and a member that joined after that revision applies only maps
+// at least as new as Version, so every slot it can hold came from such a
+// map. See free for how a member uses it.
+
+// maxLagging bounds how many members the floor names one by one.
+const maxLagging = 64
+
+// ackValue is the JSON value of an ack key.
+type ackValue struct {
+	// Ack is the highest map version this member has applied, in the map
+	// lineage Lineage (the map key's create revision). It holds no slot
+	// that the maps from Ack on do not give it.
+	Ack     int64 `json:"ack"`
+	Lineage int64 `json:"lineage"`
+}
+
+// ackFloor is the JSON value of the floor key.
+type ackFloor struct {
+	Lineage  int64            `json:"lineage"`
+	Version  int64            `json:"version"` // the map version of the leader's view
+	Floor    int64            `json:"floor"`   // 0: some live member's acknowledgement is unknown
+	Complete bool             `json:"complete,omitempty"`
+	Lagging  map[string]int64 `json:"lagging,omitempty"` // 0: unknown
+}
+
+// of returns a lower bound of a member's acknowledgement; below 1 it is
+// unknown.
+func (f *ackFloor) of(name string) int64 {
+	if !f.Complete {
+		return f.Floor
+	}
+	if a, ok := f.Lagging[name]; ok {
+		return a
+	}
+	return f.Version
+}
+
+// memberValue is the value of a member key. It carries nothing yet; the
+// key's existence and lease are what count.
+const memberValue = "{}"
+
+// sendAck hands the applied map version to the ack writer, replacing any
+// acknowledgement it has not written yet. It never blocks: the run goroutine
+// is the only sender, so after draining the buffer there is room.
+func (r *Rink) sendAck() {
+	st := &r.st
+	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 {
+		return
+	}
+	select {
+	case <-r.ackCh:
+	default:
+	}
+	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version}
+}
+
+type ackReq struct {
+	inc     *incarnation
+	lineage int64
+	version int64
+}
+
+// writeAcks writes this member's acknowledgements, newest first, retrying
+// failed writes until a newer one replaces them or the incarnation ends.
+//
+// Each write is guarded by the value it replaces, so that a write that timed
+// out here but commits late on the server cannot overwrite a newer one: an
+// acknowledgement never goes backwards. It is also guarded by the member
+// key's create revision, so that an incarnation that has ended writes
+// nothing.
+func (r *Rink) writeAcks() {
+	var (
+		cur  *ackReq
+		inc  *incarnation // whose key last holds
+		last string       // the value we believe the key holds ("": none)
+	)
+	member, key := r.keys.member(r.opts.member), r.keys.ack(r.opts.member)
+	b := newBackoff()
+	for {
+		if cur == nil {
+			select {
+			case req := <-r.ackCh:
+				cur = &req
+			case <-r.ctx.Done():
+				return
+			}
+		}
+		if cur.inc.ctx.Err() != nil {
+			cur = nil
+			continue
+		}
+		if cur.inc != inc {
+			inc, last = cur.inc, ""
+		}
+		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage})
+		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
+		if last != "" {
+			guard = clientv3.Compare(clientv3.Value(key), "=", last)
+		}
+		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
+		resp, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(member), "=", cur.inc.createRev), guard).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
+			Else(clientv3.OpGet(member), clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		switch {
+		case err == nil && resp.Succeeded:
+			last, cur = string(val), nil
+			b.reset()
+			continue
+		case err == nil:
+			mkv := resp.Responses[0].GetResponseRange().Kvs
+			if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.createRev {
+				cur = nil // our key is gone: the keeper or the run loop fences
+				continue
+			}
+			// The ack key is not what we thought (a late write of ours
+			// landed): go again from what is there.
+			last = ""
+			if akv := resp.Responses[1].GetResponseRange().Kvs; len(akv) > 0 {
+				last = string(akv[0].Value)
+			}
+			continue
+		case cur.inc.ctx.Err() != nil:
+			continue
+		}
+		wait := b.next()
+		r.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
+		select {
+		case req := <-r.ackCh:
+			cur = &req
+		case <-time.After(wait):
+		case <-r.ctx.Done():
+			return
+		}
+	}
+}
+
+// ackView is the leader's view of the members, their acknowledgements and
+// the map, as of one revision, for computing the floor.
+type ackView struct {
+	members map[string]int64 // live member keys: their lease
+	acks    map[string]ackKey
+	lineage int64 // the map key's create revision; 0 while it is absent
+	version int64
+}
+
+type ackKey struct {
+	lease int64
+	ackValue
+}
+
+func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
+	key := string(kv.Key)
+	switch {
+	case k.isMember(key):
+		v.members[k.memberName(key)] = kv.Lease
+	case k.isAck(key):
+		a := ackKey{lease: kv.Lease}
+		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
+		v.acks[k.ackName(key)] = a
+	case k.isMap(key):
+		var m struct {
+			Version int64 `json:"version"`
+		}
+		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
+		v.lineage, v.version = kv.CreateRevision, m.Version
+	}
+}
+
+func (v *ackView) del(k keys, key string) {
+	switch {
+	case k.isMember(key):
+		delete(v.members, k.memberName(key))
+	case k.isAck(key):
+		delete(v.acks, k.ackName(key))
+	case k.isMap(key):
+		v.lineage, v.version = 0, 0
+	}
+}
+
+// floor computes the floor of the view, or nil while there is no map.
+func (v *ackView) floor() *ackFloor {
+	if v.lineage == 0 || v.version < 1 {
+		return nil
+	}
+	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{}}
+	for name, lease := range v.members {
+		var ack int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
+		if a, ok := v.acks[name]; ok && a.lease == lease && a.Lineage == v.lineage && a.Ack <= v.version {
+			ack = a.Ack // (beyond the map only if somebody wrote an older map by hand)
+		}
+		f.Floor = min(f.Floor, ack)
+		if ack < v.version && f.Complete {
+			if len(f.Lagging) == maxLagging {
+				f.Complete, f.Lagging = false, nil
+				continue
+			}
+			f.Lagging[name] = ack
+		}
+	}
+	return f
+}
+
+// aggregate runs while this member leads (until ctx ends): it follows all
+// of the rink's keys, and after every change writes the floor anew if it
+// changed. Writes are guarded by our election key, so a deposed leader
+// writes nothing.
+func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
+	reqs := make(chan []byte, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.writeFloors(ctx, electKey, electRev, reqs)
+	}()
+	defer wg.Wait()
+	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
+	var last []byte
+	follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
+		if b.snapshot {
+			clear(v.members)
+			clear(v.acks)
+			v.lineage, v.version = 0, 0
+			for _, kv := range b.kvs {
+				v.put(r.keys, kv)
+			}
+		}
+		for _, ev := range b.events {
+			if ev.Type == clientv3.EventTypePut {
+				v.put(r.keys, ev.Kv)
+			} else {
+				v.del(r.keys, string(ev.Kv.Key))
+			}
+		}
+		f := v.floor()
+		if f == nil {
+			return true
+		}
+		val, _ := json.Marshal(f)
+		if bytes.Equal(val, last) {
+			return true
+		}
+		last = val
+		select {
+		case <-reqs:
+		default:
+		}
+		reqs <- val
+		return true
+	})
+}
+
+// writeFloors writes the newest floor handed to it, guarded by our election
+// key and by the floor key's revision as we last knew it (so that a write
+// that commits late cannot replace a newer one).
+func (r *Rink) writeFloors(ctx context.Context, electKey string, electRev int64, reqs <-chan []byte) {
+	key := r.keys.floor()
+	var base int64 // the floor key's mod revision as we believe it; 0: absent
+	var val []byte
+	b := newBackoff()
+	for {
+		select {
+		case next := <-reqs:
+			val = next // a newer floor replaces one not yet written
+		default:
+			if val == nil {
+				select {
+				case val = <-reqs:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.opts.ttl)
+		resp, err := r.cli.Txn(wctx).
+			If(clientv3.Compare(clientv3.CreateRevision(electKey), "=", electRev),
+				clientv3.Compare(clientv3.ModRevision(key), "=", base)).
+			Then(clientv3.OpPut(key, string(val))).
+			Else(clientv3.OpGet(electKey), clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && resp.Succeeded:
+			base, val = resp.Header.Revision, nil
+			b.reset()
+			continue
+		case err == nil:
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != electRev {
+				return // no longer the leader: the run goroutine finds out on its own
+			}
+			base = 0
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+				base = kvs[0].ModRevision
+			}
+			continue
+		}
+		wait := b.next()
+		r.log.Warn("writing the acknowledgement floor failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+		select {
+		case next := <-reqs:
+			val = next
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,444 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+)
+
+// cpuTime is the CPU time (user + system) this process has used so far:
+// the members and the embedded etcd together.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// memInUse is the heap in use plus goroutine stacks, after a collection.
+func memInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
+}
+
+// applyLog records, per member, the newest map version it applied and when.
+type applyLog struct {
+	mu   sync.Mutex
+	last map[string]applied
+}
+
+type applied struct {
+	version int64
+	at      time.Time
+}
+
+func (l *applyLog) observe(e rink.Event) {
+	if e.Kind != rink.EventMapApplied {
+		return
+	}
+	l.mu.Lock()
+	if e.Version > l.last[e.Member].version {
+		l.last[e.Member] = applied{e.Version, e.Time}
+	}
+	l.mu.Unlock()
+}
+
+// converged reports the newest version every named member has applied, if
+// they all have applied the same one, and the latest time one of them did.
+func (l *applyLog) converged(names []string) (int64, time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var v int64
+	var at time.Time
+	for i, n := range names {
+		a := l.last[n]
+		if i == 0 {
+			v = a.version
+		}
+		if a.version != v || v == 0 {
+			return 0, time.Time{}, false
+		}
+		if a.at.After(at) {
+			at = a.at
+		}
+	}
+	return v, at, true
+}
+
+// Breadth is a rink of many members in this process, sharing a few clients.
+type Breadth struct {
+	name    string
+	clients []*clientv3.Client
+	members map[string]*rink.Rink
+	order   []string
+	log     *applyLog
+	rec     *recorder
+	next    int
+	// Setup figures: how long building the rink took and what it costs.
+	SetupTime      time.Duration
+	BytesPerMember float64
+	Goroutines     float64 // per member
+}
+
+func (b *Breadth) options(name string) []rink.Option {
+	return []rink.Option{
+		rink.WithMemberName(name), rink.WithRebalanceDelay(0), rink.WithJoinTimeout(time.Minute),
+		rink.WithEvents(func(e rink.Event) { b.log.observe(e); b.rec.observe(e) }),
+	}
+}
+
+func (b *Breadth) join() (string, error) {
+	name := fmt.Sprintf("m%04d", b.next)
+	cli := b.clients[b.next%len(b.clients)]
+	b.next++
+	r, err := rink.New(cli, b.name, b.options(name)...)
+	if err != nil {
+		return "", err
+	}
+	b.members[name] = r
+	b.order = append(b.order, name)
+	return name, nil
+}
+
+// NewBreadth starts n members on the given number of clients (joining up to
+// 32 at a time) and waits until every one has applied the same map, in
+// which all of them are ranked.
+func NewBreadth(env Env, n, clients int) (*Breadth, error) {
+	b := &Breadth{name: nextRink("scale"), members: map[string]*rink.Rink{}, log: &applyLog{last: map[string]applied{}}, rec: &recorder{}}
+	for range clients {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: env.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.clients = append(b.clients, cli)
+	}
+	mem0, g0 := memInUse(), runtime.NumGoroutine()
+	began := time.Now()
+	if _, err := b.join(); err != nil { // the first leads
+		b.Close()
+		return nil, err
+	}
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := 1; i < n; i++ {
+		name := fmt.Sprintf("m%04d", i)
+		cli := b.clients[i%len(b.clients)]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r, err := rink.New(cli, b.name, b.options(name)...)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				firstErr = cmpErr(firstErr, err)
+				return
+			}
+			b.members[name] = r
+		}()
+	}
+	wg.Wait()
+	b.next, b.order = n, nil
+	for i := 0; i < n; i++ {
+		if name := fmt.Sprintf("m%04d", i); b.members[name] != nil {
+			b.order = append(b.order, name)
+		}
+	}
+	if firstErr != nil {
+		b.Close()
+		return nil, firstErr
+	}
+	if _, err := b.settle(2 * time.Minute); err != nil {
+		b.Close()
+		return nil, err
+	}
+	b.SetupTime = time.Since(began)
+	b.BytesPerMember = float64(memInUse()-mem0) / float64(n)
+	b.Goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
+	return b, nil
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// settle waits until every member has applied one map that ranks all of
+// them, and returns when the last of them applied it.
+func (b *Breadth) settle(d time.Duration) (time.Time, error) {
+	var at time.Time
+	err := until(d, "every member applied a map ranking all", func() bool {
+		v, t, ok := b.log.converged(b.order)
+		if !ok {
+			return false
+		}
+		for _, name := range b.order {
+			rk := b.members[name].Rank()
+			if rk.Version != v || rk.Index < 0 || rk.Size != len(b.order) {
+				return false
+			}
+		}
+		at = t
+		return true
+	})
+	if err != nil {
+		versions := map[int64]int{}
+		b.log.mu.Lock()
+		for _, name := range b.order {
+			versions[b.log.last[name].version]++
+		}
+		b.log.mu.Unlock()
+		ranks := map[string]int{}
+		for _, name := range b.order {
+			rk := b.members[name].Rank()
+			ranks[fmt.Sprintf("v%d size %d ranked %v", rk.Version, rk.Size, rk.Index >= 0)]++
+		}
+		err = fmt.Errorf("%w (%d members; applied versions %v; ranks %v)", err, len(b.order), versions, ranks)
+	}
+	return at, err
+}
+
+// Run measures one join and one leave: the time until every member has
+// applied the map that follows, the CPU the process spent meanwhile, and
+// the time until the slots that moved are held again.
+func (b *Breadth) Run() (Sample, error) {
+	s := Sample{
+		"members":            float64(len(b.order)),
+		"setup_s":            b.SetupTime.Seconds(),
+		"kib_per_member":     b.BytesPerMember / 1024,
+		"goroutines_per_mbr": b.Goroutines,
+	}
+	// One join.
+	cpu0, t0 := cpuTime(), time.Now()
+	name, err := b.join()
+	if err != nil {
+		return nil, err
+	}
+	at, err := b.settle(time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	s["join_converge_s"] = at.Sub(t0).Seconds()
+	s["join_cpu_ms"] = ms(cpuTime() - cpu0)
+	if err := until(time.Minute, "the newcomer holds its slots", b.allHeld); err != nil {
+		return nil, err
+	}
+	s["join_held_s"] = b.lastAcquired(name, t0).Sub(t0).Seconds()
+
+	// One leave: a member from the middle, neither the leader nor the newest.
+	leaver := b.order[len(b.order)/2]
+	cpu0, t0 = cpuTime(), time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = b.members[leaver].Shutdown(ctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	delete(b.members, leaver)
+	for i, n := range b.order {
+		if n == leaver {
+			b.order = append(b.order[:i], b.order[i+1:]...)
+			break
+		}
+	}
+	if at, err = b.settle(time.Minute); err != nil {
+		return nil, err
+	}
+	s["leave_converge_s"] = at.Sub(t0).Seconds()
+	s["leave_cpu_ms"] = ms(cpuTime() - cpu0)
+	if err := until(time.Minute, "the leaver's slots held again", b.allHeld); err != nil {
+		return nil, err
+	}
+	s["leave_held_s"] = b.lastAcquired("", t0).Sub(t0).Seconds()
+	s["overlaps"] = float64(overlaps(b.rec.snapshot()))
+	return s, nil
+}
+
+// allHeld reports whether every slot is held by the member the current map
+// gives it to.
+func (b *Breadth) allHeld() bool {
+	held := heldBy(b.rec.snapshot())
+	if len(held) != rink.DefaultSlots {
+		return false
+	}
+	for _, who := range held {
+		if b.members[who] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// heldBy replays acquisitions and releases into the holder of each slot.
+func heldBy(events []rink.Event) map[int]string {
+	held := map[int]string{}
+	for _, e := range events {
+		switch e.Kind {
+		case rink.EventAcquired:
+			held[e.Slot] = e.Member
+		case rink.EventReleased:
+			if held[e.Slot] == e.Member {
+				delete(held, e.Slot)
+			}
+		case rink.EventFenced:
+			for s, who := range held {
+				if who == e.Member {
+					delete(held, s)
+				}
+			}
+		}
+	}
+	return held
+}
+
+// lastAcquired is the time of the last acquisition after since (by member,
+// if not empty).
+func (b *Breadth) lastAcquired(member string, since time.Time) time.Time {
+	last := since
+	for _, e := range b.rec.snapshot() {
+		if e.Kind == rink.EventAcquired && e.Time.After(last) && (member == "" || e.Member == member) {
+			last = e.Time
+		}
+	}
+	return last
+}
+
+// Close shuts every member down and closes the clients.
+func (b *Breadth) Close() {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, r := range b.members {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = r.Shutdown(ctx)
+			cancel()
+		}()
+	}
+	wg.Wait()
+	for _, cli := range b.clients {
+		cli.Close()
+	}
+}
+
+// Depth runs two members awaiting the same nroles roles, every role in a
+// goroutine of its own as an application would: the first holds them all,
+// the second waits (a rebalance delay longer than the run). The holder
+// shuts down; it reports the time until the other holds every role, and the
+// memory each awaited role costs.
+func Depth(env Env, nroles int) (Sample, error) {
+	rec := &recorder{}
+	name := nextRink("depth")
+	opts := []rink.Option{rink.WithRebalanceDelay(time.Hour)}
+	a, err := join(env.Endpoints, name, "a", rec, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer a.stop()
+	if err := until(10*time.Second, "a ranked", func() bool { return a.r.Rank().Index == 0 }); err != nil {
+		return nil, err
+	}
+	b, err := join(env.Endpoints, name, "b", rec, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	if err := until(10*time.Second, "b waiting", func() bool { return b.r.Rank().Waiting }); err != nil {
+		return nil, err
+	}
+	rs := roles(nroles)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The holder's loops: hold each role until the context ends.
+	var aHeld atomic.Int64
+	for _, role := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc, err := a.r.AwaitRoleContext(ctx, role)
+			if err != nil {
+				return
+			}
+			aHeld.Add(1)
+			select {
+			case <-rc.Done():
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := until(30*time.Second, "a holds every role", func() bool { return aHeld.Load() == int64(nroles) }); err != nil {
+		return nil, err
+	}
+
+	// The waiter's loops, measured for memory.
+	mem0 := memInUse()
+	var bStarted, bHeld atomic.Int64
+	var lastHeld atomic.Int64 // unix nanoseconds
+	for _, role := range rs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			bStarted.Add(1)
+			rc, err := b.r.AwaitRoleContext(ctx, role)
+			if err != nil {
+				return
+			}
+			now := time.Now().UnixNano()
+			for {
+				if old := lastHeld.Load(); old >= now || lastHeld.CompareAndSwap(old, now) {
+					break
+				}
+			}
+			bHeld.Add(1)
+			select {
+			case <-rc.Done():
+			case <-ctx.Done():
+			}
+		}()
+	}
+	if err := until(30*time.Second, "b's loops started", func() bool { return bStarted.Load() == int64(nroles) }); err != nil {
+		return nil, err
+	}
+	perRole := float64(memInUse()-mem0) / float64(nroles)
+
+	t0 := time.Now()
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = a.r.Shutdown(sctx)
+	scancel()
+	if err != nil {
+		return nil, err
+	}
+	a.r = nil
+	if err := until(30*time.Second, "b holds every role", func() bool { return bHeld.Load() == int64(nroles) }); err != nil {
+		return nil, err
+	}
+	took := time.Unix(0, lastHeld.Load()).Sub(t0)
+	return Sample{
+		"roles":             float64(nroles),
+		"takeover_s":        took.Seconds(),
+		"bytes_per_awaited": perRole,
+		"overlaps":          float64(overlaps(rec.snapshot())),
+	}, nil
+}
