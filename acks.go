@@ -103,7 +103,7 @@ func (r *Rink) writeAcks() {
 	var (
 		cur  *ackReq
 		inc  *incarnation // whose key last holds
-		last string       // the value we believe the key holds ("": none)
+		last *string      // the value we believe the key holds (nil: no key)
 	)
 	member, key := r.keys.member(r.opts.member), r.keys.ack(r.opts.member)
 	b := newBackoff()
@@ -121,12 +121,12 @@ func (r *Rink) writeAcks() {
 			continue
 		}
 		if cur.inc != inc {
-			inc, last = cur.inc, ""
+			inc, last = cur.inc, nil
 		}
 		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage})
 		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
-		if last != "" {
-			guard = clientv3.Compare(clientv3.Value(key), "=", last)
+		if last != nil {
+			guard = clientv3.Compare(clientv3.Value(key), "=", *last)
 		}
 		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
 		resp, err := r.cli.Txn(ctx).
@@ -137,7 +137,8 @@ func (r *Rink) writeAcks() {
 		cancel()
 		switch {
 		case err == nil && resp.Succeeded:
-			last, cur = string(val), nil
+			v := string(val)
+			last, cur = &v, nil
 			b.reset()
 			continue
 		case err == nil:
@@ -148,9 +149,10 @@ func (r *Rink) writeAcks() {
 			}
 			// The ack key is not what we thought (a late write of ours
 			// landed): go again from what is there.
-			last = ""
+			last = nil
 			if akv := resp.Responses[1].GetResponseRange().Kvs; len(akv) > 0 {
-				last = string(akv[0].Value)
+				v := string(akv[0].Value)
+				last = &v
 			}
 			continue
 		case cur.inc.ctx.Err() != nil:
@@ -175,6 +177,7 @@ type ackView struct {
 	acks    map[string]ackKey
 	lineage int64 // the map key's create revision; 0 while it is absent
 	version int64
+	floor   []byte // the floor key's value; nil while it is absent
 }
 
 type ackKey struct {
@@ -197,6 +200,8 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
 		}
 		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
 		v.lineage, v.version = kv.CreateRevision, m.Version
+	case k.isFloor(key):
+		v.floor = kv.Value
 	}
 }
 
@@ -208,19 +213,30 @@ func (v *ackView) del(k keys, key string) {
 		delete(v.acks, k.ackName(key))
 	case k.isMap(key):
 		v.lineage, v.version = 0, 0
+	case k.isFloor(key):
+		v.floor = nil
 	}
 }
 
-// floor computes the floor of the view, or nil while there is no map.
-func (v *ackView) floor() *ackFloor {
-	if v.lineage == 0 || v.version < 1 {
+// compute computes the floor of the view, or nil while there is no map or
+// when the map's version went back (see regressed).
+func (v *ackView) compute() *ackFloor {
+	if v.lineage == 0 || v.version < 1 || v.regressed() {
 		return nil
 	}
 	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{}}
 	for name, lease := range v.members {
 		var ack int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
-		if a, ok := v.acks[name]; ok && a.lease == lease && a.Lineage == v.lineage && a.Ack <= v.version {
-			ack = a.Ack // (beyond the map only if somebody wrote an older map by hand)
+		if a, ok := v.acks[name]; ok && a.lease == lease && a.Lineage == v.lineage {
+			ack = a.Ack
+		}
+		if ack > v.version {
+			// A member applied a newer version of this lineage than the
+			// map has: somebody wrote an older map by hand. Say so in a
+			// floor that names that version, which every member takes as
+			// proof that the map went back (see onWatch): they leave until
+			// an operator deletes the map key.
+			return &ackFloor{Lineage: v.lineage, Version: ack}
 		}
 		f.Floor = min(f.Floor, ack)
 		if ack < v.version && f.Complete {
@@ -232,6 +248,15 @@ func (v *ackView) floor() *ackFloor {
 		}
 	}
 	return f
+}
+
+// regressed reports whether the floor key names a newer version of the
+// map's lineage than the map has: somebody wrote an older map by hand.
+// Members refuse such a map (see applyMap); the floor is left as it is, as
+// the evidence, until an operator deletes the map key.
+func (v *ackView) regressed() bool {
+	var f ackFloor
+	return v.floor != nil && json.Unmarshal(v.floor, &f) == nil && f.Lineage == v.lineage && f.Version > v.version
 }
 
 // aggregate runs while this member leads (until ctx ends): it follows all
@@ -253,7 +278,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 		if b.snapshot {
 			clear(v.members)
 			clear(v.acks)
-			v.lineage, v.version = 0, 0
+			v.lineage, v.version, v.floor = 0, 0, nil
 			for _, kv := range b.kvs {
 				v.put(r.keys, kv)
 			}
@@ -265,12 +290,17 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 				v.del(r.keys, string(ev.Kv.Key))
 			}
 		}
-		f := v.floor()
+		f := v.compute()
 		if f == nil {
 			return true
 		}
+		if !bytes.Equal(v.floor, last) && (b.snapshot || floorChanged(r.keys, b.events)) {
+			// Somebody else changed the floor (deleted it, or an earlier
+			// leader's write landed): write ours again.
+			last = nil
+		}
 		val, _ := json.Marshal(f)
-		if bytes.Equal(val, last) {
+		if bytes.Equal(val, last) || bytes.Equal(val, v.floor) {
 			return true
 		}
 		last = val
@@ -281,6 +311,15 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 		reqs <- val
 		return true
 	})
+}
+
+func floorChanged(k keys, events []*clientv3.Event) bool {
+	for _, ev := range events {
+		if k.isFloor(string(ev.Kv.Key)) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeFloors writes the newest floor handed to it, guarded by our election

@@ -75,7 +75,7 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease})
 		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
-	if f := b.sim.floor(); f != nil && !b.manual {
+	if f := b.sim.compute(); f != nil && !b.manual {
 		v, _ := json.Marshal(f)
 		out = append(out, &mvccpb.KeyValue{Key: []byte(k.floor()), Value: v, ModRevision: rev})
 	}
@@ -390,7 +390,7 @@ func TestBarrierFloorBounds(t *testing.T) {
 func TestFloorFromView(t *testing.T) {
 	k := newKeys("bare")
 	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
-	if v.floor() != nil {
+	if v.compute() != nil {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
@@ -409,24 +409,141 @@ func TestFloorFromView(t *testing.T) {
 	ack("b", 2, 10, 4)
 	ack("c", 99, 10, 5) // another lease: an ended incarnation's
 	ack("d", 4, 9, 5)   // another lineage
-	f := v.floor()
+	f := v.compute()
 	want := &ackFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("floor = %+v, want %+v", f, want)
 	}
 	ack("a", 1, 10, 7) // beyond the map (an older map written by hand)
-	if f := v.floor(); f.Lagging["a"] != 0 {
-		t.Fatalf("an acknowledgement beyond the map counts as %d, want 0 (unknown)", f.Lagging["a"])
+	if f, want := v.compute(), (&ackFloor{Lineage: 10, Version: 7}); !reflect.DeepEqual(f, want) {
+		t.Fatalf("with an acknowledgement beyond the map: %+v, want %+v (proof that the map went back)", f, want)
 	}
+	v.floor, _ = json.Marshal(ackFloor{Lineage: 10, Version: 7})
+	if f := v.compute(); f != nil {
+		t.Fatalf("with a floor ahead of the map: %+v, want none (the floor stays as the evidence)", f)
+	}
+	v.floor = nil
+	ack("a", 1, 10, 5)
 	for i := range maxLagging + 1 {
 		member(fmt.Sprint("x", i), int64(100+i))
 	}
-	f = v.floor()
+	f = v.compute()
 	if f.Complete || f.Lagging != nil || f.Floor != 0 {
 		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", maxLagging+4, f)
 	}
 	v.del(k, k.rankMap())
-	if v.floor() != nil {
+	if v.compute() != nil {
 		t.Fatal("a floor after the map was deleted")
 	}
+}
+
+// A floor written before an operator wrote an older map by hand (same
+// lineage) describes a map history that no longer exists: versions repeat
+// in the lineage (v9', v10' follow the hand-written v8). A member that
+// joined after the floor was computed applied only v8 and v9', yet the
+// stale floor (Complete, nobody lagging, Version 10) says its
+// acknowledgement is at least 10 as soon as the gainer reaches v10'.
+//
+// Timeline (revisions):
+//
+//	20  old v10 (lineage 10); 21 old leader writes F1 = {L10, v10, floor 10, complete}
+//	30  operator writes v8 = [x] (all slots x) into the same key (lineage 10)
+//	    old members see v8, fence and leave; nobody rewrites the floor yet
+//	33  x joins, is alone in its view, acquires every slot under v8 (legit:
+//	    free() has no other member to check)
+//	36  n joins (this member); 37 y joins and becomes leader (x's campaign
+//	    was slow), but y's first floor write has not landed yet
+//	50  y proclaims v9' = [x n y]: slot 1 moves x -> n
+//	60  y proclaims v10' (same table, a new waiting member w)
+//
+// x's watch is behind: it is still at v8 and holds slot 1. n must not
+// start slot 1 until x is known to have applied v9' - but F1 says x >= 10.
+func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
+	const L = 10
+	three := func(version int64, members []string, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+	}
+	n := newBare(t, "n", 3, 36)
+	n.manual = true // the floor key holds F1 throughout
+	n.snapshot(38,
+		mapKV(three(8, []string{"x"}, 0, 0, 0), L, 30),
+		floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 21),
+		memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
+	n.put(mapKV(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50))
+	n.wantHeld(1, false, "F1 is of a version n has not seen yet")
+	m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
+	m.Waiting = []waiter{{Name: "w"}}
+	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60))
+	// F1's Version 10 equals the new v10': taken at its word it would make
+	// x's bound 10 >= gain 9. n must have refused the map as soon as it saw
+	// a floor ahead of it.
+	n.wantHeld(1, false, "F1 (written at 21) predates the hand-written v8 (30): it says nothing about x, which has applied only v8")
+}
+
+// Same history, for comparison: a floor computed by the current leader
+// after v10' (x lags at 8) correctly blocks.
+func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
+	const L = 10
+	three := func(version int64, members []string, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+	}
+	n := newBare(t, "n", 3, 36)
+	n.manual = true
+	n.snapshot(38,
+		mapKV(three(8, []string{"x"}, 0, 0, 0), L, 30),
+		memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
+	n.put(mapKV(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50))
+	m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
+	m.Waiting = []waiter{{Name: "w"}}
+	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60),
+		floorKV(ackFloor{Lineage: L, Version: 10, Floor: 0, Complete: true, Lagging: map[string]int64{"x": 8, "n": 9, "y": 9, "w": 0}}, 61))
+	n.wantHeld(1, false, "x lags at 8, which gave it slot 1")
+}
+
+// An old member a
+// acknowledged the OLD v10 and still holds slot 1 under it (its watch has
+// not delivered the hand-written v8 yet, so it has not fenced). Once the
+// new leader reaches v10', the leader's own, fresh floor counts a's
+// (lineage 10, ack 10) as an acknowledgement of v10' unless the leader
+// takes an ack beyond its map as proof that the map went back.
+func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
+	const L = 10
+	two := func(version int64, members []string, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+	}
+	n := newBare(t, "n", 2, 36) // the harness simulates the leader's floor
+	// a: joined at 3, acknowledged the old v10 (lineage 10) at 21.
+	n.snapshot(38, mapKV(two(8, []string{"a"}, 0, 0), L, 30),
+		memberKV("a", 3, 21, 10, L), memberKV("n", 36, 36, 0, 0))
+	n.put(mapKV(two(9, []string{"a", "n"}, 0, 1), L, 50), memberKV("n", 36, 51, 9, L))
+	n.wantHeld(1, false, "a's ack 10 is beyond v9: unknown")
+	m := two(10, []string{"a", "n"}, 0, 1)
+	m.Waiting = []waiter{{Name: "w"}}
+	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60), memberKV("w", 55, 61, 10, L))
+	n.wantHeld(1, false, "a's ack 10 is of the OLD v10, not v10'")
+}
+
+// After pruning below a high floor, a later LOWER floor (new
+// leader, some ack unknown or lower) only blocks; it never passes on a
+// pruned version.
+func TestBarrierPrunedThenLowerFloor(t *testing.T) {
+	const L = 10
+	two := func(v int64, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: table}
+	}
+	b := newBare(t, "b", 2, 5)
+	b.manual = true
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	for v := int64(1); v <= 10; v++ {
+		b.put(mapKV(two(v, 0, 0), L, 10+v))
+	}
+	b.put(floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 30))
+	if _, ok := b.r.st.hist[9]; ok {
+		t.Fatal("hist[9] not pruned")
+	}
+	b.put(mapKV(two(11, 0, 1), L, 31)) // slot 1 to b at 11
+	b.put(floorKV(ackFloor{Lineage: L, Version: 11, Floor: 5, Complete: true, Lagging: map[string]int64{"a": 5}}, 32))
+	b.wantHeld(1, false, "a's bound 5: versions 5..9 are pruned")
+	b.put(floorKV(ackFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 33))
+	b.wantHeld(1, true, "a acked 11")
 }

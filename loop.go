@@ -224,6 +224,13 @@ func (r *Rink) onWatch(b watchBatch) {
 		}
 	}
 	st.rev = max(st.rev, b.rev)
+	if f := st.floor; f.Lineage == st.lineage && f.Version > st.cur.Version && st.curRev != 0 && st.incompatible == nil {
+		// The leader writes a floor only after the map it names, and we see
+		// both in that order: a floor ahead of our map means the map's
+		// version went back (an older map written by hand), even if we
+		// never saw the newer one.
+		r.unusable(fmt.Errorf("%w: map version %d is older than the acknowledged version %d", ErrIncompatible, st.cur.Version, f.Version), st.curRev)
+	}
 	r.pruneHistory()
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
@@ -286,15 +293,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		err = fmt.Errorf("%w: map version went back from %d to %d", ErrIncompatible, st.cur.Version, m.Version)
 	}
 	if err != nil {
-		if st.incompatible == nil {
-			r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", kv.ModRevision))
-		}
-		st.incompatible = err
-		st.curRev = kv.ModRevision
-		if st.inc != nil {
-			r.fence(st.inc, err) // first, so that role contexts carry the cause
-		}
-		r.reconcile()
+		r.unusable(err, kv.ModRevision)
 		return
 	}
 	st.curRev = kv.ModRevision
@@ -331,6 +330,21 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	r.reconcile()
 	r.sendAck()
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
+}
+
+// unusable leaves the rink because the map (at revision rev) cannot be
+// used; a usable map, or the map key's deletion, brings the member back.
+func (r *Rink) unusable(err error, rev int64) {
+	st := &r.st
+	if st.incompatible == nil {
+		r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", rev))
+	}
+	st.incompatible = err
+	st.curRev = rev
+	if st.inc != nil {
+		r.fence(st.inc, err) // first, so that role contexts carry the cause
+	}
+	r.reconcile()
 }
 
 // mapGone handles the map key's absence (deleted, or missing from a
@@ -466,9 +480,10 @@ func (r *Rink) swapSlot(s int, next *slotState) {
 	}
 }
 
-// pruneHistory drops applied maps that no acknowledgement bound can refer
-// to any more: those below the floor (which only rises within a lineage),
-// and all but the newest maxHistory.
+// pruneHistory drops applied maps below the floor's lowest acknowledgement,
+// and all but the newest maxHistory. A later floor may be lower (a member
+// joined whose acknowledgement is unknown yet, a new leader's first floor);
+// free then misses a map it needs and waits, which is safe.
 func (r *Rink) pruneHistory() {
 	st := &r.st
 	low := st.cur.Version - maxHistory + 1

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -854,4 +855,35 @@ func TestMapKeyDeleted(t *testing.T) {
 		}
 	}
 	h.check(t)
+}
+
+// A deleted floor key is written again by the leader, even though the floor
+// it computes has not changed: members waiting to start slots need it.
+func TestFloorRewrittenAfterDeletion(t *testing.T) {
+	cli := newClient(t)
+	name := rinkName(t)
+	a := join(t, cli, name, WithMemberName("a"), WithSlots(8))
+	eventually(t, 10*time.Second, "a leads", func() bool { return a.Rank().Leader == "a" })
+	b := join(t, cli, name, WithMemberName("b"), WithSlots(8))
+	eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index >= 0 })
+	key := newKeys(name).floor()
+	floor := func() (ackFloor, bool) {
+		resp, err := cli.Get(context.Background(), key)
+		if err != nil || len(resp.Kvs) == 0 {
+			return ackFloor{}, false
+		}
+		var f ackFloor
+		return f, json.Unmarshal(resp.Kvs[0].Value, &f) == nil
+	}
+	eventually(t, 10*time.Second, "a floor with both members at the map's version", func() bool {
+		f, ok := floor()
+		return ok && f.Complete && len(f.Lagging) == 0 && f.Version == b.Rank().Version
+	})
+	if _, err := cli.Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the floor written again", func() bool {
+		_, ok := floor()
+		return ok
+	})
 }

@@ -1,6 +1,7 @@
 // Command rinkbench measures rink on an embedded etcd: graceful handover,
 // failover after a member is cut off, roles moved by a scale-out, a crash
-// and a rolling deploy. Each scenario runs -runs times and reports the
+// and a rolling deploy, the steady cost on etcd, and scale (a thousand
+// members in one process; a hundred thousand roles awaited). Each scenario runs -runs times and reports the
 // min, median and max of each figure; -json prints one JSON object per
 // scenario instead.
 //
@@ -52,6 +53,9 @@ var scenarios = []struct {
 	{"steady-cost", "8 members holding 10,000 roles: etcd requests per second, renewals, keys", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.SteadyCost(env, cfg.hold)
 	}},
+	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles)
+	}},
 }
 
 type config struct {
@@ -62,6 +66,8 @@ type config struct {
 	plot      string
 	json      bool
 	noFsync   bool
+
+	scaleMembers, scaleRoles int
 }
 
 func main() {
@@ -73,6 +79,8 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
+	flag.IntVar(&cfg.scaleMembers, "scale-members", 1000, "members of the scale scenario's breadth part")
+	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
 	flag.Parse()
 	if err := run(os.Stdout, os.Stderr, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rinkbench:", err)
@@ -97,8 +105,8 @@ type jsonResult struct {
 }
 
 func run(out, errOut io.Writer, cfg config) error {
-	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 {
-		return fmt.Errorf("-runs and -handovers must be at least 1, -hold above 0")
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 {
+		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -scale-members at least 2, -hold above 0")
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(cfg.scenario, ",") {

@@ -15,7 +15,7 @@ import (
 func TestAllScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	seen := map[string]bool{}
@@ -38,7 +38,12 @@ func TestAllScenarios(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	for _, cfg := range []config{{scenario: "nope", runs: 1, handovers: 1, hold: time.Second}, {scenario: "all", runs: 0, handovers: 1, hold: time.Second}} {
+	for _, cfg := range []config{
+		{scenario: "nope", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 1},
+		{scenario: "all", runs: 0, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 1, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 0},
+	} {
 		if err := run(&bytes.Buffer{}, &bytes.Buffer{}, cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}

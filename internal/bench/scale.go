@@ -220,10 +220,10 @@ func (b *Breadth) settle(d time.Duration) (time.Time, error) {
 // the time until the slots that moved are held again.
 func (b *Breadth) Run() (Sample, error) {
 	s := Sample{
-		"members":            float64(len(b.order)),
-		"setup_s":            b.SetupTime.Seconds(),
-		"kib_per_member":     b.BytesPerMember / 1024,
-		"goroutines_per_mbr": b.Goroutines,
+		"members":               float64(len(b.order)),
+		"setup_s":               b.SetupTime.Seconds(),
+		"kib_per_member":        b.BytesPerMember / 1024,
+		"goroutines_per_member": b.Goroutines,
 	}
 	// One join.
 	cpu0, t0 := cpuTime(), time.Now()
@@ -441,4 +441,29 @@ func Depth(env Env, nroles int) (Sample, error) {
 		"bytes_per_awaited": perRole,
 		"overlaps":          float64(overlaps(rec.snapshot())),
 	}, nil
+}
+
+// Scale runs the breadth part (members in one process on 4 clients: one
+// join and one leave) and then the depth part (2 members awaiting nroles
+// roles) and reports the figures of both.
+func Scale(env Env, members, nroles int) (Sample, error) {
+	b, err := NewBreadth(env, members, 4)
+	if err != nil {
+		return nil, err
+	}
+	s, err := b.Run()
+	b.Close()
+	if err != nil {
+		return nil, err
+	}
+	d, err := Depth(env, nroles)
+	if err != nil {
+		return nil, err
+	}
+	s["overlaps"] += d["overlaps"]
+	delete(d, "overlaps")
+	for k, v := range d {
+		s["depth_"+k] = v
+	}
+	return s, nil
 }
