@@ -304,9 +304,13 @@ func Rolling(env Env, plotTo string) (Sample, error) {
 	}
 	events := rec.snapshot()
 	acquired := map[int]int{}
+	fences := 0
 	for _, e := range events {
 		if e.Kind == rink.EventAcquired && e.Time.After(mark) {
 			acquired[e.Slot]++
+		}
+		if e.Kind == rink.EventFenced && e.Time.After(mark) {
+			fences++
 		}
 	}
 	acqRoles := 0
@@ -325,6 +329,7 @@ func Rolling(env Env, plotTo string) (Sample, error) {
 	}
 	return Sample{
 		"role_acquisitions": float64(acqRoles),
+		"fences":            float64(fences),
 		"overlaps":          float64(overlaps(events)),
 		"gap_median_ms":     ms(percentile(gaps, 0.5)),
 		"gap_worst_ms":      ms(maxDur(gaps)),
