@@ -221,12 +221,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 
 func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
-	var lowest int64
-	for _, e := range elect {
-		if lowest == 0 || e.createRev < lowest {
-			lowest, s.Leader = e.createRev, e.value
-		}
-	}
+	s.Leader = elect[lowestKey(elect)].value
 	count := make([]int, len(cur.Members))
 	for _, i := range cur.Table {
 		count[i]++
