@@ -38,32 +38,57 @@ const maxLagging = 64
 
 // ackValue is the JSON value of an ack key.
 type ackValue struct {
-	// Ack is the highest map version this member has applied, in the map
-	// lineage Lineage (the map key's create revision). It holds no slot
-	// that the maps from Ack on do not give it.
+	// Ack is the version of the newest map this member has applied, in the
+	// map lineage Lineage (the map key's create revision).
 	Ack     int64 `json:"ack"`
 	Lineage int64 `json:"lineage"`
+	// Seq names that map exactly: the etcd version of the map key when it
+	// held the map (the count of puts since the key was created). Versions
+	// can repeat when somebody writes the key by hand; seqs cannot. The
+	// member holds no slot that the maps from Seq on do not give it.
+	// Members of map schema 2 before seqs (commit 636d84c) leave it out.
+	Seq int64 `json:"seq,omitempty"`
 }
 
-// ackFloor is the JSON value of the floor key.
+// ackFloor is the JSON value of the floor key. Its first fields count in
+// map versions, for members that predate seqs; the Seq fields carry the
+// same bounds in seqs, and members use them wherever they are known.
 type ackFloor struct {
 	Lineage  int64            `json:"lineage"`
 	Version  int64            `json:"version"` // the map version of the leader's view
 	Floor    int64            `json:"floor"`   // 0: some live member's acknowledgement is unknown
 	Complete bool             `json:"complete,omitempty"`
 	Lagging  map[string]int64 `json:"lagging,omitempty"` // 0: unknown
+
+	Seq         int64            `json:"seq,omitempty"` // the map's seq in the leader's view (0: a floor without seqs)
+	SeqFloor    int64            `json:"seqfloor,omitempty"`
+	SeqComplete bool             `json:"seqcomplete,omitempty"`
+	SeqLagging  map[string]int64 `json:"seqlagging,omitempty"`
 }
 
-// of returns a lower bound of a member's acknowledgement; below 1 it is
-// unknown.
+// of returns a lower bound of a member's acknowledged map version; below
+// 1 it is unknown.
 func (f *ackFloor) of(name string) int64 {
-	if !f.Complete {
-		return f.Floor
+	return boundIn(name, f.Version, f.Floor, f.Complete, f.Lagging)
+}
+
+// seqOf returns a lower bound of a member's acknowledged seq; below 1 it
+// is unknown.
+func (f *ackFloor) seqOf(name string) int64 {
+	if f.Seq < 1 {
+		return 0
 	}
-	if a, ok := f.Lagging[name]; ok {
+	return boundIn(name, f.Seq, f.SeqFloor, f.SeqComplete, f.SeqLagging)
+}
+
+func boundIn(name string, top, floor int64, complete bool, lagging map[string]int64) int64 {
+	if !complete {
+		return floor
+	}
+	if a, ok := lagging[name]; ok {
 		return a
 	}
-	return f.Version
+	return top
 }
 
 // memberValue is the value of a member key. It carries nothing yet; the
@@ -82,13 +107,14 @@ func (r *Rink) sendAck() {
 	case <-r.ackCh:
 	default:
 	}
-	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version}
+	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq}
 }
 
 type ackReq struct {
 	inc     *incarnation
 	lineage int64
 	version int64
+	seq     int64
 }
 
 // writeAcks writes this member's acknowledgements, newest first, retrying
@@ -123,7 +149,7 @@ func (r *Rink) writeAcks() {
 		if cur.inc != inc {
 			inc, last = cur.inc, nil
 		}
-		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage})
+		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq})
 		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
 		if last != nil {
 			guard = clientv3.Compare(clientv3.Value(key), "=", *last)
@@ -177,6 +203,7 @@ type ackView struct {
 	acks    map[string]ackKey
 	lineage int64 // the map key's create revision; 0 while it is absent
 	version int64
+	seq     int64  // the map key's etcd version
 	floor   []byte // the floor key's value; nil while it is absent
 }
 
@@ -189,7 +216,9 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
 	key := string(kv.Key)
 	switch {
 	case k.isMember(key):
-		v.members[k.memberName(key)] = kv.Lease
+		if validName(k.memberName(key), false) == "" {
+			v.members[k.memberName(key)] = kv.Lease
+		}
 	case k.isAck(key):
 		a := ackKey{lease: kv.Lease}
 		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
@@ -199,7 +228,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
 			Version int64 `json:"version"`
 		}
 		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
-		v.lineage, v.version = kv.CreateRevision, m.Version
+		v.lineage, v.version, v.seq = kv.CreateRevision, m.Version, kv.Version
 	case k.isFloor(key):
 		v.floor = kv.Value
 	}
@@ -212,51 +241,53 @@ func (v *ackView) del(k keys, key string) {
 	case k.isAck(key):
 		delete(v.acks, k.ackName(key))
 	case k.isMap(key):
-		v.lineage, v.version = 0, 0
+		v.lineage, v.version, v.seq = 0, 0, 0
 	case k.isFloor(key):
 		v.floor = nil
 	}
 }
 
-// compute computes the floor of the view, or nil while there is no map or
-// when the map's version went back (see regressed).
+// compute computes the floor of the view, or nil while there is no map.
+//
+// An acknowledgement beyond the view's map (a version above the map's: an
+// older map was written by hand; a seq above the map's: a map the leader
+// has not seen) is unknown, never a bound.
 func (v *ackView) compute() *ackFloor {
-	if v.lineage == 0 || v.version < 1 || v.regressed() {
+	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
 		return nil
 	}
-	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{}}
+	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
+		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{}}
 	for name, lease := range v.members {
-		var ack int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
+		var ack, seq int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
 		if a, ok := v.acks[name]; ok && a.lease == lease && a.Lineage == v.lineage {
-			ack = a.Ack
+			ack, seq = a.Ack, a.Seq
 		}
 		if ack > v.version {
-			// A member applied a newer version of this lineage than the
-			// map has: somebody wrote an older map by hand. Say so in a
-			// floor that names that version, which every member takes as
-			// proof that the map went back (see onWatch): they leave until
-			// an operator deletes the map key.
-			return &ackFloor{Lineage: v.lineage, Version: ack}
+			ack = 0
+		}
+		if seq > v.seq {
+			seq = 0
 		}
 		f.Floor = min(f.Floor, ack)
-		if ack < v.version && f.Complete {
-			if len(f.Lagging) == maxLagging {
-				f.Complete, f.Lagging = false, nil
-				continue
-			}
-			f.Lagging[name] = ack
-		}
+		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.SeqFloor = min(f.SeqFloor, seq)
+		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, seq, v.seq)
 	}
 	return f
 }
 
-// regressed reports whether the floor key names a newer version of the
-// map's lineage than the map has: somebody wrote an older map by hand.
-// Members refuse such a map (see applyMap); the floor is left as it is, as
-// the evidence, until an operator deletes the map key.
-func (v *ackView) regressed() bool {
-	var f ackFloor
-	return v.floor != nil && json.Unmarshal(v.floor, &f) == nil && f.Lineage == v.lineage && f.Version > v.version
+// addLagging lists a member whose acknowledgement is below top, until
+// more than maxLagging lag: then the list is dropped (incomplete).
+func addLagging(complete bool, lagging map[string]int64, name string, ack, top int64) (bool, map[string]int64) {
+	if ack >= top || !complete {
+		return complete, lagging
+	}
+	if len(lagging) == maxLagging {
+		return false, nil
+	}
+	lagging[name] = ack
+	return true, lagging
 }
 
 // aggregate runs while this member leads (until ctx ends): it follows all

@@ -53,7 +53,7 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 // modRev. The harness turns it into what the member sees: its member key,
 // and the floor a leader would compute from every acknowledgement so far.
 func memberKV(name string, createRev, modRev, ack, lineage int64) *mvccpb.KeyValue {
-	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage})
+	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage, Seq: ack})
 	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
 }
 
@@ -82,8 +82,11 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	return out
 }
 
+// mapKV stands for the put of map m at modRev in the lineage createRev.
+// Its seq (the key's etcd version) is the map's version, as when leaders
+// alone write the key; mapKVSeq sets another.
 func mapKV(m rankMap, createRev, modRev int64) *mvccpb.KeyValue {
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").rankMap()), Value: m.encode(), CreateRevision: createRev, ModRevision: modRev}
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").rankMap()), Value: m.encode(), CreateRevision: createRev, ModRevision: modRev, Version: m.Version}
 }
 
 func twoSlots(version int64, members []string, table ...int) rankMap {
@@ -270,9 +273,10 @@ func TestBarrierUnusableMapDeleted(t *testing.T) {
 	}
 }
 
-// A map written by hand with an older version than members applied: they
-// leave rather than guess, and a member that sees an acknowledgement newer
-// than its own map does not take that member's slots.
+// A map written by hand with an older version than members applied is
+// the next map like any other (its seq is the next one): members follow
+// it through the barrier instead of leaving, and a member that never saw
+// the newer versions does not count an acknowledgement of them.
 func TestBarrierOlderMapWrittenByHand(t *testing.T) {
 	const L = 10
 	b := newBare(t, "b", 2, 5)
@@ -280,16 +284,23 @@ func TestBarrierOlderMapWrittenByHand(t *testing.T) {
 	b.put(mapKV(twoSlots(10, []string{"a", "b"}, 0, 1), L, 20), memberKV("a", 3, 21, 10, L))
 	b.wantHeld(1, true, "ours at v10")
 	ctx := b.r.slots[1].Load().ctx
-	b.put(mapKV(twoSlots(8, []string{"b", "a"}, 0, 1), L, 30))
-	if ctx.Err() == nil || b.r.st.incompatible == nil {
-		t.Fatalf("an older map in the same lineage was accepted")
+	// v8, put by hand at seq 11: slots 0 and 1 change owners.
+	b.put(mapKVSeq(twoSlots(8, []string{"b", "a"}, 0, 1), L, 30, 11))
+	if b.r.st.incompatible != nil {
+		t.Fatalf("an older map in the same lineage was refused: %v", b.r.st.incompatible)
 	}
+	if !errors.Is(context.Cause(ctx), ErrRoleMoved) {
+		t.Fatalf("slot 1 given to a by the older map: cause %v", context.Cause(ctx))
+	}
+	b.wantHeld(0, false, "a has acknowledged only seq 10, in which slot 0 is a's")
+	b.put(memberKVSeq("a", 3, 31, 8, 11, L))
+	b.wantHeld(0, true, "a acknowledged seq 11")
 
-	// A fresh member whose first map is the older one: a's ack (10) is
-	// beyond it, so a may hold what v8 gives us.
+	// A fresh member whose first map is the older one: a's ack (seq 10)
+	// names a map f has not seen, so a may hold what v8 gives f.
 	f := newBare(t, "f", 2, 40)
-	f.put(mapKV(twoSlots(8, []string{"f", "a"}, 0, 1), L, 30), memberKV("a", 3, 21, 10, L), memberKV("f", 40, 40, 0, 0))
-	f.wantHeld(0, false, "a acknowledged v10, which f has not seen")
+	f.put(mapKVSeq(twoSlots(8, []string{"f", "a"}, 0, 1), L, 30, 11), memberKV("a", 3, 21, 10, L), memberKV("f", 40, 40, 0, 0))
+	f.wantHeld(0, false, "a acknowledged seq 10, which f has not seen")
 }
 
 // After a pause past the fence deadline (SIGSTOP, a long stall), the first
@@ -397,7 +408,7 @@ func TestFloorFromView(t *testing.T) {
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue), Lease: lease})
 	}
 	ack := func(name string, lease, lineage, version int64) {
-		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage})
+		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage, Seq: version})
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease})
 	}
 	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20))
@@ -410,19 +421,23 @@ func TestFloorFromView(t *testing.T) {
 	ack("c", 99, 10, 5) // another lease: an ended incarnation's
 	ack("d", 4, 9, 5)   // another lineage
 	f := v.compute()
-	want := &ackFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0}}
+	want := &ackFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0},
+		Seq: 5, SeqFloor: 0, SeqComplete: true, SeqLagging: map[string]int64{"b": 4, "c": 0, "d": 0}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("floor = %+v, want %+v", f, want)
 	}
+	// A member that predates seqs: known in versions, unknown in seqs.
+	val, _ := json.Marshal(ackValue{Ack: 5, Lineage: 10})
+	v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack("a")), Value: val, Lease: 1})
+	if f := v.compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
+		t.Fatalf("an ack without seq: %+v", f)
+	} else if _, ok := f.Lagging["a"]; ok {
+		t.Fatalf("an ack without seq lags in versions: %+v", f)
+	}
 	ack("a", 1, 10, 7) // beyond the map (an older map written by hand)
-	if f, want := v.compute(), (&ackFloor{Lineage: 10, Version: 7}); !reflect.DeepEqual(f, want) {
-		t.Fatalf("with an acknowledgement beyond the map: %+v, want %+v (proof that the map went back)", f, want)
+	if f := v.compute(); f.Lagging["a"] != 0 || f.SeqLagging["a"] != 0 {
+		t.Fatalf("with an acknowledgement beyond the map: %+v, want it unknown", f)
 	}
-	v.floor, _ = json.Marshal(ackFloor{Lineage: 10, Version: 7})
-	if f := v.compute(); f != nil {
-		t.Fatalf("with a floor ahead of the map: %+v, want none (the floor stays as the evidence)", f)
-	}
-	v.floor = nil
 	ack("a", 1, 10, 5)
 	for i := range maxLagging + 1 {
 		member(fmt.Sprint("x", i), int64(100+i))
@@ -441,47 +456,52 @@ func TestFloorFromView(t *testing.T) {
 // lineage) describes a map history that no longer exists: versions repeat
 // in the lineage (v9', v10' follow the hand-written v8). A member that
 // joined after the floor was computed applied only v8 and v9', yet the
-// stale floor (Complete, nobody lagging, Version 10) says its
-// acknowledgement is at least 10 as soon as the gainer reaches v10'.
+// stale floor (Complete, nobody lagging, Version 10) would say its
+// acknowledgement is at least 10 as soon as the gainer reaches v10', were
+// bounds counted in versions. Seqs do not repeat: v8 is seq 11, v9' seq
+// 12, v10' seq 13.
 //
 // Timeline (revisions):
 //
-//	20  old v10 (lineage 10); 21 old leader writes F1 = {L10, v10, floor 10, complete}
-//	30  operator writes v8 = [x] (all slots x) into the same key (lineage 10)
-//	    old members see v8, fence and leave; nobody rewrites the floor yet
-//	33  x joins, is alone in its view, acquires every slot under v8 (legit:
-//	    free() has no other member to check)
-//	36  n joins (this member); 37 y joins and becomes leader (x's campaign
-//	    was slow), but y's first floor write has not landed yet
-//	50  y proclaims v9' = [x n y]: slot 1 moves x -> n
-//	60  y proclaims v10' (same table, a new waiting member w)
+//	20  old v10 (lineage 10, seq 10); 21 old leader writes F1 = {L10, v10 (seq 10), floor 10, complete}
+//	30  operator writes v8 = [x] (all slots x) into the same key (seq 11)
+//	33  x joins, is alone in its view, acquires every slot under v8
+//	36  n joins (this member); 37 y joins and becomes leader, but y's
+//	    first floor write has not landed yet
+//	50  y proclaims v9' = [x n y] (seq 12): slot 1 moves x -> n
+//	60  y proclaims v10' (seq 13: same table, a new waiting member w)
 //
 // x's watch is behind: it is still at v8 and holds slot 1. n must not
-// start slot 1 until x is known to have applied v9' - but F1 says x >= 10.
+// start slot 1 until x is known to have applied v9'.
 func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
-	const L = 10
-	three := func(version int64, members []string, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+	for _, withSeq := range []bool{true, false} {
+		t.Run(fmt.Sprintf("floor_with_seq=%v", withSeq), func(t *testing.T) {
+			const L = 10
+			three := func(version int64, members []string, table ...int) rankMap {
+				return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+			}
+			f1 := ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}
+			if withSeq {
+				f1.Seq, f1.SeqFloor, f1.SeqComplete = 10, 10, true
+			}
+			n := newBare(t, "n", 3, 36)
+			n.manual = true // the floor key holds F1 throughout
+			n.snapshot(38,
+				mapKVSeq(three(8, []string{"x"}, 0, 0, 0), L, 30, 11),
+				floorKV(f1, 21),
+				memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
+			n.put(mapKVSeq(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50, 12))
+			n.wantHeld(1, false, "F1 is of a map n has not seen")
+			m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
+			m.Waiting = []waiter{{Name: "w"}}
+			n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13))
+			n.wantHeld(1, false, "F1 (written at 21) predates the hand-written v8 (30): it says nothing about x, which has applied only v8")
+		})
 	}
-	n := newBare(t, "n", 3, 36)
-	n.manual = true // the floor key holds F1 throughout
-	n.snapshot(38,
-		mapKV(three(8, []string{"x"}, 0, 0, 0), L, 30),
-		floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 21),
-		memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
-	n.put(mapKV(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50))
-	n.wantHeld(1, false, "F1 is of a version n has not seen yet")
-	m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
-	m.Waiting = []waiter{{Name: "w"}}
-	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60))
-	// F1's Version 10 equals the new v10': taken at its word it would make
-	// x's bound 10 >= gain 9. n must have refused the map as soon as it saw
-	// a floor ahead of it.
-	n.wantHeld(1, false, "F1 (written at 21) predates the hand-written v8 (30): it says nothing about x, which has applied only v8")
 }
 
 // Same history, for comparison: a floor computed by the current leader
-// after v10' (x lags at 8) correctly blocks.
+// after v10' (x lags at v8, seq 11) correctly blocks.
 func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 	const L = 10
 	three := func(version int64, members []string, table ...int) rankMap {
@@ -490,37 +510,35 @@ func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 	n := newBare(t, "n", 3, 36)
 	n.manual = true
 	n.snapshot(38,
-		mapKV(three(8, []string{"x"}, 0, 0, 0), L, 30),
+		mapKVSeq(three(8, []string{"x"}, 0, 0, 0), L, 30, 11),
 		memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
-	n.put(mapKV(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50))
+	n.put(mapKVSeq(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50, 12))
 	m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
 	m.Waiting = []waiter{{Name: "w"}}
-	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60),
-		floorKV(ackFloor{Lineage: L, Version: 10, Floor: 0, Complete: true, Lagging: map[string]int64{"x": 8, "n": 9, "y": 9, "w": 0}}, 61))
-	n.wantHeld(1, false, "x lags at 8, which gave it slot 1")
+	n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13),
+		floorKV(ackFloor{Lineage: L, Version: 10, Floor: 0, Complete: true, Lagging: map[string]int64{"x": 8, "n": 9, "y": 9, "w": 0},
+			Seq: 13, SeqFloor: 0, SeqComplete: true, SeqLagging: map[string]int64{"x": 11, "n": 12, "y": 12, "w": 0}}, 61))
+	n.wantHeld(1, false, "x lags at seq 11, which gave it slot 1")
 }
 
-// An old member a
-// acknowledged the OLD v10 and still holds slot 1 under it (its watch has
-// not delivered the hand-written v8 yet, so it has not fenced). Once the
-// new leader reaches v10', the leader's own, fresh floor counts a's
-// (lineage 10, ack 10) as an acknowledgement of v10' unless the leader
-// takes an ack beyond its map as proof that the map went back.
+// An old member a acknowledged the OLD v10 (seq 10) and still holds slot 1
+// under it (its watch has not delivered the hand-written v8 yet). Once the
+// new leader reaches v10' (seq 13), a's acknowledgement must not pass for
+// one of v10'.
 func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 	const L = 10
 	two := func(version int64, members []string, table ...int) rankMap {
 		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
 	}
 	n := newBare(t, "n", 2, 36) // the harness simulates the leader's floor
-	// a: joined at 3, acknowledged the old v10 (lineage 10) at 21.
-	n.snapshot(38, mapKV(two(8, []string{"a"}, 0, 0), L, 30),
+	n.snapshot(38, mapKVSeq(two(8, []string{"a"}, 0, 0), L, 30, 11),
 		memberKV("a", 3, 21, 10, L), memberKV("n", 36, 36, 0, 0))
-	n.put(mapKV(two(9, []string{"a", "n"}, 0, 1), L, 50), memberKV("n", 36, 51, 9, L))
-	n.wantHeld(1, false, "a's ack 10 is beyond v9: unknown")
+	n.put(mapKVSeq(two(9, []string{"a", "n"}, 0, 1), L, 50, 12), memberKVSeq("n", 36, 51, 9, 12, L))
+	n.wantHeld(1, false, "a's ack is of seq 10, which n has not seen")
 	m := two(10, []string{"a", "n"}, 0, 1)
 	m.Waiting = []waiter{{Name: "w"}}
-	n.put(memberKV("w", 55, 55, 0, 0), mapKV(m, L, 60), memberKV("w", 55, 61, 10, L))
-	n.wantHeld(1, false, "a's ack 10 is of the OLD v10, not v10'")
+	n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13), memberKVSeq("w", 55, 61, 10, 13, L))
+	n.wantHeld(1, false, "a's ack 10 is of the OLD v10 (seq 10), not v10' (seq 13)")
 }
 
 // After pruning below a high floor, a later LOWER floor (new
@@ -546,4 +564,58 @@ func TestBarrierPrunedThenLowerFloor(t *testing.T) {
 	b.wantHeld(1, false, "a's bound 5: versions 5..9 are pruned")
 	b.put(floorKV(ackFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 33))
 	b.wantHeld(1, true, "a acked 11")
+}
+
+// mapKVSeq is mapKV for a map put whose etcd version (the key's count of
+// puts in its lineage) is seq: a map put by hand gets the next seq whatever
+// version it names.
+func mapKVSeq(m rankMap, createRev, modRev, seq int64) *mvccpb.KeyValue {
+	kv := mapKV(m, createRev, modRev)
+	kv.Version = seq
+	return kv
+}
+
+// memberKVSeq is memberKV with an acknowledgement that names the map
+// instance it applied by its seq.
+func memberKVSeq(name string, createRev, modRev, ack, seq, lineage int64) *mvccpb.KeyValue {
+	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage, Seq: seq})
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
+}
+
+// The map rewritten by hand with the same version and another table
+// (issue 10, path 4). a holds slot 0 under the original v2; b, whose
+// watch broke before v2, lists the rink and finds v2' (same version, put
+// after v2) giving slot 0 to b. a's acknowledgement of the ORIGINAL v2
+// must not count as a release of slot 0 under v2'.
+func TestBarrierSameVersionRewritten(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.put(memberKVSeq("a", 3, 3, 0, 0, 0), memberKVSeq("b", 5, 5, 0, 0, 0))
+	b.put(mapKVSeq(twoSlots(1, []string{"a", "b"}, 0, 1), L, L, 1), memberKVSeq("a", 3, 11, 1, 1, L))
+	b.wantHeld(1, true, "ours at v1")
+	// The original v2 (seq 2, revision 12) keeps slot 0 with a and lists a
+	// waiting member; a applies and acknowledges it. b never sees it.
+	// An operator then puts v2' (seq 3, revision 14): slot 0 to b.
+	b.snapshot(15, mapKVSeq(twoSlots(2, []string{"a", "b"}, 1, 1), L, 14, 3),
+		memberKVSeq("a", 3, 13, 2, 2, L), memberKVSeq("b", 5, 5, 1, 1, L))
+	b.wantHeld(0, false, "a acknowledged the original v2, under which it holds slot 0")
+	b.wantHeld(1, true, "slot 1 stays ours")
+	b.put(memberKVSeq("a", 3, 16, 2, 3, L))
+	b.wantHeld(0, true, "a acknowledged v2'")
+}
+
+// A map put back unchanged (issue 10, path 3) is a map like any other:
+// nothing moves and nobody leaves.
+func TestBarrierMapPutBackUnchanged(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.put(memberKVSeq("a", 3, 3, 0, 0, 0), memberKVSeq("b", 5, 5, 0, 0, 0))
+	m := twoSlots(1, []string{"a", "b"}, 0, 1)
+	b.put(mapKVSeq(m, L, L, 1), memberKVSeq("a", 3, 11, 1, 1, L))
+	b.wantHeld(1, true, "ours at v1")
+	ctx := b.r.slots[1].Load().ctx
+	b.put(mapKVSeq(m, L, 12, 2))
+	if b.r.st.incompatible != nil || ctx.Err() != nil {
+		t.Fatalf("the same map put again: incompatible %v, role context %v", b.r.st.incompatible, context.Cause(ctx))
+	}
 }

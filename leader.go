@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -147,7 +148,19 @@ func (r *Rink) plan() {
 		in.Since[name] = t
 		if now.Sub(t) >= r.opts.delay {
 			in.Ready[name] = true
-		} else if at := t.Add(r.opts.delay); due.IsZero() || at.Before(due) {
+		}
+	}
+	if len(in.Ready) > 0 {
+		// Rank with them every waiter whose delay runs out soon: a burst of
+		// joins is ranked in one map, and no slot moves twice in a row.
+		for name, t := range in.Since {
+			if now.Sub(t) >= r.opts.delay-batchWindow(r.opts.delay) {
+				in.Ready[name] = true
+			}
+		}
+	}
+	for name, t := range in.Since {
+		if at := t.Add(r.opts.delay); !in.Ready[name] && (due.IsZero() || at.Before(due)) {
 			due = at
 		}
 	}
@@ -160,13 +173,17 @@ func (r *Rink) plan() {
 	}
 
 	next := plan(st.cur, in)
-	if next.sameAssignment(st.cur) && st.cur.Version > 0 && st.curRev != 0 {
-		return // nothing changed (a map key that was deleted is written again)
+	if next.sameAssignment(st.cur) && st.cur.Version > 0 && st.curRev != 0 && !st.stale {
+		// Nothing changed. (A map key that was deleted is written again;
+		// a map whose version does not exceed every earlier one, such as
+		// a map put back by hand, is proclaimed again with a new version,
+		// for members that tell maps apart by version only.)
+		return
 	}
 	if st.cur.Version == 0 && len(live) == 0 {
 		return
 	}
-	next.Version = st.cur.Version + 1
+	next.Version = r.nextVersion()
 	next.Leader = r.opts.member
 	l.busy = true
 	mapRev := st.curRev
@@ -182,6 +199,15 @@ func (r *Rink) plan() {
 		}
 	}()
 }
+
+// batchWindow is how far ahead of its delay a waiter is ranked together
+// with one whose delay has run out: a tenth of the delay.
+func batchWindow(delay time.Duration) time.Duration { return delay / 10 }
+
+// nextVersion numbers the next map: above every version applied in the
+// lineage, so that versions only ever rise, even after a map was written
+// back by hand.
+func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) + 1 }
 
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
@@ -250,62 +276,101 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		}
 		l.timer = time.NewTimer(l.retry.next())
 		st.dirty = false // the timer sets it again
+	case res.rev < st.curRev:
+		r.restored(fmt.Sprintf("the map key is at revision %d, below the applied revision %d", res.rev, st.curRev))
+	case res.rev <= st.rev:
+		// Our view has seen that revision, yet the guard failed: the view
+		// is behind in a way waiting will not mend. Back off and plan again.
+		wait := l.retry.next()
+		r.log.Warn("proclaiming the map failed although the view is current, retrying",
+			zap.Int64("map_revision", res.rev), zap.Int64("view_revision", st.rev), zap.Duration("backoff", wait))
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		l.timer = time.NewTimer(wait)
+		st.dirty = false // the timer sets it again
 	default:
 		// The map changed under us: plan again once the view has caught up.
 		l.waitRev = res.rev
 	}
 }
 
-// handOver is a leaving leader's last act: it proclaims a map without this
-// member (promoting a waiting member into its index, or moving the highest
-// index into it) and deletes its own member key in the same transaction, so
-// that the members taking over its slots see both in one watch event and
-// start at once. If the view is stale, it reads the rink again and retries.
-func (r *Rink) handOver(ctx context.Context) {
+// depart is a ranked member's last act when it shuts down: one
+// transaction proclaims a map without this member (promoting the
+// longest-waiting member into its index, or moving the highest index into
+// it) and deletes this member's key, so that the members taking over its
+// slots see both in one watch event and start at once. Any member may do
+// it, leader or not: the transaction is guarded by the map's mod revision
+// (a leader's concurrent proclamation fails, or makes this one fail), and
+// by a comparison over the member keys' create revisions, so that a member
+// that joined after this member's view (a newcomer whose New returned the
+// moment before this Shutdown) is never passed over. When a guard fails it
+// plans again from the listing the failed transaction returns. It reports
+// whether the map was written; if not, the caller's lease revocation
+// deletes the key, and the leader proclaims the map.
+func (r *Rink) depart(ctx context.Context) bool {
 	st := &r.st
-	l, self := st.lead, r.opts.member
+	self := r.opts.member
 	key := r.keys.member(self)
-	members, cur, curRev := st.members, st.cur, st.curRev
+	members, cur, curRev, curSeq, viewRev := st.members, st.cur, st.curRev, st.curSeq, st.rev
+	version := r.nextVersion()
+	if st.inc == nil || st.incompatible != nil || curRev == 0 || cur.index(self) < 0 {
+		return false // not ranked, or no usable map: nothing to hand over
+	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		live := liveByAge(members)
-		live = deleteName(live, self)
-		base := cur
-		next := plan(base, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
-		next.Version, next.Leader = base.Version+1, self
-		r.log.Debug("hand-over: proclaiming", zap.Int("attempt", attempt))
-		res := r.proclaim(ctx, l, next, curRev,
-			clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)},
-				[]clientv3.Op{clientv3.OpDelete(key)}, nil))
-		if res.ok {
-			r.log.Info("handed over leadership", zap.Int64("version", next.Version))
-			return
+		live := deleteName(liveByAge(members), self)
+		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
+		next.Version, next.Leader = version, cur.Leader
+		if st.lead != nil {
+			next.Leader = self
 		}
-		if res.err != nil || res.lost {
-			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(res.err), zap.Bool("lost", res.lost))
-			return
+		if _, err := decodeMap(next.encode(), r.opts.slots); err != nil {
+			r.log.Error("hand-over: the planned map would be refused; not writing it", zap.Error(err))
+			return false
 		}
-		key, end := r.keys.followed()
-		resp, err := r.cli.Get(ctx, key, clientv3.WithRange(end))
+		fkey, fend := r.keys.followed()
+		resp, err := r.cli.Txn(ctx).
+			If(
+				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
+				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
+			).
+			Then(
+				clientv3.OpPut(r.keys.rankMap(), string(next.encode())),
+				clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)},
+					[]clientv3.Op{clientv3.OpDelete(key)}, nil),
+			).
+			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend))).
+			Commit()
 		if err != nil {
-			return
+			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
+			return false
 		}
-		members = map[string]memberInfo{}
-		curRev = 0
-		for _, kv := range resp.Kvs {
+		if resp.Succeeded {
+			r.log.Info("handed over", zap.Int64("version", next.Version), zap.Int("attempt", attempt))
+			return true
+		}
+		// Plan again from the rink as the failed transaction saw it.
+		members, curRev, viewRev = map[string]memberInfo{}, 0, resp.Header.Revision
+		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			k := string(kv.Key)
 			switch {
-			case r.keys.isMember(k):
+			case r.keys.isMember(k) && validName(r.keys.memberName(k), false) == "":
 				members[r.keys.memberName(k)] = memberInfo{createRev: kv.CreateRevision}
 			case r.keys.isMap(k):
 				m, err := decodeMap(kv.Value, r.opts.slots)
-				if err != nil {
-					return
+				if err != nil || kv.CreateRevision != st.lineage || kv.Version < curSeq {
+					return false // unusable, another lineage, or etcd went back: leave it to the leader
 				}
-				cur, curRev = m, kv.ModRevision
+				cur, curRev, curSeq = m, kv.ModRevision, kv.Version
+				version = max(version, m.Version+1)
 			}
 		}
+		if curRev == 0 || cur.index(self) < 0 {
+			return false
+		}
 	}
+	return false
 }
 
 func deleteName(names []string, name string) []string {

@@ -29,14 +29,21 @@ type state struct {
 	elect   map[string]memberInfo // election keys: value and create revision
 	cur     rankMap               // newest applied map; Version 0 before any
 	curRev  int64                 // mod revision of cur's key (0: the key is gone)
-	lineage int64                 // create revision of cur's key: versions count within it
-	hist    map[int64]rankMap     // recently applied maps of the lineage, by version
+	curSeq  int64                 // etcd version of cur's key: its seq (see ackValue)
+	lineage int64                 // create revision of cur's key: seqs count within it
+	hist    map[int64]rankMap     // recently applied maps of the lineage, by seq
+	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
+	topVer  int64                 // the highest map version applied in the lineage
+	stale   bool                  // cur's version is not above every version before it
+	// repeats: map versions went back in this lineage, so bounds counted
+	// in versions (from members that predate seqs) name nothing.
+	repeats bool
 	floor   ackFloor              // the leader's summary of acknowledgements (zero: none)
 	leader  string                // election key of the lowest create revision ("": recompute)
 
 	// Per slot: whether the applied map gives it to this member, since which
-	// map version (and that version's mod revision) it has continuously done
-	// so, and the cancel function of the holding, if held.
+	// map seq (and that map's mod revision) it has continuously done so, and
+	// the cancel function of the holding, if held.
 	owned    []bool
 	gain     []int64
 	gainRev  []int64
@@ -44,6 +51,7 @@ type state struct {
 	gainFrom []string    // its owner in the map before (for Event.From)
 	held     []context.CancelCauseFunc
 	prev     rankMap          // the map applied before cur
+	prevSeq  int64            // its seq
 	joins    int              // incarnations so far
 	pending  map[int]struct{} // owned but not yet held
 
@@ -126,6 +134,7 @@ func (r *Rink) initState() {
 	st.members = map[string]memberInfo{}
 	st.elect = map[string]memberInfo{}
 	st.hist = map[int64]rankMap{}
+	st.verSeq = map[int64]int64{}
 	st.owned = make([]bool, S)
 	st.gain = make([]int64, S)
 	st.gainRev = make([]int64, S)
@@ -164,6 +173,9 @@ func (r *Rink) onWatch(b watchBatch) {
 	self := r.opts.member
 	selfGone := false
 	if b.snapshot {
+		if b.rev < st.rev {
+			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
+		}
 		clear(st.members)
 		clear(st.elect)
 		st.floor, st.leader = ackFloor{}, ""
@@ -223,14 +235,16 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 		}
 	}
-	st.rev = max(st.rev, b.rev)
-	if f := st.floor; f.Lineage == st.lineage && f.Version > st.cur.Version && st.curRev != 0 && st.incompatible == nil {
-		// The leader writes a floor only after the map it names, and we see
+	if f := st.floor; f.Lineage == st.lineage && f.Seq == 0 && f.Version > st.cur.Version && st.curRev != 0 {
+		// A leader writes a floor only after the map it names, and we see
 		// both in that order: a floor ahead of our map means the map's
-		// version went back (an older map written by hand), even if we
-		// never saw the newer one.
-		r.unusable(fmt.Errorf("%w: map version %d is older than the acknowledged version %d", ErrIncompatible, st.cur.Version, f.Version), st.curRev)
+		// version went back (an older map written by hand).
+		st.repeats = true
 	}
+	if b.snapshot {
+		st.rev = b.rev // after a restore, revisions may have gone back
+	}
+	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
@@ -276,22 +290,32 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 
 // applyMap applies a proclaimed map if it is newer than the current one.
 //
-// Map versions count within a lineage: the life of the map key from its
-// creation. If an operator deletes the key, the next leader starts a new
-// lineage, whose versions may repeat old ones; acknowledgements of another
-// lineage then count for nothing.
+// Maps are told apart by their seq: the map key's etcd version, which
+// counts every put since the key was created. A leader's map, a map put
+// back unchanged, and an older map or another table written by hand are
+// all simply the next map: a member applies each put in order, releases
+// what it loses before it acknowledges the put's seq, and starts what it
+// gains only through the barrier (see free). Map versions are for people
+// and for members that predate seqs.
+//
+// Seqs count within a lineage: the life of the map key from its creation.
+// If an operator deletes the key, the next leader starts a new lineage,
+// and acknowledgements of another lineage count for nothing.
 func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	st := &r.st
-	if kv.ModRevision <= st.curRev {
+	sameLineage := kv.CreateRevision == st.lineage
+	if sameLineage && kv.ModRevision == st.curRev {
 		return // already applied (a listing repeats what the watch gave)
 	}
-	m, err := decodeMap(kv.Value, r.opts.slots)
-	if err == nil && kv.CreateRevision == st.lineage && m.Version <= st.cur.Version {
-		// Leaders only ever raise the version: somebody wrote an older map
-		// by hand. Members that applied newer versions cannot reconcile with
-		// it; leave rather than guess.
-		err = fmt.Errorf("%w: map version went back from %d to %d", ErrIncompatible, st.cur.Version, m.Version)
+	if kv.ModRevision < st.curRev || sameLineage && st.lineage != 0 && (st.curRev == 0 || kv.Version <= st.curSeq) {
+		// A put never gets a lower revision, nor a lower etcd version
+		// within the key's life, and a deleted key comes back with a new
+		// create revision: etcd was restored from an older snapshot.
+		r.restored(fmt.Sprintf("map at revision %d (seq %d, lineage %d) after revision %d (seq %d, lineage %d)",
+			kv.ModRevision, kv.Version, kv.CreateRevision, st.curRev, st.curSeq, st.lineage))
+		sameLineage = false
 	}
+	m, err := decodeMap(kv.Value, r.opts.slots)
 	if err != nil {
 		r.unusable(err, kv.ModRevision)
 		return
@@ -305,31 +329,65 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			r.startRejoin(nil)
 		}
 	}
-	newLineage := kv.CreateRevision != st.lineage
+	newLineage := !sameLineage
 	if newLineage && st.lineage != 0 {
 		r.log.Warn("the rink's map key was re-created: following the new lineage",
 			zap.Int64("lineage", kv.CreateRevision), zap.Int64("version", m.Version))
-		clear(st.hist)
 	}
-	if newLineage || m.Version > st.cur.Version+1 {
-		// We did not see every version since the slots we wait for became
+	if newLineage {
+		clear(st.hist)
+		clear(st.verSeq)
+		st.topVer, st.repeats = 0, false
+	}
+	if newLineage || kv.Version > st.curSeq+1 {
+		// We did not see every map since the slots we wait for became
 		// ours; they may have been another member's in between. Count them
-		// as ours only from this version on.
+		// as ours only from this map on.
 		for s := range st.pending {
-			st.gain[s], st.gainRev[s] = m.Version, kv.ModRevision
+			st.gain[s], st.gainRev[s] = kv.Version, kv.ModRevision
 		}
 	}
 	began := time.Now()
 	st.lineage = kv.CreateRevision
-	st.prev, st.cur = st.cur, m
+	st.prev, st.prevSeq = st.cur, st.curSeq
+	st.cur, st.curSeq = m, kv.Version
 	if newLineage {
-		st.prev = rankMap{}
+		st.prev, st.prevSeq = rankMap{}, 0
 	}
-	st.hist[m.Version] = m
+	st.stale = m.Version <= st.topVer
+	st.repeats = st.repeats || st.stale
+	st.topVer = max(st.topVer, m.Version)
+	st.hist[kv.Version] = m
+	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
+		st.verSeq[m.Version] = -1
+	} else {
+		st.verSeq[m.Version] = kv.Version
+	}
 	r.owners.Store(&m)
 	r.reconcile()
 	r.sendAck()
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
+}
+
+// restored handles proof that etcd went back in time (a restore from a
+// snapshot): revisions, and so acknowledgements and fencing tokens, may
+// repeat what this member saw. It stops trusting everything it knew: it
+// fences (every role context ends; the member rejoins with a new lease)
+// and forgets the lineage, so that the map it finds counts as new.
+func (r *Rink) restored(why string) {
+	st := &r.st
+	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over", zap.String("why", why))
+	if st.inc != nil {
+		r.fence(st.inc, ErrFenced)
+	}
+	st.lineage, st.curRev, st.curSeq, st.rev = 0, 0, 0, 0
+	st.prev, st.prevSeq = rankMap{}, 0
+	st.floor = ackFloor{}
+	clear(st.hist)
+	clear(st.verSeq)
+	st.topVer, st.repeats = 0, false
+	st.selfSeen = false
+	r.reconcile()
 }
 
 // unusable leaves the rink because the map (at revision rev) cannot be
@@ -381,9 +439,9 @@ func (r *Rink) reconcile() {
 		}
 		st.owned[s] = want
 		if want {
-			st.gain[s], st.gainRev[s] = st.cur.Version, st.curRev
+			st.gain[s], st.gainRev[s] = st.curSeq, st.curRev
 			st.gainAt[s], st.gainFrom[s] = time.Now(), ""
-			if st.prev.Version == st.cur.Version-1 {
+			if st.prevSeq == st.curSeq-1 {
 				st.gainFrom[s] = st.prev.owner(s)
 			}
 			st.pending[s] = struct{}{}
@@ -411,10 +469,10 @@ func (r *Rink) tryAcquire() {
 }
 
 // free reports whether every other live member is known not to hold slot s:
-// it has acknowledged a map version from which on the slot was ours, or none
-// of the maps from its acknowledged version up to that one gave it the slot.
-// A member that is gone (its key deleted: lease revoked or expired) holds
-// nothing, because members fence themselves before their lease can expire.
+// it has acknowledged a map from which on the slot was ours, or none of the
+// maps from its acknowledged one up to that one gave it the slot. A member
+// that is gone (its key deleted: lease revoked or expired) holds nothing,
+// because members fence themselves before their lease can expire.
 //
 // Acknowledgements come from the leader's floor, a lower bound of each
 // member's (see acks.go); a bound serves as well as the acknowledgement
@@ -422,25 +480,18 @@ func (r *Rink) tryAcquire() {
 func (r *Rink) free(s int) bool {
 	st := &r.st
 	g := st.gain[s]
-	f := &st.floor
-	// A floor of another lineage, or of a map we have not seen, tells us
-	// nothing we can use yet; a newer one comes.
-	known := f.Lineage == st.lineage && f.Version <= st.cur.Version
 	for name := range st.members {
 		if name == r.opts.member {
 			continue
 		}
-		ack := int64(0)
-		if known {
-			ack = f.of(name)
-		}
-		if ack < 1 {
+		a := r.bound(name)
+		if a < 1 {
 			return false
 		}
-		if ack >= g {
+		if a >= g {
 			continue
 		}
-		for v := ack; v < g; v++ {
+		for v := a; v < g; v++ {
 			h, ok := st.hist[v]
 			if !ok || h.owner(s) == name {
 				return false
@@ -448,6 +499,39 @@ func (r *Rink) free(s int) bool {
 		}
 	}
 	return true
+}
+
+// bound returns a lower bound of a member's acknowledgement as a seq of
+// the current lineage, or 0 when none is known. It takes the floor's seq
+// bound, and for a member that predates seqs its version bound, named by
+// the seq of the one applied map of that version (a version that repeats
+// in the lineage names nothing). A floor of another lineage, or of a map
+// this member has not applied yet, tells nothing yet; a newer one comes.
+func (r *Rink) bound(name string) int64 {
+	st := &r.st
+	f := &st.floor
+	if f.Lineage != st.lineage || st.curRev == 0 {
+		return 0
+	}
+	if f.Seq > 0 {
+		if f.Seq > st.curSeq {
+			return 0
+		}
+		if a := f.seqOf(name); a > 0 {
+			return a
+		}
+	} else if f.Version > st.cur.Version {
+		return 0
+	}
+	return r.seqOfVersion(f.of(name))
+}
+
+// seqOfVersion returns the seq of the applied map of version v, or 0.
+func (r *Rink) seqOfVersion(v int64) int64 {
+	if v < 1 || r.st.repeats {
+		return 0
+	}
+	return max(r.st.verSeq[v], 0)
 }
 
 // acquire starts holding slot s: it publishes a fresh context carrying the
@@ -486,13 +570,20 @@ func (r *Rink) swapSlot(s int, next *slotState) {
 // free then misses a map it needs and waits, which is safe.
 func (r *Rink) pruneHistory() {
 	st := &r.st
-	low := st.cur.Version - maxHistory + 1
-	if f := &st.floor; f.Lineage == st.lineage && f.Floor >= 1 {
-		low = max(low, min(f.Floor, st.cur.Version))
+	low := st.curSeq - maxHistory + 1
+	if f := &st.floor; f.Lineage == st.lineage && st.curRev != 0 {
+		if f.Seq > 0 && f.SeqFloor >= 1 {
+			low = max(low, min(f.SeqFloor, st.curSeq))
+		} else if f.Seq == 0 && f.Floor >= 1 && f.Floor <= st.cur.Version {
+			low = max(low, r.seqOfVersion(f.Floor))
+		}
 	}
-	for v := range st.hist {
+	for v, m := range st.hist {
 		if v < low {
 			delete(st.hist, v)
+			if st.verSeq[m.Version] == v {
+				delete(st.verSeq, m.Version)
+			}
 		}
 	}
 }
@@ -614,9 +705,7 @@ func (r *Rink) shutdown(cause error) {
 	clear(st.pending)
 	err := cause
 	if st.inc != nil && cause == nil {
-		if st.lead != nil && st.incompatible == nil {
-			r.handOver(ctx)
-		}
+		r.depart(ctx)
 		err = r.leave(ctx, st.inc, ErrShutdown)
 	}
 	r.stopLeading()

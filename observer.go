@@ -188,9 +188,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				switch {
 				case err != nil:
 					mapErr = err.Error()
-				case createRev == lineage && m.Version <= cur.Version:
-					mapErr = fmt.Sprintf("map version went back from %d to %d", cur.Version, m.Version)
 				default:
+					// Any decodable put is the next map, as for members
+					// (see applyMap), even one whose version went back.
 					cur, lineage, mapErr = m, createRev, ""
 				}
 				if mapErr != "" {
