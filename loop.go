@@ -38,8 +38,8 @@ type state struct {
 	// repeats: map versions went back in this lineage, so bounds counted
 	// in versions (from members that predate seqs) name nothing.
 	repeats bool
-	floor   ackFloor              // the leader's summary of acknowledgements (zero: none)
-	leader  string                // election key of the lowest create revision ("": recompute)
+	floor   ackFloor // the leader's summary of acknowledgements (zero: none)
+	leader  string   // election key of the lowest create revision ("": recompute)
 
 	// Per slot: whether the applied map gives it to this member, since which
 	// map seq (and that map's mod revision) it has continuously done so, and
