@@ -62,8 +62,8 @@
 //
 // Smooth handover: roles whose slot keeps its owner are never interrupted by
 // a map change. A graceful Shutdown hands its roles over without waiting for
-// a lease to expire or an election; a leaving leader proclaims the map
-// without itself before it resigns.
+// a lease to expire or an election: the leaving member proclaims the map
+// without itself and deletes its key in one etcd transaction.
 //
 // These hold under these assumptions: etcd is linearizable (a majority of
 // its members is up and reachable from the leader); clocks of members and
