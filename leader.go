@@ -35,6 +35,7 @@ type proclaimResult struct {
 	lead    *leadership
 	version int64
 	rev     int64 // ok: the revision of our write; otherwise the map key's mod revision
+	based   int64 // the map key's mod revision the plan was based on
 	ok      bool  // the map was written
 	lost    bool  // our election key is gone
 	err     error
@@ -212,7 +213,7 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
 func (r *Rink) proclaim(ctx context.Context, l *leadership, m rankMap, mapRev int64, extra ...clientv3.Op) proclaimResult {
-	res := proclaimResult{lead: l, version: m.Version}
+	res := proclaimResult{lead: l, version: m.Version, based: mapRev}
 	ops := append([]clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(m.encode()))}, extra...)
 	resp, err := r.cli.Txn(ctx).
 		If(
@@ -276,11 +277,14 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		}
 		l.timer = time.NewTimer(l.retry.next())
 		st.dirty = false // the timer sets it again
-	case res.rev < st.curRev:
-		r.restored(fmt.Sprintf("the map key is at revision %d, below the applied revision %d", res.rev, st.curRev))
-	case res.rev <= st.rev:
-		// Our view has seen that revision, yet the guard failed: the view
-		// is behind in a way waiting will not mend. Back off and plan again.
+	case res.rev < res.based:
+		// The key's mod revision only rises (a deleted key comes back at a
+		// higher one): etcd went back in time.
+		r.restored(fmt.Sprintf("the map key is at revision %d, below revision %d seen before", res.rev, res.based))
+	case res.rev == res.based:
+		// The map is where our plan found it, yet the guard failed: our
+		// view is wrong in a way waiting will not mend. Back off and plan
+		// again rather than spin.
 		wait := l.retry.next()
 		r.log.Warn("proclaiming the map failed although the view is current, retrying",
 			zap.Int64("map_revision", res.rev), zap.Int64("view_revision", st.rev), zap.Duration("backoff", wait))
