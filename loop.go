@@ -665,6 +665,9 @@ func (r *Rink) publishRank() {
 		st.leader = lowestKey(st.elect)
 	}
 	rk.Leader = st.elect[st.leader].value
+	if rk.Index >= 0 || rk.Waiting {
+		r.listed.Store(true)
+	}
 	old := r.rank.Load()
 	if old != nil {
 		o := old.rank

@@ -53,7 +53,12 @@ const (
 	DefaultSessionTTL     = 10 * time.Second
 	DefaultRebalanceDelay = 30 * time.Second
 	DefaultSlots          = 1024
-	DefaultJoinTimeout    = 10 * time.Second
+	// DefaultJoinTimeout is the join timeout with the default session
+	// TTL. Without WithJoinTimeout the join timeout is one and a half
+	// session TTLs, so that a process restarted under its own name (a crash
+	// loop, an OOM kill) waits out its predecessor's lease instead of
+	// failing with ErrMemberExists.
+	DefaultJoinTimeout = DefaultSessionTTL * 3 / 2
 	// MinSessionTTL is the shortest session TTL accepted. Shorter leases
 	// leave too little room between renewals, fencing and expiry.
 	MinSessionTTL = 2 * time.Second
@@ -218,7 +223,8 @@ func WithLogger(l *zap.Logger) Option {
 }
 
 // WithJoinTimeout bounds how long New (and each later rejoin attempt) may
-// take to join (default 10 s).
+// take to join (default: one and a half session TTLs, 15 s with the default
+// TTL, so that a predecessor's lease under the same name can run out).
 func WithJoinTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -245,11 +251,10 @@ func checkArgs(cli *clientv3.Client, name string, opts []Option) (options, error
 // one.
 func parseOptions(opts []Option) (options, error) {
 	o := options{
-		ttl:         DefaultSessionTTL,
-		delay:       DefaultRebalanceDelay,
-		slots:       DefaultSlots,
-		log:         zap.NewNop(),
-		joinTimeout: DefaultJoinTimeout,
+		ttl:   DefaultSessionTTL,
+		delay: DefaultRebalanceDelay,
+		slots: DefaultSlots,
+		log:   zap.NewNop(),
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -257,6 +262,9 @@ func parseOptions(opts []Option) (options, error) {
 			continue
 		}
 		opt(&o)
+	}
+	if o.joinTimeout == 0 {
+		o.joinTimeout = o.ttl * 3 / 2
 	}
 	return o, errors.Join(o.errs...)
 }
@@ -343,6 +351,7 @@ type Rink struct {
 	slots  []atomic.Pointer[slotState]
 	owners atomic.Pointer[rankMap]
 	rank   atomic.Pointer[rankState]
+	listed atomic.Bool // the leader has listed this member at least once (see Ready)
 
 	stopping    chan struct{} // closed when shutdown begins
 	stopOnce    sync.Once
