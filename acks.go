@@ -189,7 +189,11 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
 	key := string(kv.Key)
 	switch {
 	case k.isMember(key):
-		v.members[k.memberName(key)] = kv.Lease
+		// Stray member keys are left out, as members leave them out of
+		// their views (the run goroutine logs them).
+		if name, ok := k.validMember(key); ok {
+			v.members[name] = kv.Lease
+		}
 	case k.isAck(key):
 		a := ackKey{lease: kv.Lease}
 		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing

@@ -22,6 +22,7 @@ type leadership struct {
 	timer   *time.Timer          // next rebalance or retry
 	retry   *backoff
 	stopAgg context.CancelFunc // stops the acknowledgement aggregator
+	refused string             // why the last planned map was not proclaimed (logged once)
 }
 
 type elected struct {
@@ -168,6 +169,14 @@ func (r *Rink) plan() {
 	}
 	next.Version = st.cur.Version + 1
 	next.Leader = r.opts.member
+	if err := r.usable(next); err != nil {
+		if l.refused != err.Error() {
+			l.refused = err.Error()
+			r.log.Error("refusing to proclaim a map that members would refuse", zap.Error(err), zap.Int64("version", next.Version))
+		}
+		return
+	}
+	l.refused = ""
 	l.busy = true
 	mapRev := st.curRev
 	r.wg.Add(1)
@@ -181,6 +190,13 @@ func (r *Rink) plan() {
 		case <-r.ctx.Done():
 		}
 	}()
+}
+
+// usable checks a planned map as members check what they apply: a leader
+// never proclaims a map that it would refuse itself.
+func (r *Rink) usable(m rankMap) error {
+	_, err := decodeMap(m.encode(), r.opts.slots)
+	return err
 }
 
 // proclaim writes m as the rink's map, provided we still lead and the map
@@ -272,6 +288,10 @@ func (r *Rink) handOver(ctx context.Context) {
 		base := cur
 		next := plan(base, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
 		next.Version, next.Leader = base.Version+1, self
+		if err := r.usable(next); err != nil {
+			r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
+			return
+		}
 		r.log.Debug("hand-over: proclaiming", zap.Int("attempt", attempt))
 		res := r.proclaim(ctx, l, next, curRev,
 			clientv3.OpTxn(
@@ -296,7 +316,9 @@ func (r *Rink) handOver(ctx context.Context) {
 			k := string(kv.Key)
 			switch {
 			case r.keys.isMember(k):
-				members[r.keys.memberName(k)] = memberInfo{createRev: kv.CreateRevision}
+				if name, ok := r.keys.validMember(k); ok {
+					members[name] = memberInfo{createRev: kv.CreateRevision}
+				}
 			case r.keys.isMap(k):
 				m, err := decodeMap(kv.Value, r.opts.slots)
 				if err != nil {

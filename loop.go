@@ -34,6 +34,9 @@ type state struct {
 	floor   ackFloor              // the leader's summary of acknowledgements (zero: none)
 	leader  string                // election key of the lowest create revision ("": recompute)
 
+	strays     strayLog                 // stray keys already logged (see stray.go)
+	strayElect map[string]strayElection // stray election keys, by key
+
 	// Per slot: whether the applied map gives it to this member, since which
 	// map version (and that version's mod revision) it has continuously done
 	// so, and the cancel function of the holding, if held.
@@ -125,6 +128,7 @@ func (r *Rink) initState() {
 	S := r.opts.slots
 	st.members = map[string]memberInfo{}
 	st.elect = map[string]memberInfo{}
+	st.strayElect = map[string]strayElection{}
 	st.hist = map[int64]rankMap{}
 	st.owned = make([]bool, S)
 	st.gain = make([]int64, S)
@@ -166,6 +170,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	if b.snapshot {
 		clear(st.members)
 		clear(st.elect)
+		clear(st.strayElect)
 		st.floor, st.leader = ackFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
@@ -204,7 +209,10 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 			switch {
 			case r.keys.isMember(key):
-				name := r.keys.memberName(key)
+				name, ok := r.keys.validMember(key)
+				if !ok {
+					continue // a stray key: it was never in the view
+				}
 				delete(st.members, name)
 				st.dirty = true
 				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
@@ -212,6 +220,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 			case r.keys.isElection(key):
 				delete(st.elect, key)
+				delete(st.strayElect, key)
 				if key == st.leader {
 					st.leader = ""
 				}
@@ -239,15 +248,21 @@ func (r *Rink) onWatch(b watchBatch) {
 		r.log.Warn("own member key deleted: fencing")
 		r.fence(st.inc, ErrFenced)
 	}
+	r.sweepStrays()
 }
 
-// putKey records a put of a member or election key in the view.
+// putKey records a put of a member or election key in the view. Stray keys
+// (see stray.go) are left out of it.
 func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	st := &r.st
 	key := string(kv.Key)
 	switch {
 	case r.keys.isMember(key):
-		name := r.keys.memberName(key)
+		name, ok := r.keys.validMember(key)
+		if !ok {
+			st.strays.note(r.log, key, "not a member name")
+			return
+		}
 		old, existed := st.members[name]
 		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease}
 		if !existed || old.createRev != kv.CreateRevision {
@@ -261,7 +276,19 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			r.sendAck()
 		}
 	case r.keys.isElection(key):
-		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: string(kv.Value)}
+		if !r.keys.isCandidate(kv) {
+			st.strays.note(r.log, key, "not made by a campaign")
+			delete(st.elect, key) // a candidate's key overwritten without its lease
+			if key == st.leader {
+				st.leader = ""
+			}
+			if s, ok := st.strayElect[key]; !ok || s.rev != kv.ModRevision {
+				st.strayElect[key] = strayElection{rev: kv.ModRevision}
+			}
+			return
+		}
+		delete(st.strayElect, key)
+		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: candidateName(kv.Value)}
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
 		}
