@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -57,6 +58,7 @@ type state struct {
 // memberInfo is what the view knows of a member key or an election key.
 type memberInfo struct {
 	createRev int64
+	modRev    int64 // member keys in a member's view
 	lease     int64
 	value     string // election keys: the candidate's member name
 }
@@ -153,7 +155,7 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		return
 	}
 	m, ok := st.members[r.opts.member]
-	st.selfSeen = ok && m.createRev == inc.createRev
+	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
 	if st.selfSeen {
 		r.reconcile()
 		r.sendAck()
@@ -264,13 +266,13 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			return
 		}
 		old, existed := st.members[name]
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease}
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision}
 		if !existed || old.createRev != kv.CreateRevision {
-			st.dirty = true
+			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
-		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev {
-			// The view has reached our own join: from here on it is at
-			// least as new as anything our earlier lives saw.
+		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
+			// The view has reached our own join (or resume): from here on
+			// it is at least as new as anything our earlier lives saw.
 			st.selfSeen = true
 			r.reconcile()
 			r.sendAck()
@@ -481,7 +483,7 @@ func (r *Rink) free(s int) bool {
 // slot's fencing token and wakes the goroutines awaiting the slot's roles.
 func (r *Rink) acquire(s int) {
 	st := &r.st
-	token := max(st.gainRev[s], st.inc.createRev)
+	token := max(st.gainRev[s], st.inc.createRev, st.inc.boundRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	st.held[s] = cancel
 	r.emit(Event{Kind: EventAcquired, Slot: s, Token: token, From: st.gainFrom[s], Wait: time.Since(st.gainAt[s])})
@@ -535,8 +537,10 @@ func (r *Rink) onLost() {
 	r.startRejoin(old)
 }
 
-// startRejoin starts a goroutine that revokes the old lease (best effort) and,
-// unless this member cannot use the rink's map, joins again with a new one.
+// startRejoin starts a goroutine that, unless this member cannot use the
+// rink's map, resumes the old incarnation's membership under a new lease
+// while its member key is still there (see resume), or else revokes the old
+// lease (best effort) and joins again as a newcomer.
 func (r *Rink) startRejoin(old *incarnation) {
 	st := &r.st
 	join := st.incompatible == nil
@@ -548,18 +552,46 @@ func (r *Rink) startRejoin(old *incarnation) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		if old != nil {
-			ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-			_, _ = r.cli.Revoke(ctx, old.lease)
-			cancel()
+		revokeOld := func() {
+			if old != nil {
+				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
 		}
 		if !join {
+			revokeOld()
 			return
 		}
+		resumable := old != nil // and the old lease not revoked yet
+		defer func() {
+			if resumable {
+				// Shutting down before the old lease could be resumed: let
+				// its key go now rather than when the lease expires.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
+		}()
 		b := newBackoff()
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
-			inc, err := r.join(ctx)
+			var inc *incarnation
+			var err error
+			if resumable {
+				inc, err = r.resume(ctx, old)
+				if errors.Is(err, errKeyGone) {
+					r.log.Info("own member key gone: joining as a newcomer")
+					resumable = false
+					revokeOld()
+					inc, err = r.join(ctx)
+				} else if err == nil {
+					resumable = false // resume revoked the old lease
+					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
+				}
+			} else {
+				inc, err = r.join(ctx)
+			}
 			cancel()
 			if err == nil {
 				select {

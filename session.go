@@ -18,7 +18,8 @@ import (
 // cancels them all at once, without waiting for any other goroutine.
 type incarnation struct {
 	lease     clientv3.LeaseID
-	createRev int64 // revision at which the member key was created
+	createRev int64 // the member key's create revision: the member's identity and join order (kept by a resume)
+	boundRev  int64 // revision at which the member key was bound to lease: its creation, or a resume's rebinding
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
@@ -106,16 +107,74 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			revoke()
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
-		inc := &incarnation{lease: grant.ID, createRev: resp.Header.Revision, lost: make(chan struct{})}
-		inc.deadline.Store(deadline)
-		inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.keep(inc, sent, deadline)
-		}()
-		return inc, nil
+		return r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline), nil
 	}
+}
+
+// begin makes the incarnation of the member key bound to lease, and starts
+// its keeper.
+func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
+	inc := &incarnation{lease: lease, createRev: createRev, boundRev: boundRev, lost: make(chan struct{})}
+	inc.deadline.Store(deadline)
+	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.keep(inc, sent, deadline)
+	}()
+	return inc
+}
+
+// errKeyGone means that a fenced incarnation's member key is gone, or no
+// longer bound to its lease: the member cannot resume, and joins anew.
+var errKeyGone = errors.New("rink: member key gone or bound to another lease")
+
+// resume brings back a member that fenced itself while its member key is
+// still there, bound to the old lease (which the server has not expired
+// yet, or extended after an outage): one transaction rebinds the key to a
+// new lease. A put keeps the key's create revision, the member's identity
+// and join order in the leader's eyes, so the leader sees no departure, and
+// the member keeps its rank and slots. This is safe because the member
+// cancelled every holding when it fenced, and the old incarnation's writes
+// are guarded by the key's lease. The old lease is revoked afterwards,
+// taking the old acknowledgement and election keys with it; the new
+// incarnation writes its own and campaigns again. It returns errKeyGone
+// when the key cannot be rebound.
+func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, error) {
+	key := r.keys.member(r.opts.member)
+	sent := fenceClock()
+	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("rink: granting lease: %w", err)
+	}
+	revoke := func(id clientv3.LeaseID) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = r.cli.Revoke(rctx, id)
+	}
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)).
+		Then(clientv3.OpPut(key, memberValue, clientv3.WithLease(grant.ID))).
+		Commit()
+	if err != nil {
+		// If the put landed after all, the key goes with the new lease:
+		// the member joins anew, as when its key vanished.
+		revoke(grant.ID)
+		return nil, fmt.Errorf("rink: rebinding member key: %w", err)
+	}
+	if !resp.Succeeded {
+		revoke(grant.ID)
+		return nil, errKeyGone
+	}
+	deadline := r.deadlineAfter(sent, grant.TTL)
+	if fenceClock() >= deadline {
+		revoke(grant.ID) // the key goes with it
+		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
+	}
+	inc := r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline)
+	revoke(old.lease)
+	return inc, nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.
