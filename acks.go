@@ -123,8 +123,8 @@ type ackReq struct {
 // Each write is guarded by the value it replaces, so that a write that timed
 // out here but commits late on the server cannot overwrite a newer one: an
 // acknowledgement never goes backwards. It is also guarded by the member
-// key's create revision, so that an incarnation that has ended writes
-// nothing.
+// key's create revision and lease, so that an incarnation that has ended
+// writes nothing (a resumed one keeps the create revision, not the lease).
 func (r *Rink) writeAcks() {
 	var (
 		cur  *ackReq
@@ -156,7 +156,8 @@ func (r *Rink) writeAcks() {
 		}
 		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
 		resp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(member), "=", cur.inc.createRev), guard).
+			If(clientv3.Compare(clientv3.CreateRevision(member), "=", cur.inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(member), "=", cur.inc.lease), guard).
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
 			Else(clientv3.OpGet(member), clientv3.OpGet(key)).
 			Commit()
@@ -169,8 +170,8 @@ func (r *Rink) writeAcks() {
 			continue
 		case err == nil:
 			mkv := resp.Responses[0].GetResponseRange().Kvs
-			if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.createRev {
-				cur = nil // our key is gone: the keeper or the run loop fences
+			if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.createRev || mkv[0].Lease != int64(cur.inc.lease) {
+				cur = nil // our key is gone, or a later incarnation's: the keeper or the run loop fences
 				continue
 			}
 			// The ack key is not what we thought (a late write of ours
@@ -216,8 +217,10 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
 	key := string(kv.Key)
 	switch {
 	case k.isMember(key):
-		if validName(k.memberName(key), false) == "" {
-			v.members[k.memberName(key)] = kv.Lease
+		// Stray member keys are left out, as members leave them out of
+		// their views (the run goroutine logs them).
+		if name, ok := k.validMember(key); ok {
+			v.members[name] = kv.Lease
 		}
 	case k.isAck(key):
 		a := ackKey{lease: kv.Lease}

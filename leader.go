@@ -23,6 +23,7 @@ type leadership struct {
 	timer   *time.Timer          // next rebalance or retry
 	retry   *backoff
 	stopAgg context.CancelFunc // stops the acknowledgement aggregator
+	refused string             // why the last planned map was not proclaimed (logged once)
 }
 
 type elected struct {
@@ -186,6 +187,14 @@ func (r *Rink) plan() {
 	}
 	next.Version = r.nextVersion()
 	next.Leader = r.opts.member
+	if err := r.usable(next); err != nil {
+		if l.refused != err.Error() {
+			l.refused = err.Error()
+			r.log.Error("refusing to proclaim a map that members would refuse", zap.Error(err), zap.Int64("version", next.Version))
+		}
+		return
+	}
+	l.refused = ""
 	l.busy = true
 	mapRev := st.curRev
 	r.wg.Add(1)
@@ -209,6 +218,13 @@ func batchWindow(delay time.Duration) time.Duration { return delay / 10 }
 // lineage, so that versions only ever rise, even after a map was written
 // back by hand.
 func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) + 1 }
+
+// usable checks a planned map as members check what they apply: a leader
+// never proclaims a map that it would refuse itself.
+func (r *Rink) usable(m rankMap) error {
+	_, err := decodeMap(m.encode(), r.opts.slots)
+	return err
+}
 
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
@@ -328,8 +344,8 @@ func (r *Rink) depart(ctx context.Context) bool {
 		if st.lead != nil {
 			next.Leader = self
 		}
-		if _, err := decodeMap(next.encode(), r.opts.slots); err != nil {
-			r.log.Error("hand-over: the planned map would be refused; not writing it", zap.Error(err))
+		if err := r.usable(next); err != nil {
+			r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
 			return false
 		}
 		fkey, fend := r.keys.followed()
@@ -341,7 +357,10 @@ func (r *Rink) depart(ctx context.Context) bool {
 			Then(
 				clientv3.OpPut(r.keys.rankMap(), string(next.encode())),
 				clientv3.OpTxn(
-					[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)},
+					[]clientv3.Cmp{
+						clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
+						clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
+					},
 					[]clientv3.Op{clientv3.OpDelete(key)}, nil),
 			).
 			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend))).
@@ -359,8 +378,10 @@ func (r *Rink) depart(ctx context.Context) bool {
 		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			k := string(kv.Key)
 			switch {
-			case r.keys.isMember(k) && validName(r.keys.memberName(k), false) == "":
-				members[r.keys.memberName(k)] = memberInfo{createRev: kv.CreateRevision}
+			case r.keys.isMember(k):
+				if name, ok := r.keys.validMember(k); ok {
+					members[name] = memberInfo{createRev: kv.CreateRevision}
+				}
 			case r.keys.isMap(k):
 				m, err := decodeMap(kv.Value, r.opts.slots)
 				if err != nil || kv.CreateRevision != st.lineage || kv.Version < curSeq {

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -41,6 +42,9 @@ type state struct {
 	floor   ackFloor // the leader's summary of acknowledgements (zero: none)
 	leader  string   // election key of the lowest create revision ("": recompute)
 
+	strays     strayLog                 // stray keys already logged (see stray.go)
+	strayElect map[string]strayElection // stray election keys, by key
+
 	// Per slot: whether the applied map gives it to this member, since which
 	// map seq (and that map's mod revision) it has continuously done so, and
 	// the cancel function of the holding, if held.
@@ -62,6 +66,7 @@ type state struct {
 // memberInfo is what the view knows of a member key or an election key.
 type memberInfo struct {
 	createRev int64
+	modRev    int64 // member keys in a member's view
 	lease     int64
 	value     string // election keys: the candidate's member name
 }
@@ -133,6 +138,7 @@ func (r *Rink) initState() {
 	S := r.opts.slots
 	st.members = map[string]memberInfo{}
 	st.elect = map[string]memberInfo{}
+	st.strayElect = map[string]strayElection{}
 	st.hist = map[int64]rankMap{}
 	st.verSeq = map[int64]int64{}
 	st.owned = make([]bool, S)
@@ -158,7 +164,7 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		return
 	}
 	m, ok := st.members[r.opts.member]
-	st.selfSeen = ok && m.createRev == inc.createRev
+	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
 	if st.selfSeen {
 		r.reconcile()
 		r.sendAck()
@@ -178,6 +184,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		}
 		clear(st.members)
 		clear(st.elect)
+		clear(st.strayElect)
 		st.floor, st.leader = ackFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
@@ -216,7 +223,10 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 			switch {
 			case r.keys.isMember(key):
-				name := r.keys.memberName(key)
+				name, ok := r.keys.validMember(key)
+				if !ok {
+					continue // a stray key: it was never in the view
+				}
 				delete(st.members, name)
 				st.dirty = true
 				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
@@ -224,6 +234,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 			case r.keys.isElection(key):
 				delete(st.elect, key)
+				delete(st.strayElect, key)
 				if key == st.leader {
 					st.leader = ""
 				}
@@ -253,29 +264,47 @@ func (r *Rink) onWatch(b watchBatch) {
 		r.log.Warn("own member key deleted: fencing")
 		r.fence(st.inc, ErrFenced)
 	}
+	r.sweepStrays()
 }
 
-// putKey records a put of a member or election key in the view.
+// putKey records a put of a member or election key in the view. Stray keys
+// (see stray.go) are left out of it.
 func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	st := &r.st
 	key := string(kv.Key)
 	switch {
 	case r.keys.isMember(key):
-		name := r.keys.memberName(key)
-		old, existed := st.members[name]
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease}
-		if !existed || old.createRev != kv.CreateRevision {
-			st.dirty = true
+		name, ok := r.keys.validMember(key)
+		if !ok {
+			st.strays.note(r.log, key, "not a member name")
+			return
 		}
-		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev {
-			// The view has reached our own join: from here on it is at
-			// least as new as anything our earlier lives saw.
+		old, existed := st.members[name]
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision}
+		if !existed || old.createRev != kv.CreateRevision {
+			st.dirty = true // (a resume rebinds the key to a new lease: no change)
+		}
+		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
+			// The view has reached our own join (or resume): from here on
+			// it is at least as new as anything our earlier lives saw.
 			st.selfSeen = true
 			r.reconcile()
 			r.sendAck()
 		}
 	case r.keys.isElection(key):
-		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: string(kv.Value)}
+		if !r.keys.isCandidate(kv) {
+			st.strays.note(r.log, key, "not made by a campaign")
+			delete(st.elect, key) // a candidate's key overwritten without its lease
+			if key == st.leader {
+				st.leader = ""
+			}
+			if s, ok := st.strayElect[key]; !ok || s.rev != kv.ModRevision {
+				st.strayElect[key] = strayElection{rev: kv.ModRevision}
+			}
+			return
+		}
+		delete(st.strayElect, key)
+		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: candidateName(kv.Value)}
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
 		}
@@ -538,7 +567,7 @@ func (r *Rink) seqOfVersion(v int64) int64 {
 // slot's fencing token and wakes the goroutines awaiting the slot's roles.
 func (r *Rink) acquire(s int) {
 	st := &r.st
-	token := max(st.gainRev[s], st.inc.createRev)
+	token := max(st.gainRev[s], st.inc.createRev, st.inc.boundRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	st.held[s] = cancel
 	r.emit(Event{Kind: EventAcquired, Slot: s, Token: token, From: st.gainFrom[s], Wait: time.Since(st.gainAt[s])})
@@ -599,8 +628,10 @@ func (r *Rink) onLost() {
 	r.startRejoin(old)
 }
 
-// startRejoin starts a goroutine that revokes the old lease (best effort) and,
-// unless this member cannot use the rink's map, joins again with a new one.
+// startRejoin starts a goroutine that, unless this member cannot use the
+// rink's map, resumes the old incarnation's membership under a new lease
+// while its member key is still there (see resume), or else revokes the old
+// lease (best effort) and joins again as a newcomer.
 func (r *Rink) startRejoin(old *incarnation) {
 	st := &r.st
 	join := st.incompatible == nil
@@ -612,18 +643,46 @@ func (r *Rink) startRejoin(old *incarnation) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		if old != nil {
-			ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-			_, _ = r.cli.Revoke(ctx, old.lease)
-			cancel()
+		revokeOld := func() {
+			if old != nil {
+				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
 		}
 		if !join {
+			revokeOld()
 			return
 		}
+		resumable := old != nil // and the old lease not revoked yet
+		defer func() {
+			if resumable {
+				// Shutting down before the old lease could be resumed: let
+				// its key go now rather than when the lease expires.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
+		}()
 		b := newBackoff()
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
-			inc, err := r.join(ctx)
+			var inc *incarnation
+			var err error
+			if resumable {
+				inc, err = r.resume(ctx, old)
+				if errors.Is(err, errKeyGone) {
+					r.log.Info("own member key gone: joining as a newcomer")
+					resumable = false
+					revokeOld()
+					inc, err = r.join(ctx)
+				} else if err == nil {
+					resumable = false // resume revoked the old lease
+					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
+				}
+			} else {
+				inc, err = r.join(ctx)
+			}
 			cancel()
 			if err == nil {
 				select {

@@ -142,6 +142,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	var cur rankMap
 	var lineage, rev int64
 	var mapErr string
+	var strays strayLog
 	first := true
 	for {
 		var b watchBatch
@@ -154,7 +155,13 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			key, kvVal, createRev := string(kv.Key), kv.Value, kv.CreateRevision
 			switch {
 			case ob.keys.isMember(key):
-				name := ob.keys.memberName(key)
+				name, ok := ob.keys.validMember(key)
+				if !ok {
+					if !deleted {
+						strays.note(ob.log, key, "not a member name")
+					}
+					return
+				}
 				if deleted {
 					delete(members, name)
 					return
@@ -170,11 +177,14 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				_ = json.Unmarshal(kvVal, &a.ackValue)
 				acks[name] = a
 			case ob.keys.isElection(key):
-				if deleted {
+				if deleted || !ob.keys.isCandidate(kv) {
+					if !deleted {
+						strays.note(ob.log, key, "not made by a campaign")
+					}
 					delete(elect, key)
 					return
 				}
-				elect[key] = memberInfo{createRev: createRev, value: string(kvVal)}
+				elect[key] = memberInfo{createRev: createRev, value: candidateName(kvVal)}
 			case ob.keys.isMap(key):
 				if deleted {
 					mapErr = "" // the leader writes it again; keep showing the last one

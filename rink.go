@@ -269,6 +269,25 @@ func parseOptions(opts []Option) (options, error) {
 	return o, errors.Join(o.errs...)
 }
 
+// ValidRinkName returns nil if name can be used as a rink's name, or an
+// error wrapping ErrInvalidName that says why not.
+func ValidRinkName(name string) error {
+	if why := validName(name, true); why != "" {
+		return fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
+	}
+	return nil
+}
+
+// ValidMemberName returns nil if name can be used as a member's name, or an
+// error wrapping ErrInvalidName that says why not. Members ignore member
+// keys whose names fail it (an operator's stray key).
+func ValidMemberName(name string) error {
+	if why := validName(name, false); why != "" {
+		return fmt.Errorf("%w: member name %q: %s", ErrInvalidName, name, why)
+	}
+	return nil
+}
+
 // validName reports why a rink or member name is unusable, or "".
 func validName(name string, slashes bool) string {
 	switch {

@@ -18,26 +18,43 @@ import (
 // cancels them all at once, without waiting for any other goroutine.
 type incarnation struct {
 	lease     clientv3.LeaseID
-	createRev int64 // revision at which the member key was created
+	createRev int64 // the member key's create revision: the member's identity and join order (kept by a resume)
+	boundRev  int64 // revision at which the member key was bound to lease: its creation, or a resume's rebinding
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
 	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
-	deadline  atomic.Int64  // fence deadline, as nanoseconds on monoClock
+	deadline  atomic.Int64  // fence deadline, a fenceClock reading
 }
 
 // monoBase anchors a process-wide monotonic clock: durations since it are
 // read from the monotonic clock, which keeps counting while the process is
-// stopped (SIGSTOP) or stalled.
+// stopped (SIGSTOP) or stalled, but not while the host is suspended.
 var monoBase = time.Now()
 
 func monoNow() int64 { return int64(time.Since(monoBase)) }
 
-func (inc *incarnation) setDeadline(t time.Time) { inc.deadline.Store(int64(t.Sub(monoBase))) }
+// fenceClock reads the clock that fence deadlines are kept on, in
+// nanoseconds from an arbitrary origin. The etcd server's lease clock keeps
+// counting while this member's host is suspended (or its VM frozen), so this
+// one must too: it is CLOCK_BOOTTIME on Linux, the monotonic clock elsewhere
+// (see sysFenceClock). Tests replace it to simulate a suspend.
+var fenceClock = sysFenceClock()
+
+// untilClock returns how long until fenceClock reaches t. Timers run on
+// Go's monotonic clock, which stops while the host is suspended: one set
+// with this may fire late after a resume, never early.
+func untilClock(t int64) time.Duration { return time.Duration(t - fenceClock()) }
 
 // expired reports whether the fence deadline has passed, whether or not
 // the keeper has woken up to act on it yet.
-func (inc *incarnation) expired() bool { return monoNow() >= inc.deadline.Load() }
+func (inc *incarnation) expired() bool { return fenceClock() >= inc.deadline.Load() }
+
+// deadlineAfter returns the fence deadline for a renewal sent at sent (a
+// fenceClock reading) and granted ttl by the server.
+func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
+	return sent + int64(time.Duration(ttl)*time.Second-fenceMargin(r.opts.ttl))
+}
 
 // fenceMargin is how long before the server could expire the lease a member
 // stops trusting it. It covers clock rate drift between this process and the
@@ -54,7 +71,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 	for {
 		// Grant the lease only when the name looks free, so that waiting out
 		// a predecessor does not eat into our own lease.
-		sent := time.Now()
+		sent := fenceClock()
 		grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("rink: granting lease: %w", err)
@@ -84,22 +101,80 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			}
 			continue
 		}
-		deadline := sent.Add(time.Duration(grant.TTL)*time.Second - fenceMargin(r.opts.ttl))
-		if time.Now().After(deadline) {
+		deadline := r.deadlineAfter(sent, grant.TTL)
+		if fenceClock() >= deadline {
 			// Joining took so long that the lease may already be near its end.
 			revoke()
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
-		inc := &incarnation{lease: grant.ID, createRev: resp.Header.Revision, lost: make(chan struct{})}
-		inc.setDeadline(deadline)
-		inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.keep(inc, sent, deadline)
-		}()
-		return inc, nil
+		return r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline), nil
 	}
+}
+
+// begin makes the incarnation of the member key bound to lease, and starts
+// its keeper.
+func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
+	inc := &incarnation{lease: lease, createRev: createRev, boundRev: boundRev, lost: make(chan struct{})}
+	inc.deadline.Store(deadline)
+	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.keep(inc, sent, deadline)
+	}()
+	return inc
+}
+
+// errKeyGone means that a fenced incarnation's member key is gone, or no
+// longer bound to its lease: the member cannot resume, and joins anew.
+var errKeyGone = errors.New("rink: member key gone or bound to another lease")
+
+// resume brings back a member that fenced itself while its member key is
+// still there, bound to the old lease (which the server has not expired
+// yet, or extended after an outage): one transaction rebinds the key to a
+// new lease. A put keeps the key's create revision, the member's identity
+// and join order in the leader's eyes, so the leader sees no departure, and
+// the member keeps its rank and slots. This is safe because the member
+// cancelled every holding when it fenced, and the old incarnation's writes
+// are guarded by the key's lease. The old lease is revoked afterwards,
+// taking the old acknowledgement and election keys with it; the new
+// incarnation writes its own and campaigns again. It returns errKeyGone
+// when the key cannot be rebound.
+func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, error) {
+	key := r.keys.member(r.opts.member)
+	sent := fenceClock()
+	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("rink: granting lease: %w", err)
+	}
+	revoke := func(id clientv3.LeaseID) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = r.cli.Revoke(rctx, id)
+	}
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)).
+		Then(clientv3.OpPut(key, memberValue, clientv3.WithLease(grant.ID))).
+		Commit()
+	if err != nil {
+		// If the put landed after all, the key goes with the new lease:
+		// the member joins anew, as when its key vanished.
+		revoke(grant.ID)
+		return nil, fmt.Errorf("rink: rebinding member key: %w", err)
+	}
+	if !resp.Succeeded {
+		revoke(grant.ID)
+		return nil, errKeyGone
+	}
+	deadline := r.deadlineAfter(sent, grant.TTL)
+	if fenceClock() >= deadline {
+		revoke(grant.ID) // the key goes with it
+		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
+	}
+	inc := r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline)
+	revoke(old.lease)
+	return inc, nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.
@@ -128,12 +203,17 @@ func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int6
 // after the server has already deleted the lease's keys. Here the deadline is
 // the send time of the last confirmed renewal plus the granted TTL, minus a
 // margin, and a renewal in flight is abandoned when that deadline passes.
-func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
+//
+// Deadlines are fenceClock readings, which count time the host spent
+// suspended; the timers do not, so after a resume the keeper may wake late,
+// and then fences if the deadline has passed (role contexts' Err has already
+// said so on the spot).
+func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 	defer close(inc.lost)
-	interval := r.opts.ttl / 3
-	fence := time.NewTimer(time.Until(deadline))
+	interval := int64(r.opts.ttl / 3)
+	fence := time.NewTimer(untilClock(deadline))
 	defer fence.Stop()
-	tick := time.NewTimer(time.Until(sent.Add(interval)))
+	tick := time.NewTimer(untilClock(sent + interval))
 	defer tick.Stop()
 	for {
 		select {
@@ -145,23 +225,30 @@ func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
 			return
 		case <-tick.C:
 		}
-		sent = time.Now()
-		cctx, cancel := context.WithDeadline(inc.ctx, deadline)
+		if inc.expired() {
+			// The host was suspended (or the process stalled) past the
+			// deadline, and the fence timer has not caught up yet.
+			r.log.Warn("lease deadline passed while the host was suspended or stalled: fencing", zap.Duration("ttl", r.opts.ttl))
+			r.fence(inc, ErrFenced)
+			return
+		}
+		sent = fenceClock()
+		cctx, cancel := context.WithTimeout(inc.ctx, untilClock(deadline))
 		resp, err := r.cli.KeepAliveOnce(cctx, inc.lease)
 		cancel()
 		switch {
 		case inc.ctx.Err() != nil:
 			return
 		case err == nil && resp.TTL > 0:
-			deadline = sent.Add(time.Duration(resp.TTL)*time.Second - fenceMargin(r.opts.ttl))
-			inc.setDeadline(deadline)
-			fence.Reset(time.Until(deadline))
-			tick.Reset(time.Until(sent.Add(interval)))
+			deadline = r.deadlineAfter(sent, resp.TTL)
+			inc.deadline.Store(deadline)
+			fence.Reset(untilClock(deadline))
+			tick.Reset(untilClock(sent + interval))
 		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
 			r.log.Warn("lease expired on the server: fencing")
 			r.fence(inc, ErrFenced)
 			return
-		case !time.Now().Before(deadline):
+		case fenceClock() >= deadline:
 			r.log.Warn("lease renewal not confirmed in time: fencing", zap.Error(err))
 			r.fence(inc, ErrFenced)
 			return
@@ -169,7 +256,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline time.Time) {
 			// The renewal failed but the lease may still be alive: try again
 			// soon; the fence timer bounds how long we keep trusting it.
 			r.log.Info("lease renewal failed, retrying", zap.Error(err))
-			tick.Reset(min(interval, 200*time.Millisecond))
+			tick.Reset(min(time.Duration(interval), 200*time.Millisecond))
 		}
 	}
 }

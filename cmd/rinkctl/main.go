@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -229,7 +230,7 @@ func listCmd(g *globals) *cobra.Command {
 			oldest := map[string]int64{} // rink -> create revision of its oldest candidate
 			for _, kv := range resp.Kvs {
 				name, rest, ok := splitRinkKey(string(kv.Key))
-				if !ok {
+				if !ok || rink.ValidRinkName(name) != nil || stray(rest, kv) {
 					continue
 				}
 				e := found[name]
@@ -243,6 +244,9 @@ func listCmd(g *globals) *cobra.Command {
 				case strings.HasPrefix(rest, "election/"):
 					if o, ok := oldest[name]; !ok || kv.CreateRevision < o {
 						oldest[name], e.Leader = kv.CreateRevision, string(kv.Value)
+						if rink.ValidMemberName(e.Leader) != nil {
+							e.Leader = ""
+						}
 					}
 				case rest == "map":
 					var m struct {
@@ -268,6 +272,20 @@ func listCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// stray reports whether a rink-relative key is one that members ignore (an
+// operator's stray key): a member key whose name no member can have, or an
+// election key that no campaign made (campaigns name it by the lease it is
+// bound to).
+func stray(rest string, kv *mvccpb.KeyValue) bool {
+	if m, ok := strings.CutPrefix(rest, "members/"); ok {
+		return rink.ValidMemberName(m) != nil
+	}
+	if l, ok := strings.CutPrefix(rest, "election/"); ok {
+		return kv.Lease == 0 || l != fmt.Sprintf("%x", kv.Lease)
+	}
+	return false
 }
 
 // splitRinkKey splits "rink/<name>/<rest>" into the rink's name and the

@@ -117,6 +117,21 @@ func TestCommands(t *testing.T) {
 		return len(st.Members) == 1 && st.Members[0].Ack == st.Version && len(st.Waiting) == 1
 	})
 
+	// Stray keys, as an operator's etcdctl put might leave them: nothing
+	// below shows them.
+	for k, v := range map[string]string{
+		"rink/orders/members/":           "{}",
+		"rink/orders/members/bad name":   "{}",
+		"rink/orders/election/zzz":       "odd value",
+		"rink/orders/election/1":         "",
+		"rink/orders/members/election/x": "{}",
+		"rink/strays/members/":           "{}",
+	} {
+		if _, err := ocli.Put(context.Background(), k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	code, out, errOut := rinkctl(t, "list", "--endpoints", ep)
 	if code != 0 {
 		t.Fatalf("list: %d %s", code, errOut)

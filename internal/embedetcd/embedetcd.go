@@ -56,6 +56,12 @@ func Start(o Options) (*Server, error) {
 	cfg.Dir = s.dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = o.NoFsync
+	// No HTTP/JSON gateway: nothing here uses it, and the goroutine that
+	// builds it reads os.Stderr (logrus.New) after Start has returned. Under
+	// 'go test -json', testing.M.Run assigns os.Stderr, so an etcd started
+	// in TestMain raced with M.Run ("race detected outside of test
+	// execution"). Clients speak gRPC only.
+	cfg.EnableGRPCGateway = false
 	cu, err := FreeURL()
 	if err != nil {
 		return nil, s.cleanup(err)

@@ -1,0 +1,109 @@
+package rink
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Stray keys. Only members write under a rink's prefix, but an operator's
+// etcdctl can put anything there. A member key whose name no member can
+// have (empty, with a '/', a space, a reserved segment...) is ignored by
+// members, the leader, its acknowledgement aggregator and observers alike:
+// ranking it would make a map every member refuses. An election key that no
+// campaign made (not named by the lease it is bound to, or bound to none)
+// is ignored too, and deleted by the member whose own election key is the
+// lowest: concurrency.Election would otherwise wait for it to go before
+// electing anyone whose key is newer. Other keys under the prefix are never
+// read.
+
+// validMember returns the member name of a member key, and whether a member
+// can have that name.
+func (k keys) validMember(key string) (string, bool) {
+	name := k.memberName(key)
+	return name, validName(name, false) == ""
+}
+
+// electionKey returns the election key that a campaign on lease creates.
+func (k keys) electionKey(lease int64) string { return fmt.Sprintf("%s%x", k.election(), lease) }
+
+// isCandidate reports whether an election key was made by a campaign: it
+// is named by the lease it is bound to.
+func (k keys) isCandidate(kv *mvccpb.KeyValue) bool {
+	return kv.Lease != 0 && string(kv.Key) == k.electionKey(kv.Lease)
+}
+
+// candidateName returns the member name an election key's value names, or
+// "" when no member can have it.
+func candidateName(value []byte) string {
+	if validName(string(value), false) != "" {
+		return ""
+	}
+	return string(value)
+}
+
+// maxStrayNotes bounds how many stray keys a strayLog remembers.
+const maxStrayNotes = 1024
+
+// strayLog logs each stray key once, however often it is written. Each
+// goroutine that follows a rink's keys keeps its own.
+type strayLog struct{ seen map[string]bool }
+
+func (s *strayLog) note(log *zap.Logger, key, why string) {
+	if s.seen[key] || len(s.seen) > maxStrayNotes {
+		return
+	}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.seen[key] = true
+	if len(s.seen) > maxStrayNotes {
+		log.Warn("too many stray keys under the rink's prefix: no longer logging them")
+		return
+	}
+	log.Warn("ignoring a stray key under the rink's prefix", zap.String("key", key), zap.String("why", why))
+}
+
+// strayElection is a stray election key in a member's view.
+type strayElection struct {
+	rev   int64 // its mod revision
+	tried bool  // a deletion at rev has been started
+}
+
+// sweepStrays deletes the stray election keys of the view, if this member's
+// own election key is the lowest (it leads, or is next): exactly one member
+// does it. Each deletion is guarded by the mod revision seen, and retried
+// until it is done, the key has changed, or the incarnation ends.
+func (r *Rink) sweepStrays() {
+	st := &r.st
+	if st.inc == nil || len(st.strayElect) == 0 || lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
+		return
+	}
+	for key, s := range st.strayElect {
+		if s.tried {
+			continue
+		}
+		st.strayElect[key] = strayElection{rev: s.rev, tried: true}
+		inc, rev := st.inc, s.rev
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			b := newBackoff()
+			for inc.ctx.Err() == nil {
+				ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+				resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+				cancel()
+				if err == nil {
+					if resp.Succeeded {
+						r.log.Warn("deleted a stray election key: it would block elections", zap.String("key", key))
+					}
+					return
+				}
+				sleep(inc.ctx, b.next())
+			}
+		}()
+	}
+}
