@@ -41,7 +41,7 @@ const (
 	// member's lease stays (it renews every ttl/3 and fences ttl/8 before
 	// expiry), long enough to cover the leader's proclamation.
 	pause       = 700 * time.Millisecond
-	pauseBefore = 250 * time.Millisecond
+	pauseBefore = 150 * time.Millisecond
 
 	baseline = "baseline"
 	current  = "current"
@@ -57,12 +57,17 @@ const (
 // TestMixedVersionUpgrade runs a rink of members built from the baseline
 // commit (compat/baseline) through a rolling upgrade to members built from
 // the working tree and a rollback to the baseline, one replacement at a
-// time (the newcomer joins and waits, then the old member stops), and checks
+// time (the newcomer joins and waits, then the old member stops), with a
+// scale-out and a scale-in in each phase (see the steps below), and checks
 // the members' records: no two members acting on a role at once, tokens
-// increasing, and every replacement moving exactly the leaver's roles to
-// the newcomer, once each. The leader is the oldest member, so during the
-// upgrade a baseline member leads members of the current build, and during
-// the rollback a current member leads baseline members.
+// increasing, every replacement moving exactly the leaver's roles to the
+// newcomer, once each, and slots taken from a stopped live member of the
+// other build started only after it resumed. The leader is the oldest
+// member, so during the upgrade a baseline member leads members of the
+// current build, and during the rollback a current member leads baseline
+// members.
+//
+// Set RINK_COMPAT_DIR to keep the binaries and the members' logs there.
 func TestMixedVersionUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -178,7 +183,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		case leave:
 			st = h.leave(h.pick(r.leaver, r.of))
 		}
-		if r.of != "" && !slices.ContainsFunc(h.running, func(m *member) bool { return m.build == r.of }) {
+		if r.newcomer != "" && r.of != "" && !slices.ContainsFunc(h.running, func(m *member) bool { return m.build == r.of }) {
 			// The last member of the old build is gone: the new build leads.
 			if b := h.buildOf(st.leaderAfter); b != r.newcomer {
 				h.fail("the last %s member left; the leader is %s (%s), want a %s member", r.of, st.leaderAfter, b, r.newcomer)
@@ -500,6 +505,7 @@ func (h *harness) join(build string) *step {
 		other = baseline
 	}
 	st.paused = h.pick(plain, other)
+	incarnation := h.memberKeyRev(st.paused.name)
 	time.Sleep(time.Until(seen.Add(delay - pauseBefore)))
 	st.pausedAt = chaos.Now()
 	_ = st.paused.cmd.Process.Signal(syscall.SIGSTOP)
@@ -507,6 +513,10 @@ func (h *harness) join(build string) *step {
 	st.resumedAt = chaos.Now()
 	_ = st.paused.cmd.Process.Signal(syscall.SIGCONT)
 	h.settle(30 * time.Second)
+	if rev := h.memberKeyRev(st.paused.name); rev != incarnation {
+		h.fail("%s rejoined during its pause (member key created at revision %d, then %d): its lease ran out (machine too loaded?)",
+			st.paused.name, incarnation, rev)
+	}
 	st.took = time.Since(t0)
 	st.leaderAfter = h.ob.State().Leader
 	h.logf("%s (%s) joined and was ranked by the delay, while %s (%s) was stopped: leader %s (%s); settled %v after its start",
@@ -746,6 +756,21 @@ func (h *harness) fail(format string, args ...any) {
 		}
 	}
 	h.t.Fatalf(format, args...)
+}
+
+// memberKeyRev returns the create revision of a member's key (0: none).
+func (h *harness) memberKeyRev(name string) int64 {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := h.cli.Get(ctx, "rink/"+rinkName+"/members/"+name)
+	if err != nil {
+		h.fail("reading %s's member key: %v", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0
+	}
+	return resp.Kvs[0].CreateRevision
 }
 
 // dumpKeys renders the rink's keys (the map without its slot table).
