@@ -619,3 +619,22 @@ func TestBarrierMapPutBackUnchanged(t *testing.T) {
 		t.Fatalf("the same map put again: incompatible %v, role context %v", b.r.st.incompatible, context.Cause(ctx))
 	}
 }
+
+// In a rink with members that predate seqs (their acks and the floor of a
+// leader of their release count in versions), versions that went back name
+// nothing, but versions above every earlier one name one map again.
+func TestBarrierVersionBoundsAfterRegression(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.manual = true // version-only floors, as a leader of the old release writes
+	b.put(memberKV("b", 5, 5, 0, 0), memberKV("a", 3, 3, 0, 0))
+	b.put(mapKVSeq(twoSlots(10, []string{"a", "b"}, 0, 1), L, 20, 10))
+	b.put(mapKVSeq(twoSlots(8, []string{"a", "b"}, 0, 0), L, 30, 11)) // by hand: slot 1 to a
+	b.put(mapKVSeq(twoSlots(9, []string{"a", "b"}, 0, 0), L, 31, 12))
+	b.put(mapKVSeq(twoSlots(10, []string{"a", "b"}, 1, 0), L, 32, 13)) // slot 0 to b
+	b.put(floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 33))
+	b.wantHeld(0, false, "version 10 names two maps")
+	b.put(mapKVSeq(twoSlots(11, []string{"a", "b"}, 1, 0), L, 34, 14))
+	b.put(floorKV(ackFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 35))
+	b.wantHeld(0, true, "version 11 names one map, which a acknowledged")
+}

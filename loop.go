@@ -36,9 +36,10 @@ type state struct {
 	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
 	topVer  int64                 // the highest map version applied in the lineage
 	stale   bool                  // cur's version is not above every version before it
-	// repeats: map versions went back in this lineage, so bounds counted
-	// in versions (from members that predate seqs) name nothing.
-	repeats bool
+	// repeats: map versions went back in this lineage, and versions up to
+	// this one may name more than one map: bounds counted in these
+	// versions (from members that predate seqs) name nothing.
+	repeats int64
 	floor   ackFloor // the leader's summary of acknowledgements (zero: none)
 	leader  string   // election key of the lowest create revision ("": recompute)
 
@@ -250,7 +251,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		// A leader writes a floor only after the map it names, and we see
 		// both in that order: a floor ahead of our map means the map's
 		// version went back (an older map written by hand).
-		st.repeats = true
+		st.repeats = max(st.repeats, f.Version)
 	}
 	if b.snapshot {
 		st.rev = b.rev // after a restore, revisions may have gone back
@@ -366,7 +367,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	if newLineage {
 		clear(st.hist)
 		clear(st.verSeq)
-		st.topVer, st.repeats = 0, false
+		st.topVer, st.repeats = 0, 0
 	}
 	if newLineage || kv.Version > st.curSeq+1 {
 		// We did not see every map since the slots we wait for became
@@ -384,7 +385,9 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		st.prev, st.prevSeq = rankMap{}, 0
 	}
 	st.stale = m.Version <= st.topVer
-	st.repeats = st.repeats || st.stale
+	if st.stale {
+		st.repeats = max(st.repeats, st.topVer)
+	}
 	st.topVer = max(st.topVer, m.Version)
 	st.hist[kv.Version] = m
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
@@ -414,7 +417,7 @@ func (r *Rink) restored(why string) {
 	st.floor = ackFloor{}
 	clear(st.hist)
 	clear(st.verSeq)
-	st.topVer, st.repeats = 0, false
+	st.topVer, st.repeats = 0, 0
 	st.selfSeen = false
 	r.reconcile()
 }
@@ -557,7 +560,7 @@ func (r *Rink) bound(name string) int64 {
 
 // seqOfVersion returns the seq of the applied map of version v, or 0.
 func (r *Rink) seqOfVersion(v int64) int64 {
-	if v < 1 || r.st.repeats {
+	if v < 1 || v <= r.st.repeats {
 		return 0
 	}
 	return max(r.st.verSeq[v], 0)
