@@ -74,7 +74,10 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 // moves it (cause ErrRoleMoved), when this member cannot confirm its lease
 // (ErrFenced) or on Shutdown (ErrShutdown); context.Cause tells which.
 // Check ctx.Err() before each action on the role: it is exact even right
-// after the process was stopped or stalled past its lease.
+// after the process was stopped or stalled past its lease. That holds for
+// the role context itself: a context derived from it (context.WithTimeout,
+// an errgroup) learns of such a fence only when the role context's Done
+// closes, a moment later, so check the role context, not the derived one.
 //
 // After Shutdown it returns at once a context already cancelled with cause
 // ErrShutdown, so a loop that runs work per holding stops like this:
@@ -155,9 +158,10 @@ type Rank struct {
 	// shut down).
 	Index int
 	// Waiting reports that the map lists this member as waiting to be
-	// ranked: the leader knows it, and it will take the index of the next
-	// ranked member to leave. Index >= 0 || Waiting makes a good readiness
-	// check in a rolling deploy: the old replica may go.
+	// ranked: the leader knows it. The longest-waiting member takes the
+	// index (and roles) of the next ranked member to leave; the others wait
+	// for later departures or for the rebalance delay. For a readiness
+	// check use Ready, which a fence does not turn off.
 	Waiting bool
 	// Size is the number of ranked members.
 	Size int
