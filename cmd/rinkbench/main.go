@@ -122,7 +122,7 @@ func run(out, errOut io.Writer, cfg config) error {
 		return err
 	}
 	defer srv.Close()
-	env := bench.Env{Endpoints: []string{srv.Endpoint()}, NewProxy: newProxy(srv.Endpoint())}
+	env := bench.Env{Endpoints: []string{srv.Endpoint()}, NewProxy: newProxy(srv.Endpoint()), Diag: errOut}
 	if !cfg.json {
 		fmt.Fprintf(out, "rinkbench: embedded etcd at %s (fsync %v), %d runs per scenario\n\n", srv.Endpoint(), !cfg.noFsync, cfg.runs)
 	}

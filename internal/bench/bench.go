@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"sync"
@@ -25,6 +26,9 @@ type Env struct {
 	// NewProxy, if set, returns the address of a proxy in front of etcd and
 	// functions that cut it off and heal it (for the failover scenario).
 	NewProxy func() (addr string, cut, heal func(), closeProxy func(), err error)
+	// Diag, if set, receives a scenario's diagnosis of a run that missed its
+	// target (the rolling scenario's timeline of an outlier).
+	Diag io.Writer
 }
 
 var rinkSeq atomic.Int64
@@ -67,18 +71,32 @@ func (r Result) Figures() []string {
 	return names
 }
 
-// recorder collects events from all members of a run.
+// recorder collects events from all members of a run: acquisitions,
+// releases and fences in events, rank changes and rejoins in others.
 type recorder struct {
 	mu     sync.Mutex
 	events []rink.Event
+	others []rink.Event
 }
 
 func (rec *recorder) observe(e rink.Event) {
-	if e.Kind == rink.EventAcquired || e.Kind == rink.EventReleased || e.Kind == rink.EventFenced {
+	switch e.Kind {
+	case rink.EventAcquired, rink.EventReleased, rink.EventFenced:
 		rec.mu.Lock()
 		rec.events = append(rec.events, e)
 		rec.mu.Unlock()
+	case rink.EventRankChanged, rink.EventRejoined:
+		rec.mu.Lock()
+		rec.others = append(rec.others, e)
+		rec.mu.Unlock()
 	}
+}
+
+// otherEvents returns the rank changes and rejoins.
+func (rec *recorder) otherEvents() []rink.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.others)
 }
 
 func (rec *recorder) snapshot() []rink.Event {
