@@ -219,24 +219,38 @@ func until(d time.Duration, what string, cond func() bool) error {
 }
 
 // settled reports whether every member holds exactly the slots the first
-// member's map gives it, and all members agree on the map version.
+// member's map gives it: all members have applied the same map, all are
+// ranked in it, and every slot is held.
+//
+// The members' ranks are read before and after the slots held, and must not
+// have changed in between: a member publishes its rank after releasing what
+// the map took from it, but before acquiring what the map gave it, so a map
+// applied during the check would otherwise pass for settled while the
+// slots it moved are still held by their old owners. (When the versions and
+// the indexes were read in two passes, about one rolling run in 50 began
+// its deploy before the last initial member, ranked when its rebalance
+// delay ran out, held its share: the share moved twice, and the run
+// counted 1,276 acquisitions instead of 1,024.)
 func settled(rec *recorder, ms []*member) func() bool {
-	return func() bool {
-		var version int64
+	ranks := func() []rink.Rank {
+		out := make([]rink.Rank, len(ms))
 		for i, m := range ms {
-			rk := m.r.Rank()
-			if i == 0 {
-				version = rk.Version
-			} else if rk.Version != version {
+			out[i] = m.r.Rank()
+		}
+		return out
+	}
+	return func() bool {
+		before := ranks()
+		for _, rk := range before {
+			if rk.Version != before[0].Version || rk.Index < 0 {
 				return false
 			}
 		}
-		held := heldBy(rec.snapshot())
-		if len(held) != rink.DefaultSlots {
+		if len(heldBy(rec.snapshot())) != rink.DefaultSlots {
 			return false
 		}
-		for _, m := range ms {
-			if m.r.Rank().Index < 0 {
+		for i, rk := range ranks() {
+			if rk.Version != before[i].Version || rk.Index != before[i].Index {
 				return false
 			}
 		}
