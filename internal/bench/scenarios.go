@@ -53,8 +53,17 @@ func stopAll(ms []*member) {
 
 // Handover measures n graceful handovers: the holder of a role shuts down
 // and the other member takes the role over. The holder leads if leaderHolds.
+//
+// Right before each handover, on the same etcd, it also measures the floor
+// (FloorPutsPerHandover puts seen by a watch on another client, as in
+// Floor) and reports the handover's p50 against the floor's.
 func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
-	var gaps []time.Duration
+	probe, err := newFloorProbe(env)
+	if err != nil {
+		return nil, err
+	}
+	defer probe.close()
+	var gaps, floor []time.Duration
 	bad := 0
 	for i := 0; i < n; i++ {
 		rec := &recorder{}
@@ -73,6 +82,12 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 				break
 			}
 		}
+		f, err := probe.measure(FloorPutsPerHandover)
+		if err != nil {
+			stopAll(ms)
+			return nil, err
+		}
+		floor = append(floor, f...)
 		mark := time.Now()
 		if err := holder.r.Shutdown(context.Background()); err != nil {
 			stopAll(ms)
@@ -87,7 +102,10 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 		gaps = append(gaps, slotMoves(events, slotOf(role), mark)...)
 		stopAll(ms)
 	}
-	return Sample{"handover_p50_ms": ms(percentile(gaps, 0.5)), "handover_p99_ms": ms(percentile(gaps, 0.99)), "overlaps": float64(bad)}, nil
+	s := Sample{"handover_p50_ms": ms(percentile(gaps, 0.5)), "handover_p99_ms": ms(percentile(gaps, 0.99)), "overlaps": float64(bad)}
+	floorFigures(s, floor)
+	s["p50_to_floor"] = s["handover_p50_ms"] / s["write_watch_p50_ms"]
+	return s, nil
 }
 
 func maxDur(ds []time.Duration) time.Duration {
