@@ -1,4 +1,5 @@
-// Command rinkbench measures rink on an embedded etcd: graceful handover,
+// Command rinkbench measures rink on an embedded etcd: the floor (one etcd
+// write seen by a watch on another client), graceful handover against it,
 // failover after a member is cut off, roles moved by a scale-out, a crash
 // and a rolling deploy, the steady cost on etcd, and scale (a thousand
 // members in one process; a hundred thousand roles awaited). Each scenario runs -runs times and reports the
@@ -32,10 +33,13 @@ var scenarios = []struct {
 	name, about string
 	run         func(env bench.Env, cfg config) (bench.Sample, error)
 }{
-	{"handover", "a plain member shuts down; gap until the other holds its role", func(env bench.Env, cfg config) (bench.Sample, error) {
+	{"floor", "one etcd put seen by a watch on another client: the least a handover can cost", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Floor(env, bench.FloorPutsPerHandover*cfg.handovers)
+	}},
+	{"handover", "a plain member shuts down; gap until the other holds its role, against the floor measured beside it", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Handover(env, false, cfg.handovers)
 	}},
-	{"handover-leader", "the leader shuts down; gap until the other holds its role", func(env bench.Env, cfg config) (bench.Sample, error) {
+	{"handover-leader", "the leader shuts down; gap until the other holds its role, against the floor measured beside it", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Handover(env, true, cfg.handovers)
 	}},
 	{"failover", "TTL 2 s; the holder is cut off etcd: when it fences, when the other holds its roles", func(env bench.Env, _ config) (bench.Sample, error) {
@@ -74,7 +78,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.scenario, "scenario", "all", "scenarios to run, comma-separated: "+names()+", or all")
 	flag.IntVar(&cfg.runs, "runs", 5, "runs per scenario")
-	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios")
+	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios (the floor scenario makes 4 puts per handover)")
 	flag.DurationVar(&cfg.hold, "hold", 30*time.Second, "how long the steady-cost scenario holds its roles")
 	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
@@ -122,7 +126,7 @@ func run(out, errOut io.Writer, cfg config) error {
 		return err
 	}
 	defer srv.Close()
-	env := bench.Env{Endpoints: []string{srv.Endpoint()}, NewProxy: newProxy(srv.Endpoint())}
+	env := bench.Env{Endpoints: []string{srv.Endpoint()}, NewProxy: newProxy(srv.Endpoint()), Diag: errOut}
 	if !cfg.json {
 		fmt.Fprintf(out, "rinkbench: embedded etcd at %s (fsync %v), %d runs per scenario\n\n", srv.Endpoint(), !cfg.noFsync, cfg.runs)
 	}

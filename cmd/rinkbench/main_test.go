@@ -26,8 +26,15 @@ func TestAllScenarios(t *testing.T) {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
 		seen[r.Scenario] = true
-		if o, ok := r.Figures["overlaps"]; !ok || o.Max != 0 {
-			t.Errorf("%s: overlaps %+v", r.Scenario, o)
+		if r.Scenario != "floor" { // the floor runs no members
+			if o, ok := r.Figures["overlaps"]; !ok || o.Max != 0 {
+				t.Errorf("%s: overlaps %+v", r.Scenario, o)
+			}
+		}
+		for _, f := range wantFigures[r.Scenario] {
+			if s, ok := r.Figures[f]; !ok || s.Min <= 0 {
+				t.Errorf("%s: figure %s missing or not positive: %+v", r.Scenario, f, s)
+			}
 		}
 	}
 	for _, s := range scenarios {
@@ -35,6 +42,15 @@ func TestAllScenarios(t *testing.T) {
 			t.Errorf("no result for %s", s.name)
 		}
 	}
+}
+
+// wantFigures lists figures, by scenario, that other tools read: each must
+// be reported, and above zero.
+var wantFigures = map[string][]string{
+	"floor":           {"write_watch_p50_ms", "write_watch_p99_ms"},
+	"handover":        {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor"},
+	"handover-leader": {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor"},
+	"rolling":         {"role_acquisitions", "gap_worst_ms", "join_to_leave_max_ms"},
 }
 
 func TestBadFlags(t *testing.T) {

@@ -53,8 +53,17 @@ func stopAll(ms []*member) {
 
 // Handover measures n graceful handovers: the holder of a role shuts down
 // and the other member takes the role over. The holder leads if leaderHolds.
+//
+// Right before each handover, on the same etcd, it also measures the floor
+// (FloorPutsPerHandover puts seen by a watch on another client, as in
+// Floor) and reports the handover's p50 against the floor's.
 func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
-	var gaps []time.Duration
+	probe, err := newFloorProbe(env)
+	if err != nil {
+		return nil, err
+	}
+	defer probe.close()
+	var gaps, floor []time.Duration
 	bad := 0
 	for i := 0; i < n; i++ {
 		rec := &recorder{}
@@ -73,6 +82,12 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 				break
 			}
 		}
+		f, err := probe.measure(FloorPutsPerHandover)
+		if err != nil {
+			stopAll(ms)
+			return nil, err
+		}
+		floor = append(floor, f...)
 		mark := time.Now()
 		if err := holder.r.Shutdown(context.Background()); err != nil {
 			stopAll(ms)
@@ -87,7 +102,10 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 		gaps = append(gaps, slotMoves(events, slotOf(role), mark)...)
 		stopAll(ms)
 	}
-	return Sample{"handover_p50_ms": ms(percentile(gaps, 0.5)), "handover_p99_ms": ms(percentile(gaps, 0.99)), "overlaps": float64(bad)}, nil
+	s := Sample{"handover_p50_ms": ms(percentile(gaps, 0.5)), "handover_p99_ms": ms(percentile(gaps, 0.99)), "overlaps": float64(bad)}
+	floorFigures(s, floor)
+	s["p50_to_floor"] = s["handover_p50_ms"] / s["write_watch_p50_ms"]
+	return s, nil
 }
 
 func maxDur(ds []time.Duration) time.Duration {
@@ -261,80 +279,6 @@ func CrashMoves(env Env) (Sample, error) {
 		}
 	}
 	return Sample{"roles_moved": float64(moved), "victims_roles": float64(theirs), "overlaps": float64(overlaps(rec.snapshot()))}, nil
-}
-
-// Rolling replaces each of 4 members (1,024 roles) by a newcomer that
-// joins, waits, and inherits, and reports acquisitions per role, gaps per
-// slot move and the total unheld role-time. With plotTo set it also draws
-// the roles each member held over time.
-func Rolling(env Env, plotTo string) (Sample, error) {
-	rec := &recorder{}
-	rs := roles(1024)
-	opts := []rink.Option{rink.WithRebalanceDelay(2 * time.Second)}
-	name, old, err := cluster(env, rec, "rolling", 4, opts...)
-	if err != nil {
-		return nil, err
-	}
-	all := append([]*member{}, old...)
-	defer func() { stopAll(all) }()
-	mark := time.Now()
-	for i, o := range old {
-		n, err := join(env.Endpoints, name, fmt.Sprintf("new%d", i), rec, opts...)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, n)
-		if err := until(10*time.Second, "newcomer waiting", func() bool { return n.r.Rank().Waiting }); err != nil {
-			return nil, err
-		}
-		if err := o.r.Shutdown(context.Background()); err != nil {
-			return nil, err
-		}
-		o.cli.Close()
-		o.r = nil
-		for j, m := range all {
-			if m == o {
-				all = append(all[:j], all[j+1:]...)
-				break
-			}
-		}
-		if err := until(30*time.Second, "settled", settled(rec, all)); err != nil {
-			return nil, err
-		}
-	}
-	events := rec.snapshot()
-	acquired := map[int]int{}
-	fences := 0
-	for _, e := range events {
-		if e.Kind == rink.EventAcquired && e.Time.After(mark) {
-			acquired[e.Slot]++
-		}
-		if e.Kind == rink.EventFenced && e.Time.After(mark) {
-			fences++
-		}
-	}
-	acqRoles := 0
-	for _, r := range rs {
-		acqRoles += acquired[slotOf(r)]
-	}
-	if plotTo != "" {
-		if err := plotHoldings(plotTo, "rolling deploy: 4 members x 1,024 roles, each replaced by a newcomer", events, rs, mark); err != nil {
-			return nil, err
-		}
-	}
-	gaps := moves(events, mark)
-	var unheld time.Duration
-	for _, g := range gaps {
-		unheld += g
-	}
-	return Sample{
-		"role_acquisitions": float64(acqRoles),
-		"fences":            float64(fences),
-		"overlaps":          float64(overlaps(events)),
-		"gap_median_ms":     ms(percentile(gaps, 0.5)),
-		"gap_worst_ms":      ms(maxDur(gaps)),
-		"unheld_slot_s":     unheld.Seconds(),
-	}, nil
 }
 
 // slotOf is rink's role-to-slot hash for the default slot count. It is part
