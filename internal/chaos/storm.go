@@ -196,7 +196,7 @@ func (r *run) startWorker(name string) (*proc, error) {
 	proxies, eps := r.newProxies()
 	w := WorkerConfig{Endpoints: strings.Join(eps, ","), Rink: "chaos", Name: name, Roles: r.cfg.Roles,
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
-		RetryJoin: true, Announce: true}
+		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began}
 	p, err := r.start("worker", base, w)
 	if err != nil {
 		for _, x := range proxies {

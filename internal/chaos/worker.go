@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rink-go/rink"
 )
@@ -32,6 +33,11 @@ type WorkerConfig struct {
 	// Announce makes the worker print JoinedLine on its standard output
 	// the moment rink.New returns, for a driver that acts on it.
 	Announce bool
+	// Verbose sends rink's own log (Info and above) to standard error,
+	// each line stamped with CLOCK_MONOTONIC in seconds since Origin (the
+	// driver's start), so that it lines up with the driver's operations.
+	Verbose bool
+	Origin  int64
 }
 
 // JoinedLine is what a worker with Announce prints when rink.New returns.
@@ -52,9 +58,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return err
 	}
 	defer cli.Close()
+	opts := []rink.Option{rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay)}
+	if cfg.Verbose {
+		enc := zap.NewDevelopmentEncoderConfig()
+		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
+		opts = append(opts, rink.WithLogger(zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel))))
+	}
 	var r *rink.Rink
 	for {
-		r, err = rink.New(cli, cfg.Rink, rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay))
+		r, err = rink.New(cli, cfg.Rink, opts...)
 		if err == nil || !cfg.RetryJoin {
 			break
 		}
