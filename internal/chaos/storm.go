@@ -733,14 +733,13 @@ func (r *run) snapshotRestore() error {
 	}
 	r.op("snapshot-restore", fmt.Sprintf("%s: stopping etcd", filepath.Base(snap)))
 	st.mu.Unlock()
+	// Stopped by SIGKILL: their data is thrown away, and a graceful stop
+	// waits for the members' watch streams.
 	for _, e := range r.etcd {
-		e.signal(syscall.SIGTERM)
+		e.signal(syscall.SIGKILL)
 	}
 	for _, e := range r.etcd {
-		if !e.wait(10 * time.Second) {
-			e.signal(syscall.SIGKILL)
-			e.wait(5 * time.Second)
-		}
+		e.wait(10 * time.Second)
 	}
 	for i := range r.nodes {
 		n := &r.nodes[i]
