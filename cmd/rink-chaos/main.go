@@ -13,10 +13,11 @@
 // kills, partitions, pauses, etcd node loss, every member cut off, and an
 // operator's hand on the rink's keys) follow each other with gaps of 0 to
 // one TTL; then every fault is undone, and every role must be held again,
-// by the members' own logs, within TTL + rebalance delay + slack.
+// by the members' own logs, within TTL + rebalance delay + slack. With
+// -epoch, it stops for such a heal and check after every epoch.
 //
 //	go run ./cmd/rink-chaos -duration 10m -seed 1
-//	go run ./cmd/rink-chaos -mode storm -duration 10m -seed 1 [-restore]
+//	go run ./cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
 //
 // It exits with status 1 on any violation.
 package main
@@ -47,6 +48,7 @@ func main() {
 	flag.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "session TTL")
 	flag.DurationVar(&cfg.Delay, "delay", time.Second, "rebalance delay")
 	flag.BoolVar(&cfg.Restore, "restore", false, "storm: also restore etcd from a snapshot now and then (restarts the cluster)")
+	flag.DurationVar(&cfg.Epoch, "epoch", 0, "storm: heal and check liveness after every epoch of operations (default: once, at the end)")
 	flag.DurationVar(&cfg.Slack, "slack", 5*time.Second, "storm: slack added to TTL + delay for the liveness bound")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for etcd data and member logs (default: a new temporary one)")
 	flag.Parse()
@@ -129,7 +131,7 @@ func storm(cfg chaos.Config) error {
 	fmt.Println()
 	fmt.Print(s.Text())
 	if n := len(s.Violations()); n > 0 {
-		return fmt.Errorf("%d violations (%d of safety, %d of liveness)", n, len(s.Report.Violations), len(s.Liveness.Violations))
+		return fmt.Errorf("%d violations (%d of safety, %d of liveness)", n, len(s.Report.Violations), s.LivenessViolations())
 	}
 	return nil
 }

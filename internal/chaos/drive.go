@@ -113,6 +113,7 @@ type Config struct {
 	Ops     []string      // the kinds of operation to draw from; empty: every kind in StormOps
 	Restore bool          // also draw "snapshot-restore", which restarts the etcd cluster
 	Slack   time.Duration // added to TTL + Delay for the liveness bound; 0: 5 s
+	Epoch   time.Duration // heal and check liveness after every Epoch of operations; 0: once, at the end
 }
 
 // Fault is one injected fault.

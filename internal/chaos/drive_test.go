@@ -92,6 +92,6 @@ func TestChaosStorm(t *testing.T) {
 		t.Fatalf("too little happened: %d acquisitions, %d operations", s.Report.Acquisitions, len(s.Ops))
 	}
 	if vs := s.Violations(); len(vs) > 0 {
-		t.Fatalf("%d violations (%d of safety, %d of liveness), first: %v", len(vs), len(s.Report.Violations), len(s.Liveness.Violations), vs[0])
+		t.Fatalf("%d violations (%d of safety, %d of liveness), first: %v", len(vs), len(s.Report.Violations), s.LivenessViolations(), vs[0])
 	}
 }

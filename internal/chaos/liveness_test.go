@@ -105,13 +105,14 @@ func TestLivenessIgnoresLateAcquisitions(t *testing.T) {
 func TestStormSummaryText(t *testing.T) {
 	s := StormSummary{
 		Ops: []Fault{{Kind: "map-reput", Target: "version 3", Mono: 1e9}, {Kind: "kill9", Target: "w1.2", Mono: 2e9}, {Kind: "heal", Mono: 5e9}},
-		Liveness: LivenessReport{Violations: []Violation{{Kind: "liveness", Role: "leader", Detail: "liveness: not held", Mono: 1500e6}},
-			Recovered: map[string]time.Duration{}},
-		Healed: 5e9, Deadline: 13e9, Bound: 8 * time.Second,
+		Checkpoints: []Checkpoint{{Healed: 5e9, Deadline: 13e9,
+			Liveness: LivenessReport{Violations: []Violation{{Kind: "liveness", Role: "leader", Detail: "liveness: not held", Mono: 1500e6}},
+				Recovered: map[string]time.Duration{}}}},
+		Bound: 8 * time.Second,
 	}
 	text := s.Text()
-	for _, want := range []string{"map-reput              1", "liveness: FAILED: 1 roles", "VIOLATION liveness leader: liveness: not held",
-		"operations before 1.500s:\n       1.000s  map-reput          version 3\n", "the last operations before the heal"} {
+	for _, want := range []string{"map-reput              1", "liveness 1 (heal at 5.000s): FAILED: 1 roles", "VIOLATION liveness leader: liveness: not held",
+		"operations before 1.500s:\n       1.000s  map-reput          version 3\n", "the last operations before heal 1"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
 		}

@@ -24,39 +24,58 @@ import (
 var StormOps = []string{
 	"join", "join-reused", "join-leave", "leave-leader", "leave-member", "kill9",
 	"partition", "sigstop", "etcd-kill", "cut-all",
-	"map-reput", "map-rewrite", "map-delete", "floor-delete", "stray-key", "member-key-delete",
+	"map-reput", "map-rewrite", "map-delete", "floor-delete", "member-key-delete",
+	"stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election",
 	"snapshot-save", "snapshot-restore",
 }
 
-// strayKeys are the odd keys "stray-key" puts under the rink's prefix,
-// without a lease (they stay for good).
-var strayKeys = []struct{ suffix, value string }{
-	{"members/", "{}"},
-	{"members/a b", "{}"},
-	{"members/x/y", "{}"},
-	{"garbage", "garbage"},
-	{"election/zz-garbage", "\xff\x00not a member name"},
+// strayKeys are the odd keys the "stray-" operations put under the rink's
+// prefix, without a lease (they stay for good).
+var strayKeys = map[string]struct{ suffix, value string }{
+	"stray-member-empty": {"members/", "{}"},                                   // a member key with an empty name
+	"stray-member-space": {"members/a b", "{}"},                                // a name New would refuse
+	"stray-member-slash": {"members/x/y", "{}"},                                // a name with a slash
+	"stray-garbage":      {"garbage", "garbage"},                               // a key rink does not know
+	"stray-election":     {"election/zz-garbage", "\xff\x00not a member name"}, // an election key of no lease
 }
 
 // StormSummary is what a storm found.
 type StormSummary struct {
-	Began    int64   // CLOCK_MONOTONIC at the start of the run: times are rendered relative to it
-	Ops      []Fault // every operation, in order, the final heal last
-	Report   Report  // safety, over the whole run
-	Liveness LivenessReport
-	// Healed is when every fault had been undone; Deadline is Healed plus
-	// Bound, when every role must be held.
-	Healed, Deadline int64
-	Bound            time.Duration
+	Began  int64   // CLOCK_MONOTONIC at the start of the run: times are rendered relative to it
+	Ops    []Fault // every operation, in order, each heal included
+	Report Report  // safety, over the whole run
+	// Checkpoints are the liveness checks, one after each heal.
+	Checkpoints []Checkpoint
+	Bound       time.Duration
 	// Findings are events that are not violations of the promise but are
 	// worth a look: a member that exited by itself, a Shutdown that hung.
 	Findings []string
 	Procs    int // member processes started
 }
 
+// Checkpoint is one liveness check: every fault was undone at Healed, and
+// every role must be held at Deadline (Healed + the bound).
+type Checkpoint struct {
+	Healed, Deadline int64
+	Liveness         LivenessReport
+}
+
 // Violations returns the safety violations, then the liveness ones.
 func (s StormSummary) Violations() []Violation {
-	return append(slices.Clone(s.Report.Violations), s.Liveness.Violations...)
+	out := slices.Clone(s.Report.Violations)
+	for _, c := range s.Checkpoints {
+		out = append(out, c.Liveness.Violations...)
+	}
+	return out
+}
+
+// LivenessViolations counts the liveness violations of every checkpoint.
+func (s StormSummary) LivenessViolations() int {
+	n := 0
+	for _, c := range s.Checkpoints {
+		n += len(c.Liveness.Violations)
+	}
+	return n
 }
 
 // StormBound is how long after the heal every role must be held again: a
@@ -95,7 +114,6 @@ type stormState struct {
 	seq      int
 	findings []string
 	deck     []string
-	strays   []int
 }
 
 // Storm runs a storm: operations drawn at random (seeded) from cfg.Ops
@@ -104,10 +122,12 @@ type stormState struct {
 // has passed it undoes every fault (all members running and reachable,
 // every etcd node up, at least cfg.Members members; stray keys stay), waits
 // StormBound, and checks the members' logs: Check for safety over the
-// whole run, and Liveness for every role held at the deadline.
+// whole run, and Liveness for every role held at the deadline. With
+// cfg.Epoch set, the storm stops for such a heal and check after every
+// Epoch of operations, so that a long run checks liveness many times.
 func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	r := newRun(cfg)
-	r.st = &stormState{calm: make(chan struct{}), etcdUp: []bool{true, true, true}}
+	r.st = &stormState{etcdUp: []bool{true, true, true}}
 	defer r.cleanup()
 	if err := r.startEtcd(); err != nil {
 		return StormSummary{}, err
@@ -123,38 +143,48 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	if err := r.waitLogsHeld(ctx, 60*time.Second); err != nil {
 		return StormSummary{}, err
 	}
-	r.logf("every role held; the storm begins")
-	end := time.Now().Add(cfg.Duration)
-	maxGap := cfg.TTL
-	for ctx.Err() == nil && time.Now().Before(end) {
-		sleepCtx(ctx, time.Duration(r.rng.Int64N(int64(maxGap)+1)))
-		if ctx.Err() != nil || !time.Now().Before(end) {
-			break
+	epoch := cfg.Epoch
+	if epoch <= 0 || epoch > cfg.Duration {
+		epoch = cfg.Duration
+	}
+	bound := StormBound(cfg)
+	var checkpoints []Checkpoint
+	for stormed := time.Duration(0); stormed < cfg.Duration && ctx.Err() == nil; stormed += epoch {
+		r.st.mu.Lock()
+		r.st.calm = make(chan struct{})
+		r.st.mu.Unlock()
+		r.logf("the storm begins (%v)", min(epoch, cfg.Duration-stormed))
+		end := time.Now().Add(min(epoch, cfg.Duration-stormed))
+		for ctx.Err() == nil && time.Now().Before(end) {
+			sleepCtx(ctx, time.Duration(r.rng.Int64N(int64(cfg.TTL)+1)))
+			if ctx.Err() != nil || !time.Now().Before(end) {
+				break
+			}
+			if err := r.stormOp(); err != nil {
+				return StormSummary{}, err
+			}
 		}
-		if err := r.stormOp(); err != nil {
+		if err := r.healAll(); err != nil {
 			return StormSummary{}, err
 		}
+		c := Checkpoint{Healed: Now()}
+		c.Deadline = c.Healed + int64(bound)
+		checkpoints = append(checkpoints, c)
+		r.logf("healed; every role must be held by %s", secs(r.began, c.Deadline))
+		// Watch a little past the deadline, to tell when a late role came back.
+		time.Sleep(bound + 2*time.Second)
 	}
-	if err := r.healAll(); err != nil {
-		return StormSummary{}, err
-	}
-	healed := Now()
-	bound := StormBound(cfg)
-	deadline := healed + int64(bound)
-	r.logf("healed; every role must be held by %s", secs(r.began, deadline))
-	// Watch a little past the deadline, to tell when a late role came back.
-	time.Sleep(bound + 2*time.Second)
-	r.st.mu.Lock()
-	r.st.stopping = true
-	r.st.mu.Unlock()
 	r.stopMembers()
 	recs, err := r.readLogs()
 	if err != nil {
 		return StormSummary{}, err
 	}
-	s := StormSummary{Began: r.began, Ops: r.faults, Healed: healed, Deadline: deadline, Bound: bound, Procs: len(r.st.procs)}
+	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs)}
 	s.Report = CheckSince(r.began, recs)
-	s.Liveness = Liveness(r.began, recs, r.roles(), r.aliveAt, healed, deadline)
+	for _, c := range checkpoints {
+		c.Liveness = Liveness(r.began, recs, r.roles(), r.aliveAt, c.Healed, c.Deadline)
+		s.Checkpoints = append(s.Checkpoints, c)
+	}
 	r.st.mu.Lock()
 	s.Findings = slices.Clone(r.st.findings)
 	r.st.mu.Unlock()
@@ -516,13 +546,8 @@ func (r *run) stormDo(kind string) (bool, error) {
 			r.op(kind, fmt.Sprintf("%s (%d deleted, revision %d)", key, resp.Deleted, resp.Header.Revision))
 		}
 		return true, nil
-	case "stray-key":
-		// Every odd key in turn, from a seeded order.
-		if len(st.strays) == 0 {
-			st.strays = r.rng.Perm(len(strayKeys))
-		}
-		k := strayKeys[st.strays[0]]
-		st.strays = st.strays[1:]
+	case "stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election":
+		k := strayKeys[kind]
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_, err := r.admin.Put(ctx, "rink/chaos/"+k.suffix, k.value)
@@ -776,6 +801,7 @@ func (r *run) healAll() error {
 	st := r.st
 	st.mu.Lock()
 	close(st.calm)
+	st.deck = nil // each epoch starts a fresh deck
 	heals := st.heals
 	st.heals = nil
 	st.mu.Unlock()
@@ -877,13 +903,15 @@ func (s StormSummary) Text() string {
 	}
 	fmt.Fprintf(&b, "acquisitions: %d (%d recorded after a newer one); actions: %d\n", s.Report.Acquisitions, s.Report.Late, s.Report.Actions)
 	fmt.Fprintf(&b, "safety violations: %d\n", len(s.Report.Violations))
-	if len(s.Liveness.Violations) == 0 {
-		role, worst := s.Liveness.Worst()
-		fmt.Fprintf(&b, "liveness: every role held %v after the heal (bound %v); slowest: %s, held %v after the heal\n",
-			time.Duration(s.Deadline-s.Healed), s.Bound, role, worst.Round(time.Millisecond))
-	} else {
-		fmt.Fprintf(&b, "liveness: FAILED: %d roles not held %v after the heal at %s (held: %d)\n",
-			len(s.Liveness.Violations), s.Bound, at(s.Healed), len(s.Liveness.Recovered))
+	for i, c := range s.Checkpoints {
+		if len(c.Liveness.Violations) == 0 {
+			role, worst := c.Liveness.Worst()
+			fmt.Fprintf(&b, "liveness %d (heal at %s): every role held %v after the heal; slowest: %s, held %v after the heal\n",
+				i+1, at(c.Healed), s.Bound, role, worst.Round(time.Millisecond))
+		} else {
+			fmt.Fprintf(&b, "liveness %d (heal at %s): FAILED: %d roles not held %v after the heal (held: %d)\n",
+				i+1, at(c.Healed), len(c.Liveness.Violations), s.Bound, len(c.Liveness.Recovered))
+		}
 	}
 	for _, f := range s.Findings {
 		fmt.Fprintf(&b, "finding: %s\n", f)
@@ -905,10 +933,12 @@ func (s StormSummary) Text() string {
 			fmt.Fprintf(&b, "\n... and %d more %s violations\n", n-5, k)
 		}
 	}
-	if len(s.Liveness.Violations) > 0 {
-		fmt.Fprintf(&b, "\n  the last operations before the heal:\n")
-		for _, f := range s.before(s.Healed, time.Hour, 8) {
-			fmt.Fprintf(&b, "    %9s  %-18s %s\n", at(f.Mono), f.Kind, f.Target)
+	for i, c := range s.Checkpoints {
+		if len(c.Liveness.Violations) > 0 {
+			fmt.Fprintf(&b, "\n  the last operations before heal %d:\n", i+1)
+			for _, f := range s.before(c.Healed, time.Hour, 8) {
+				fmt.Fprintf(&b, "    %9s  %-18s %s\n", at(f.Mono), f.Kind, f.Target)
+			}
 		}
 	}
 	return b.String()
