@@ -58,6 +58,9 @@ type StormSummary struct {
 type Checkpoint struct {
 	Healed, Deadline int64
 	Liveness         LivenessReport
+	// State is the rink's keys in etcd at the deadline, in short (the
+	// whole listing is in the run's directory, state-N.txt).
+	State string
 }
 
 // Violations returns the safety violations, then the liveness ones.
@@ -171,8 +174,10 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 		c.Deadline = c.Healed + int64(bound)
 		checkpoints = append(checkpoints, c)
 		r.logf("healed; every role must be held by %s", secs(r.began, c.Deadline))
+		time.Sleep(time.Duration(c.Deadline - Now()))
+		checkpoints[len(checkpoints)-1].State = r.dumpState(filepath.Join(r.cfg.Dir, fmt.Sprintf("state-%d.txt", len(checkpoints))))
 		// Watch a little past the deadline, to tell when a late role came back.
-		time.Sleep(bound + 2*time.Second)
+		time.Sleep(2 * time.Second)
 	}
 	r.stopMembers()
 	recs, err := r.readLogs()
@@ -883,6 +888,53 @@ func (r *run) healAll() error {
 	return nil
 }
 
+// dumpState writes every key of the rink to path, and returns a summary:
+// the map's version, leader, members and waiting, the floor, and the
+// member and election keys.
+func (r *run) dumpState(path string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := r.admin.Get(ctx, "rink/chaos/", clientv3.WithPrefix())
+	if err != nil {
+		return "reading the rink's keys: " + err.Error()
+	}
+	var full, short strings.Builder
+	fmt.Fprintf(&full, "revision %d\n", resp.Header.Revision)
+	var members, elect []string
+	for _, kv := range resp.Kvs {
+		key := strings.TrimPrefix(string(kv.Key), "rink/chaos/")
+		fmt.Fprintf(&full, "%q create %d mod %d lease %x: %q\n", key, kv.CreateRevision, kv.ModRevision, kv.Lease, kv.Value)
+		switch {
+		case key == "map":
+			var m struct {
+				Version int64
+				Leader  string
+				Members []string
+				Waiting []struct{ Name string }
+			}
+			_ = json.Unmarshal(kv.Value, &m)
+			var waiting []string
+			for _, w := range m.Waiting {
+				waiting = append(waiting, w.Name)
+			}
+			fmt.Fprintf(&short, "map version %d (lineage %d, seq %d, mod %d) leader %q members %q waiting %q; ",
+				m.Version, kv.CreateRevision, kv.Version, kv.ModRevision, m.Leader, m.Members, waiting)
+		case key == "floor":
+			fmt.Fprintf(&short, "floor %s; ", kv.Value)
+		case strings.HasPrefix(key, "members/"):
+			members = append(members, fmt.Sprintf("%q", strings.TrimPrefix(key, "members/")))
+		case strings.HasPrefix(key, "election/"):
+			elect = append(elect, fmt.Sprintf("%q@%d", kv.Value, kv.CreateRevision))
+		}
+	}
+	if !strings.Contains(short.String(), "map version") {
+		short.WriteString("no map; ")
+	}
+	fmt.Fprintf(&short, "member keys %s; election keys (value@create) %s", strings.Join(members, " "), strings.Join(elect, " "))
+	_ = os.WriteFile(path, []byte(full.String()), 0o644)
+	return short.String()
+}
+
 // Text renders the summary: operations by kind, the checks' counts, and
 // each violation with the operations just before it.
 func (s StormSummary) Text() string {
@@ -909,8 +961,8 @@ func (s StormSummary) Text() string {
 			fmt.Fprintf(&b, "liveness %d (heal at %s): every role held %v after the heal; slowest: %s, held %v after the heal\n",
 				i+1, at(c.Healed), s.Bound, role, worst.Round(time.Millisecond))
 		} else {
-			fmt.Fprintf(&b, "liveness %d (heal at %s): FAILED: %d roles not held %v after the heal (held: %d)\n",
-				i+1, at(c.Healed), len(c.Liveness.Violations), s.Bound, len(c.Liveness.Recovered))
+			fmt.Fprintf(&b, "liveness %d (heal at %s): FAILED: %d roles not held %v after the heal (held: %d)\n    etcd at the deadline: %s\n",
+				i+1, at(c.Healed), len(c.Liveness.Violations), s.Bound, len(c.Liveness.Recovered), c.State)
 		}
 	}
 	for _, f := range s.Findings {
