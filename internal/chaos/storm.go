@@ -117,6 +117,7 @@ type stormState struct {
 	seq      int
 	findings []string
 	deck     []string
+	putBack  map[string]bool // kinds of this deck put back once already
 }
 
 // Storm runs a storm: operations drawn at random (seeded) from cfg.Ops
@@ -364,8 +365,12 @@ func (r *run) stormOp() error {
 	}
 	for tries := 0; tries < 2*len(kinds)+2; tries++ {
 		if len(r.st.deck) == 0 {
-			r.st.deck = slices.Clone(kinds)
+			r.st.deck = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "snapshot-restore" && !r.cfg.Restore })
+			if len(r.st.deck) == 0 {
+				return nil
+			}
 			r.rng.Shuffle(len(r.st.deck), func(i, j int) { r.st.deck[i], r.st.deck[j] = r.st.deck[j], r.st.deck[i] })
+			r.st.putBack = map[string]bool{}
 		}
 		kind := r.st.deck[0]
 		r.st.deck = r.st.deck[1:]
@@ -375,6 +380,14 @@ func (r *run) stormOp() error {
 		}
 		if done {
 			return nil
+		}
+		// It cannot run now (no snapshot to restore yet, an etcd node
+		// down, too few members...): it goes back into the deck, later,
+		// once.
+		if !r.st.putBack[kind] {
+			r.st.putBack[kind] = true
+			i := r.rng.IntN(len(r.st.deck) + 1)
+			r.st.deck = slices.Insert(r.st.deck, i, kind)
 		}
 	}
 	return nil
