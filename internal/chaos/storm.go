@@ -730,7 +730,9 @@ func (r *run) mapOp(kind string) (bool, error) {
 
 // snapshotSave saves a snapshot of etcd through the client.
 func (r *run) snapshotSave() error {
+	r.st.mu.Lock()
 	path := filepath.Join(r.cfg.Dir, fmt.Sprintf("snapshot-%d.db", len(r.faults)))
+	r.st.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	note := ""
