@@ -1,13 +1,25 @@
 // Command rink-chaos runs a seeded fault-injection run against rink: a
 // 3-node etcd cluster and 5 rink members, each in a process of its own, the
-// members reaching etcd through proxies; then, at seeded times, graceful
-// stops, kill -9 of a member, kill -9 of the etcd leader and its restart
-// with its data, partitions and delays between a member and etcd, rolling
-// replacements, and SIGSTOP of a member for longer than its TTL. At the end
-// it checks every member's log for two members acting on one role, and
-// prints a report.
+// members reaching etcd through proxies.
+//
+// In the default mode, rounds, it injects at seeded times graceful stops,
+// kill -9 of a member, kill -9 of the etcd leader and its restart with its
+// data, partitions and delays between a member and etcd, rolling
+// replacements, and SIGSTOP of a member for longer than its TTL, waiting
+// for the rink to settle after each. At the end it checks every member's
+// log for two members acting on one role, and prints a report.
+//
+// In storm mode it never waits: operations drawn at random (joins, leaves,
+// kills, partitions, pauses, etcd node loss, every member cut off, and an
+// operator's hand on the rink's keys) follow each other with gaps of 0 to
+// one TTL; then every fault is undone, and every role must be held again,
+// by the members' own logs, within TTL + rebalance delay + slack. With
+// -epoch, it stops for such a heal and check after every epoch.
 //
 //	go run ./cmd/rink-chaos -duration 10m -seed 1
+//	go run ./cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
+//
+// It exits with status 1 on any violation.
 package main
 
 import (
@@ -16,6 +28,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,33 +39,58 @@ import (
 func main() {
 	chaos.MaybeChild() // children of the run are this binary, re-executed
 	var cfg chaos.Config
+	mode := flag.String("mode", "rounds", "rounds: one fault at a time, settling in between; storm: operations back to back, never settling")
+	ops := flag.String("ops", "", "storm: comma-separated kinds of operation to draw from (default all: "+strings.Join(chaos.StormOps, ",")+")")
 	flag.DurationVar(&cfg.Duration, "duration", time.Minute, "how long to inject faults")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the fault schedule")
 	flag.IntVar(&cfg.Members, "members", 5, "members kept alive")
 	flag.IntVar(&cfg.Roles, "roles", 256, "partition roles (plus leader)")
 	flag.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "session TTL")
 	flag.DurationVar(&cfg.Delay, "delay", time.Second, "rebalance delay")
+	flag.BoolVar(&cfg.Restore, "restore", false, "storm: also restore etcd from a snapshot now and then (restarts the cluster)")
+	flag.DurationVar(&cfg.Epoch, "epoch", 0, "storm: heal and check liveness after every epoch of operations (default: once, at the end)")
+	flag.DurationVar(&cfg.Slack, "slack", 5*time.Second, "storm: slack added to TTL + delay for the liveness bound")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for etcd data and member logs (default: a new temporary one)")
 	flag.Parse()
-	if err := run(cfg); err != nil {
+	if *ops != "" {
+		cfg.Ops = strings.Split(*ops, ",")
+	}
+	var err error
+	switch *mode {
+	case "rounds":
+		err = rounds(cfg)
+	case "storm":
+		err = storm(cfg)
+	default:
+		err = fmt.Errorf("unknown -mode %q (rounds or storm)", *mode)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rink-chaos:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cfg chaos.Config) error {
+func prepare(cfg *chaos.Config) (context.Context, context.CancelFunc, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	cfg.Self, cfg.Out = self, os.Stdout
 	if cfg.Dir == "" {
 		if cfg.Dir, err = os.MkdirTemp("", "rink-chaos-"); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	fmt.Printf("rink-chaos: seed %d, %v, logs in %s\n", cfg.Seed, cfg.Duration, cfg.Dir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	return ctx, stop, nil
+}
+
+func rounds(cfg chaos.Config) error {
+	ctx, stop, err := prepare(&cfg)
+	if err != nil {
+		return err
+	}
 	defer stop()
 	s, err := chaos.Drive(ctx, cfg)
 	if err != nil {
@@ -70,6 +109,29 @@ func run(cfg chaos.Config) error {
 		if d > chaos.Bound(cfg) {
 			return fmt.Errorf("after %s a role was unheld for %v (bound %v)", k, d, chaos.Bound(cfg))
 		}
+	}
+	return nil
+}
+
+func storm(cfg chaos.Config) error {
+	for _, k := range cfg.Ops {
+		if !slices.Contains(chaos.StormOps, k) {
+			return fmt.Errorf("unknown operation %q (known: %s)", k, strings.Join(chaos.StormOps, ","))
+		}
+	}
+	ctx, stop, err := prepare(&cfg)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	s, err := chaos.Storm(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	fmt.Print(s.Text())
+	if n := len(s.Violations()); n > 0 {
+		return fmt.Errorf("%d violations (%d of safety, %d of liveness)", n, len(s.Report.Violations), s.LivenessViolations())
 	}
 	return nil
 }

@@ -8,8 +8,17 @@ import (
 
 // Violation is a breach of rink's promise found in the records.
 type Violation struct {
+	// Kind is "overlap" (two members acting on one role at once),
+	// "tokens" (two members acquiring one token), "token-back" (a member
+	// acting on a role with a token below that of a holding that had
+	// already ended), or "liveness" (a role not held again in time after a
+	// storm; see Liveness).
+	Kind   string
 	Role   string
 	Detail string
+	// Mono is when the violation shows (CLOCK_MONOTONIC): the offending
+	// record, or for liveness the end of the role's last holding.
+	Mono int64
 }
 
 func (v Violation) String() string { return v.Role + ": " + v.Detail }
@@ -44,20 +53,23 @@ type Gap struct {
 //     on one role at once. A release logged late (a process that was
 //     stopped logs it when it resumes) is not an action and is not counted.
 //   - tokens: two members acquiring a role with the same token.
+//   - token-back: a member acted on a role with a token below the newest
+//     one acquired for it, after that newest holding had ended (logged its
+//     release): the holdings' tokens went back. (Before the newest holding
+//     ends the same action is an overlap.)
 //
 // Records are written after the fact (an acquisition record can queue
 // behind other fsyncs), so holdings are ordered by token, which etcd
 // assigns in real order, not by record time: an acquisition recorded after
 // a newer one is late, not a violation, unless its member then acts.
-func Check(records []Record) Report {
+func Check(records []Record) Report { return CheckSince(0, records) }
+
+// CheckSince is Check, with the times in its reports' details rendered in
+// seconds since origin (CLOCK_MONOTONIC), e.g. the start of a run.
+func CheckSince(origin int64, records []Record) Report {
+	at := func(mono int64) string { return secs(origin, mono) }
 	sort.SliceStable(records, func(i, j int) bool { return records[i].Mono < records[j].Mono })
 	rep := Report{Unheld: map[string][]time.Duration{}, UnheldAt: map[string][]Gap{}}
-	type holding struct {
-		member string
-		token  int64
-		last   int64 // last action
-		ended  bool
-	}
 	cur := map[string]*holding{} // role -> newest holding
 	newest := map[string]int64{} // role -> newest token acquired
 	owner := map[string]string{} // role -> who acquired it
@@ -67,8 +79,13 @@ func Check(records []Record) Report {
 			rep.Acquisitions++
 			switch {
 			case r.Token == newest[r.Role] && owner[r.Role] != r.Member:
-				rep.Violations = append(rep.Violations, Violation{r.Role, fmt.Sprintf(
-					"tokens: %s and %s both acquired with token %d", owner[r.Role], r.Member, r.Token)})
+				h := cur[r.Role]
+				if h == nil {
+					h = &holding{proc: "?"}
+				}
+				rep.Violations = append(rep.Violations, Violation{"tokens", r.Role, fmt.Sprintf(
+					"tokens: %s and %s both acquired with token %d (%s at %s, %s at %s)", owner[r.Role], r.Member, r.Token,
+					h.proc, at(h.acquired), r.proc(), at(r.Mono)), r.Mono})
 				continue
 			case r.Token <= newest[r.Role]:
 				// Written late: the holding was already superseded when its
@@ -85,12 +102,22 @@ func Check(records []Record) Report {
 				rep.UnheldAt[r.Role] = append(rep.UnheldAt[r.Role], Gap{End: r.Mono, Gap: time.Duration(r.Mono - h.last)})
 			}
 			newest[r.Role], owner[r.Role] = r.Token, r.Member
-			cur[r.Role] = &holding{member: r.Member, token: r.Token, last: r.Mono}
+			cur[r.Role] = &holding{member: r.Member, proc: r.proc(), token: r.Token, acquired: r.Mono, last: r.Mono}
 		case Act:
 			rep.Actions++
 			if r.Token < newest[r.Role] || r.Token == newest[r.Role] && owner[r.Role] != r.Member {
-				rep.Violations = append(rep.Violations, Violation{r.Role, fmt.Sprintf(
-					"overlap: %s acted with token %d after %s acquired token %d", r.Member, r.Token, owner[r.Role], newest[r.Role])})
+				h := cur[r.Role]
+				if h == nil {
+					h = &holding{proc: "?"}
+				}
+				kind, what := "overlap", "overlap"
+				if h.ended {
+					kind, what = "token-back", "token went back"
+				}
+				rep.Violations = append(rep.Violations, Violation{kind, r.Role, fmt.Sprintf(
+					"%s: %s acted with token %d after %s acquired token %d (act by %s at %s; newer holding by %s acquired at %s, %s)",
+					what, r.Member, r.Token, owner[r.Role], newest[r.Role], r.proc(), at(r.Mono),
+					h.proc, at(h.acquired), h.state(at)), r.Mono})
 				continue
 			}
 			if h := cur[r.Role]; h != nil && h.member == r.Member && h.token == r.Token {
@@ -104,3 +131,22 @@ func Check(records []Record) Report {
 	}
 	return rep
 }
+
+// holding is one member's holding of a role, as its records show it.
+type holding struct {
+	member, proc string
+	token        int64
+	acquired     int64 // its acquisition record
+	last         int64 // its last action (or release)
+	ended        bool  // it logged its release (at last)
+}
+
+func (h *holding) state(at func(int64) string) string {
+	if h.ended {
+		return "released at " + at(h.last)
+	}
+	return "not released; last action at " + at(h.last)
+}
+
+// secs renders a CLOCK_MONOTONIC time in seconds since origin.
+func secs(origin, mono int64) string { return fmt.Sprintf("%.3fs", float64(mono-origin)/1e9) }

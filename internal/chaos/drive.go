@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -106,12 +108,18 @@ type Config struct {
 	TTL      time.Duration
 	Delay    time.Duration
 	Out      io.Writer // progress lines
+
+	// Storm only (see Storm).
+	Ops     []string      // the kinds of operation to draw from; empty: every kind in StormOps
+	Restore bool          // also draw "snapshot-restore", which restarts the etcd cluster
+	Slack   time.Duration // added to TTL + Delay for the liveness bound; 0: 5 s
+	Epoch   time.Duration // heal and check liveness after every Epoch of operations; 0: once, at the end
 }
 
 // Fault is one injected fault.
 type Fault struct {
 	Kind   string
-	Target string
+	Target string // and, in a storm, what happened
 	Mono   int64
 }
 
@@ -128,10 +136,19 @@ type Summary struct {
 }
 
 type proc struct {
-	name  string
-	cmd   *exec.Cmd
-	done  chan struct{}
-	proxy []proxy.Server
+	name   string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	proxy  []proxy.Server
+	joined chan struct{} // closed when a worker printed JoinedLine
+	exited int64         // CLOCK_MONOTONIC when it exited; set before done is closed
+	err    error         // its exit status
+
+	// Storm only, guarded by stormState.mu.
+	base    string // its log is base+".log"
+	leaving bool   // told to leave (SIGTERM) or killed
+	stopped bool   // SIGSTOP in force
+	cut     int    // partitions in force (they nest)
 }
 
 func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
@@ -156,9 +173,15 @@ type run struct {
 	ob      *rink.Observer
 	admin   *clientv3.Client
 	began   int64
+	outMu   sync.Mutex
+	st      *stormState // storm only
 }
 
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 7)) }
+
 func (r *run) logf(format string, args ...any) {
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
 	if r.cfg.Out != nil {
 		fmt.Fprintf(r.cfg.Out, "%8.3fs  "+format+"\n", append([]any{float64(Now()-r.began) / 1e9}, args...)...)
 	}
@@ -172,19 +195,49 @@ func (r *run) start(kind, name string, payload any) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{}), joined: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &lineWatch{w: logf, line: JoinedLine, seen: p.joined}, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		p.exited, p.err = Now(), err
+		close(p.done)
+	}()
 	return p, nil
+}
+
+// lineWatch passes a child's output on to w, and closes seen the first time
+// a whole line equal to line goes by.
+type lineWatch struct {
+	w    io.Writer
+	line string
+	seen chan struct{}
+	buf  []byte
+	once sync.Once
+}
+
+func (l *lineWatch) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if string(l.buf[:i]) == l.line {
+			l.once.Do(func() { close(l.seen) })
+		}
+		l.buf = l.buf[i+1:]
+	}
+	return l.w.Write(p)
 }
 
 // Drive runs a seeded fault-injection run and checks the members' logs.
 func Drive(ctx context.Context, cfg Config) (Summary, error) {
-	r := &run{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), began: Now()}
+	r := newRun(cfg)
 	defer r.cleanup()
 	if err := r.startEtcd(); err != nil {
 		return Summary{}, err
@@ -274,19 +327,8 @@ func (r *run) startEtcd() error {
 
 // startMember starts a worker behind its own proxies to the 3 etcd nodes.
 func (r *run) startMember() (*proc, error) {
-	name := fmt.Sprintf("w%d", r.next)
-	r.next++
-	var proxies []proxy.Server
-	var eps []string
-	for _, n := range r.nodes {
-		from, _ := embedetcd.FreeURL()
-		from.Scheme = "tcp"
-		to, _ := url.Parse(n.Client)
-		p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: to.Host}})
-		<-p.Ready()
-		proxies = append(proxies, p)
-		eps = append(eps, from.Host)
-	}
+	name := r.newName()
+	proxies, eps := r.newProxies()
 	w := WorkerConfig{Endpoints: strings.Join(eps, ","), Rink: "chaos", Name: name, Roles: r.cfg.Roles,
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, name+".log")}
 	p, err := r.start("worker", name, w)
@@ -296,6 +338,20 @@ func (r *run) startMember() (*proc, error) {
 	p.proxy = proxies
 	r.members = append(r.members, p)
 	return p, nil
+}
+
+// newProxies starts a proxy to each etcd node, for one member.
+func (r *run) newProxies() (proxies []proxy.Server, endpoints []string) {
+	for _, n := range r.nodes {
+		from, _ := embedetcd.FreeURL()
+		from.Scheme = "tcp"
+		to, _ := url.Parse(n.Client)
+		p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: to.Host}})
+		<-p.Ready()
+		proxies = append(proxies, p)
+		endpoints = append(endpoints, from.Host)
+	}
+	return proxies, endpoints
 }
 
 func (r *run) record(kind, target string) {
@@ -437,11 +493,21 @@ func (r *run) waitHeld(d time.Duration) error {
 }
 
 func (r *run) stopMembers() {
-	for _, m := range r.members {
+	members := r.members
+	if r.st != nil {
+		r.st.mu.Lock()
+		r.st.stopping = true
+		members = slices.Clone(r.members)
+		for _, m := range members {
+			m.leaving = true
+		}
+		r.st.mu.Unlock()
+	}
+	for _, m := range members {
 		m.signal(syscall.SIGCONT)
 		m.signal(syscall.SIGTERM)
 	}
-	for _, m := range r.members {
+	for _, m := range members {
 		if !m.wait(15 * time.Second) {
 			m.signal(syscall.SIGKILL)
 			m.wait(5 * time.Second)
@@ -450,10 +516,22 @@ func (r *run) stopMembers() {
 			p.Close()
 		}
 	}
+	if r.st != nil {
+		r.st.mu.Lock()
+		defer r.st.mu.Unlock()
+	}
 	r.members = nil
 }
 
 func (r *run) cleanup() {
+	if r.st != nil {
+		r.st.mu.Lock()
+		for _, h := range r.st.heals {
+			h.timer.Stop()
+		}
+		r.st.heals = nil
+		r.st.mu.Unlock()
+	}
 	r.stopMembers()
 	if r.ob != nil {
 		r.ob.Close()

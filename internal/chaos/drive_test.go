@@ -59,3 +59,57 @@ func TestChaos(t *testing.T) {
 		}
 	}
 }
+
+// stormLeftOut are the operations TestChaosStorm does not draw, and why.
+// The snapshot restore is left out for its time (a restart of the etcd
+// cluster); restore_test.go covers it. Put here, with the reason, an
+// operation the core is known to fail until its fix lands (the stray keys
+// were, until main ignored them). RINK_CHAOS_STORM_ALL=1 draws them all,
+// the restore included.
+var stormLeftOut = map[string]string{
+	"snapshot-restore": "a cluster restart: left out for time",
+}
+
+// TestChaosStorm is a short seeded storm (see Storm): operations of every
+// kind but those in stormLeftOut, back to back, never waiting for the
+// rink to settle; then every fault healed. It fails on any safety violation
+// over the whole run, and on any role not held again, by the members' own
+// logs, within StormBound of the heal.
+func TestChaosStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos storm in -short mode")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	dir := t.TempDir()
+	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
+		dir = d
+	}
+	var ops []string
+	for _, k := range StormOps {
+		if why, out := stormLeftOut[k]; out && os.Getenv("RINK_CHAOS_STORM_ALL") == "" {
+			t.Logf("left out: %s: %s", k, why)
+			continue
+		}
+		ops = append(ops, k)
+	}
+	cfg := Config{Self: self, Dir: dir, Members: 5, Roles: 64, Duration: 25 * time.Second, Seed: 3,
+		TTL: 2 * time.Second, Delay: time.Second, Out: &out, Ops: ops, Restore: os.Getenv("RINK_CHAOS_STORM_ALL") != ""}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Storm(ctx, cfg)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + s.Text())
+	if s.Report.Acquisitions == 0 || len(s.Ops) < 10 {
+		t.Fatalf("too little happened: %d acquisitions, %d operations", s.Report.Acquisitions, len(s.Ops))
+	}
+	if vs := s.Violations(); len(vs) > 0 {
+		t.Fatalf("%d violations (%d of safety, %d of liveness), first: %v", len(vs), len(s.Report.Violations), s.LivenessViolations(), vs[0])
+	}
+}

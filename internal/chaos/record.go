@@ -9,8 +9,9 @@
 // Times are CLOCK_MONOTONIC, the same clock for every process on the
 // machine, unaffected by wall-clock steps. Kinds: "acquire" (written and
 // fsynced before the member acts on the role), "act" (the member checked
-// its role context and acted: written before the action), and "release"
-// (written after the role context ended).
+// its role context and acted: written before the action), "release"
+// (written after the role context ended), and "joined" (the member's
+// rink.New returned; role "-", token 0).
 package chaos
 
 import (
@@ -33,6 +34,7 @@ const (
 	Acquire Kind = "acquire"
 	Act     Kind = "act"
 	Release Kind = "release"
+	Joined  Kind = "joined"
 )
 
 // Record is one line of a member's log.
@@ -42,6 +44,17 @@ type Record struct {
 	Kind   Kind
 	Role   string
 	Token  int64
+	// Proc names the process that wrote the record (its log file), when
+	// one member name was used by several processes one after another. It
+	// is not part of the line; readers set it. Empty means Member.
+	Proc string
+}
+
+func (r Record) proc() string {
+	if r.Proc != "" {
+		return r.Proc
+	}
+	return r.Member
 }
 
 // Now reads CLOCK_MONOTONIC.
@@ -71,18 +84,23 @@ func Create(path string) (*Log, error) {
 
 // Write appends a record, stamped now. Acquisitions are flushed and
 // fsynced before Write returns, so that a member killed right after never
-// acted on a role without a durable record of holding it.
+// acted on a role without a durable record of holding it. Releases and
+// joins are flushed (not fsynced), so that a kill -9 loses at most actions,
+// and a liveness check never takes a role for held after its release.
 func (l *Log) Write(member string, kind Kind, role string, token int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", Now(), member, kind, role, token); err != nil {
 		return err
 	}
-	if kind != Acquire {
+	if kind == Act {
 		return nil
 	}
 	if err := l.w.Flush(); err != nil {
 		return err
+	}
+	if kind != Acquire {
+		return nil
 	}
 	return l.f.Sync()
 }

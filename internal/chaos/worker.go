@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rink-go/rink"
 )
@@ -24,7 +26,22 @@ type WorkerConfig struct {
 	Delay     time.Duration
 	Every     time.Duration
 	Log       string
+	// RetryJoin makes the worker call rink.New again (every 500 ms) when
+	// it fails, until ctx ends, instead of exiting: in a storm etcd may be
+	// unreachable, or the member's name still held by its predecessor.
+	RetryJoin bool
+	// Announce makes the worker print JoinedLine on its standard output
+	// the moment rink.New returns, for a driver that acts on it.
+	Announce bool
+	// Verbose sends rink's own log (Info and above) to standard error,
+	// each line stamped with CLOCK_MONOTONIC in seconds since Origin (the
+	// driver's start), so that it lines up with the driver's operations.
+	Verbose bool
+	Origin  int64
 }
+
+// JoinedLine is what a worker with Announce prints when rink.New returns.
+const JoinedLine = "rink-chaos-worker: joined"
 
 // RunWorker is a member's life: join, hold roles and record, until ctx ends.
 func RunWorker(ctx context.Context, cfg WorkerConfig) error {
@@ -41,9 +58,33 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return err
 	}
 	defer cli.Close()
-	r, err := rink.New(cli, cfg.Rink, rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay))
+	opts := []rink.Option{rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay)}
+	if cfg.Verbose {
+		enc := zap.NewDevelopmentEncoderConfig()
+		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
+		opts = append(opts, rink.WithLogger(zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel))))
+	}
+	var r *rink.Rink
+	for {
+		r, err = rink.New(cli, cfg.Rink, opts...)
+		if err == nil || !cfg.RetryJoin {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "worker %s: New: %v (trying again)\n", cfg.Name, err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return err
+	}
+	if err := log.Write(cfg.Name, Joined, "-", 0); err != nil {
+		return err
+	}
+	if cfg.Announce {
+		fmt.Println(JoinedLine)
 	}
 	roles := []string{"leader"}
 	for i := 0; i < cfg.Roles; i++ {

@@ -70,6 +70,15 @@ func TestWorkers(t *testing.T) {
 		}
 		all = append(all, recs...)
 	}
+	joined := 0
+	for _, r := range all {
+		if r.Kind == chaos.Joined {
+			joined++
+		}
+	}
+	if joined != 2 {
+		t.Errorf("%d joined records, want one per worker", joined)
+	}
 	rep := chaos.Check(all)
 	if len(rep.Violations) > 0 || rep.Acquisitions < 17 || rep.Actions == 0 {
 		t.Fatalf("report: %d acquisitions, %d actions, violations %v", rep.Acquisitions, rep.Actions, rep.Violations)
