@@ -18,6 +18,7 @@ import (
 // users to copy into a service of their own.
 var memberPackages = []string{
 	"demo/holder",
+	"singleton/cron",
 }
 
 // allowed reports whether the copyable code may import path: the standard
