@@ -19,6 +19,7 @@ import (
 var memberPackages = []string{
 	"demo/holder",
 	"singleton/cron",
+	"symbols/trader",
 }
 
 // allowed reports whether the copyable code may import path: the standard
