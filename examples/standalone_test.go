@@ -20,6 +20,7 @@ var memberPackages = []string{
 	"demo/holder",
 	"singleton/cron",
 	"symbols/trader",
+	"partitions/worker",
 }
 
 // allowed reports whether the copyable code may import path: the standard
