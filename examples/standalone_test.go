@@ -21,6 +21,7 @@ var memberPackages = []string{
 	"singleton/cron",
 	"symbols/trader",
 	"partitions/worker",
+	"peerindex/peer",
 }
 
 // allowed reports whether the copyable code may import path: the standard
