@@ -50,16 +50,3 @@ func RevokeMember(ctx context.Context, cli *clientv3.Client, name, member string
 	_, err = cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	return err
 }
-
-// Within waits until ch yields or d passes; it reports whether ch yielded.
-func Within[T any](ch <-chan T, d time.Duration) (T, bool) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case v, ok := <-ch:
-		return v, ok
-	case <-t.C:
-		var zero T
-		return zero, false
-	}
-}

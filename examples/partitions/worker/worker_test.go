@@ -158,8 +158,8 @@ func TestClaimTimeout(t *testing.T) {
 	defer f.w.Stop(context.Background())
 	key := f.put(1)
 	f.expect(key, 15*time.Second, "the claim's timeouts parked the partition")
-	if n := claims.Load(); n != 3 {
-		t.Errorf("%d claims, want 3 (two failed, one succeeded)", n)
+	if n := claims.Load(); n < 3 {
+		t.Errorf("%d claims, want at least 3 (two failed, then one succeeded)", n)
 	}
 }
 
