@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/examples/demo/holder"
 	"github.com/rink-go/rink/internal/embedetcd"
 )
 
@@ -41,11 +42,11 @@ type demo struct {
 type member struct {
 	name   string
 	cli    *clientv3.Client
+	h      *holder.Member
 	r      *rink.Rink
 	joined time.Time
 	state  string // "", "left", "crashed"
 	held   map[string]bool
-	loops  sync.WaitGroup
 }
 
 func newDemo(out io.Writer, cfg config) (*demo, error) {
@@ -67,7 +68,8 @@ func newDemo(out io.Writer, cfg config) (*demo, error) {
 	return d, nil
 }
 
-// join starts the next member and its role loops.
+// join starts the next member: a holder.Member, the code each replica of
+// a service would run, with the demo's short TTL and rebalance delay.
 func (d *demo) join(ctx context.Context) error {
 	d.mu.Lock()
 	name := fmt.Sprintf("m%d", len(d.members))
@@ -76,7 +78,17 @@ func (d *demo) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := rink.New(cli, rinkName,
+	m := &member{name: name, cli: cli, joined: time.Now(), held: map[string]bool{}}
+	roles := make([]string, d.cfg.roles)
+	for i := range roles {
+		roles[i] = fmt.Sprint("partition:", i)
+	}
+	h, err := holder.Start(cli, holder.Config{
+		Rink:     rinkName,
+		Roles:    roles,
+		Acquired: func(role string, token int64) { d.acquired(m, role, token) },
+		Released: func(role string, _ error) { d.releasedBy(m, role) },
+	},
 		rink.WithMemberName(name),
 		rink.WithSessionTTL(d.cfg.ttl),
 		rink.WithRebalanceDelay(d.cfg.delay),
@@ -85,34 +97,12 @@ func (d *demo) join(ctx context.Context) error {
 		cli.Close()
 		return err
 	}
-	m := &member{name: name, cli: cli, r: r, joined: time.Now(), held: map[string]bool{}}
+	m.h, m.r = h, h.Rink()
 	d.mu.Lock()
 	d.members = append(d.members, m)
 	d.mu.Unlock()
 	d.logf("%s joined", name)
-	for i := 0; i < d.cfg.roles; i++ {
-		role := fmt.Sprint("partition:", i)
-		m.loops.Add(1)
-		go func() {
-			defer m.loops.Done()
-			d.hold(m, role)
-		}()
-	}
 	return ctx.Err()
-}
-
-// hold is one member's loop for one role, as an application would run it.
-func (d *demo) hold(m *member, role string) {
-	for {
-		ctx := m.r.AwaitRole(role)
-		if ctx.Err() != nil {
-			return // shut down
-		}
-		token, _ := rink.Token(ctx)
-		d.acquired(m, role, token)
-		<-ctx.Done()
-		d.releasedBy(m, role)
-	}
 }
 
 func (d *demo) acquired(m *member, role string, token int64) {
@@ -140,8 +130,7 @@ func (d *demo) releasedBy(m *member, role string) {
 func (d *demo) leave(name string) {
 	m := d.find(name)
 	d.logf("%s leaves (Shutdown)", name)
-	_ = m.r.Shutdown(context.Background())
-	m.loops.Wait()
+	_ = m.h.Shutdown(context.Background())
 	m.cli.Close()
 	d.mu.Lock()
 	m.state = "left"
@@ -153,8 +142,7 @@ func (d *demo) crash(name string) {
 	m := d.find(name)
 	d.logf("%s crashes (connection dropped, lease left to expire)", name)
 	m.cli.Close()
-	<-m.r.Done()
-	m.loops.Wait()
+	m.h.Wait()
 	d.mu.Lock()
 	m.state = "crashed"
 	d.mu.Unlock()
@@ -352,9 +340,8 @@ func (d *demo) close() {
 	for _, m := range live {
 		if m.state == "" {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = m.r.Shutdown(ctx)
+			_ = m.h.Shutdown(ctx)
 			cancel()
-			m.loops.Wait()
 			m.cli.Close()
 			m.state = "left"
 		}

@@ -2,7 +2,8 @@
 // a newcomer waits and is promoted during a rolling replacement, a member
 // crashes, and the rink scales out after the rebalance delay. A live view
 // shows every member's index, the leader, the roles each holds, and a log
-// of handovers with their gap and fencing token.
+// of handovers with their gap and fencing token. Each member runs package
+// holder, the code to copy into a service (see README.md).
 //
 //	go run ./examples/demo            # live view
 //	go run ./examples/demo -plain     # one line per event, for logs and CI

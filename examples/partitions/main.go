@@ -4,7 +4,9 @@
 // hold, deleting each task in a transaction that also checks the
 // partition's fencing token. A worker that lost a partition — paused,
 // partitioned from etcd, or merely slow — can therefore never process a task
-// its successor processes: every task is processed exactly once.
+// its successor processes: every task is processed exactly once. Each
+// worker runs package worker, the code to copy into a service (see
+// README.md).
 //
 //	go run ./examples/partitions
 //	go run ./examples/partitions -workers 4 -tasks 5000

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,123 +13,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/examples/partitions/worker"
 	"github.com/rink-go/rink/internal/embedetcd"
 )
 
-const (
-	rinkName    = "partitions"
-	tasksPrefix = "queue/tasks/" // queue/tasks/<partition>/<task id>
-	fencePrefix = "queue/fence/" // queue/fence/<partition>: the newest owner's token
-	donePrefix  = "queue/done/"  // queue/done/<task id>: who processed it
-)
+const rinkName = "partitions"
 
-func taskKey(p, id int) string { return fmt.Sprintf("%s%05d/%09d", tasksPrefix, p, id) }
-func fenceKey(p int) string    { return fmt.Sprintf("%s%05d", fencePrefix, p) }
-func token20(t int64) string   { return fmt.Sprintf("%020d", t) } // byte order = numeric order
-
-// errStale means a newer owner of the partition has fenced it.
-var errStale = errors.New("partition fenced by a newer owner")
-
-// claim fences partition p with this holding's token. It fails if a newer
-// holder has already fenced it.
-func claim(ctx context.Context, cli *clientv3.Client, p int, token int64) error {
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(fenceKey(p)), ">", token20(token))).
-		Else(clientv3.OpPut(fenceKey(p), token20(token))).
-		Commit()
-	if err != nil {
-		return err
-	}
-	if resp.Succeeded {
-		return errStale
-	}
-	return nil
-}
-
-// process deletes a task and records who processed it, in one transaction
-// that holds only while the partition's fence still carries our token and
-// the task still exists. It reports whether this call processed the task.
-func process(ctx context.Context, cli *clientv3.Client, p int, key string, token int64, worker string) (bool, error) {
-	id := key[strings.LastIndexByte(key, '/')+1:]
-	resp, err := cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.Value(fenceKey(p)), "=", token20(token)),
-			clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
-		Then(clientv3.OpDelete(key), clientv3.OpPut(donePrefix+id, worker)).
-		Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
-}
-
-// worker is one rink member processing the partitions it holds.
-type worker struct {
-	name   string
-	cli    *clientv3.Client
-	r      *rink.Rink
-	q      *queue
-	wake   []chan struct{} // per partition: new tasks may be there
-	loops  sync.WaitGroup
-	cancel context.CancelFunc
-}
-
-func (w *worker) signal(p int) {
-	select {
-	case w.wake[p] <- struct{}{}:
-	default:
-	}
-}
-
-// watchTasks wakes the partition loops when tasks arrive.
-func (w *worker) watchTasks(ctx context.Context) {
-	for resp := range w.cli.Watch(ctx, tasksPrefix, clientv3.WithPrefix(), clientv3.WithFilterDelete()) {
-		for _, ev := range resp.Events {
-			rest := strings.TrimPrefix(string(ev.Kv.Key), tasksPrefix)
-			if p, err := strconv.Atoi(rest[:strings.IndexByte(rest, '/')]); err == nil && p < len(w.wake) {
-				w.signal(p)
-			}
-		}
-	}
-}
-
-// partition is the loop for partition p: while this worker holds it, fence
-// it and drain its tasks, then wait for more.
-func (w *worker) partition(ctx context.Context, p int) {
-	role := fmt.Sprint("partition:", p)
-	for {
-		roleCtx, err := w.r.AwaitRoleContext(ctx, role)
-		if err != nil {
-			return
-		}
-		token, _ := rink.Token(roleCtx)
-		if err := claim(roleCtx, w.cli, p, token); err != nil {
-			<-roleCtx.Done() // fenced by a newer owner: we are about to lose the role
-			continue
-		}
-		w.drain(roleCtx, p, token)
-	}
-}
-
-func (w *worker) drain(ctx context.Context, p int, token int64) {
-	for ctx.Err() == nil {
-		resp, err := w.cli.Get(ctx, fmt.Sprintf("%s%05d/", tasksPrefix, p), clientv3.WithPrefix(), clientv3.WithLimit(100), clientv3.WithKeysOnly())
-		if err != nil {
-			continue
-		}
-		for _, kv := range resp.Kvs {
-			ok, err := process(ctx, w.cli, p, string(kv.Key), token, w.name)
-			if err != nil || !ok {
-				break // lost the partition, or etcd trouble: re-list or stop
-			}
-			w.q.processed(string(kv.Key), w.name)
-		}
-		if len(resp.Kvs) == 0 {
-			select {
-			case <-w.wake[p]:
-			case <-ctx.Done():
-			}
-		}
-	}
+// node is one worker process of the story: a worker.Worker, the code to
+// copy, and its etcd client.
+type node struct {
+	name string
+	cli  *clientv3.Client
+	w    *worker.Worker
 }
 
 // queue runs producers and workers and counts what happens.
@@ -139,65 +33,44 @@ type queue struct {
 	out      io.Writer
 	endpoint []string
 
-	mu      sync.Mutex
-	times   map[string]int // task key -> times processed
-	workers []*worker
-	stale   int
+	mu    sync.Mutex
+	times map[string]int // task key -> times processed
+	stale int
 }
 
-func (q *queue) processed(key, by string) {
+func (q *queue) processed(key string) {
 	q.mu.Lock()
 	q.times[key]++
 	q.mu.Unlock()
 }
 
-func (q *queue) startWorker(ctx context.Context, name string) (*worker, error) {
+func (q *queue) startWorker(name string) (*node, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: q.endpoint, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
-	r, err := rink.New(cli, rinkName, rink.WithMemberName(name), rink.WithSessionTTL(q.cfg.ttl), rink.WithRebalanceDelay(time.Second))
+	// The TTL is short and the rebalance delay 1 s so that the story runs
+	// in seconds; see README.md for settings fit for production.
+	w, err := worker.Start(cli, worker.Config{Rink: rinkName, Partitions: q.cfg.partitions, Processed: q.processed},
+		rink.WithMemberName(name), rink.WithSessionTTL(q.cfg.ttl), rink.WithRebalanceDelay(time.Second))
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	w := &worker{name: name, cli: cli, r: r, q: q, cancel: cancel, wake: make([]chan struct{}, q.cfg.partitions)}
-	for p := range w.wake {
-		w.wake[p] = make(chan struct{}, 1)
-	}
-	w.loops.Add(1 + q.cfg.partitions)
-	go func() {
-		defer w.loops.Done()
-		w.watchTasks(wctx)
-	}()
-	for p := 0; p < q.cfg.partitions; p++ {
-		go func() {
-			defer w.loops.Done()
-			w.partition(wctx, p)
-		}()
-	}
-	q.mu.Lock()
-	q.workers = append(q.workers, w)
-	q.mu.Unlock()
 	fmt.Fprintf(q.out, "%s started\n", name)
-	return w, nil
+	return &node{name: name, cli: cli, w: w}, nil
 }
 
 // stop shuts a worker down gracefully; crash drops its connection instead,
 // leaving its lease to expire.
-func (w *worker) stop() {
-	w.r.Shutdown(context.Background())
-	w.cancel()
-	w.loops.Wait()
-	w.cli.Close()
+func (n *node) stop() {
+	_ = n.w.Stop(context.Background())
+	n.cli.Close()
 }
 
-func (w *worker) crash() {
-	w.cli.Close()
-	<-w.r.Done()
-	w.cancel()
-	w.loops.Wait()
+func (n *node) crash() {
+	n.cli.Close()
+	n.w.Wait()
 }
 
 func run(ctx context.Context, out io.Writer, cfg config) error {
@@ -210,18 +83,18 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	defer closeAll()
 	q := &queue{cfg: cfg, out: out, endpoint: admin.Endpoints(), times: map[string]int{}}
-	if _, err := admin.Delete(ctx, "queue/", clientv3.WithPrefix()); err != nil {
+	if _, err := admin.Delete(ctx, "queue/", clientv3.WithPrefix()); err != nil { // the queue's keys, from an earlier run
 		return err
 	}
 
-	var live []*worker
+	var live []*node
 	defer func() {
 		for _, w := range live {
 			w.stop()
 		}
 	}()
 	for i := 0; i < cfg.workers; i++ {
-		w, err := q.startWorker(ctx, fmt.Sprintf("worker-%d", i))
+		w, err := q.startWorker(fmt.Sprintf("worker-%d", i))
 		if err != nil {
 			return err
 		}
@@ -234,7 +107,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		tick := time.NewTicker(2 * time.Second / time.Duration(cfg.tasks))
 		defer tick.Stop()
 		for id := 0; id < cfg.tasks; id++ {
-			if _, err := admin.Put(ctx, taskKey(id%cfg.partitions, id), "payload"); err != nil {
+			if _, err := admin.Put(ctx, worker.TaskKey(id%cfg.partitions, id), "payload"); err != nil {
 				produced <- err
 				return
 			}
@@ -252,7 +125,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	// leaves and the newcomer takes over its partitions at once.
 	if err := until(ctx, 30*time.Second, func() bool {
 		for _, w := range live {
-			if w.r.Rank().Index < 0 {
+			if w.w.Rink().Rank().Index < 0 {
 				return false
 			}
 		}
@@ -261,20 +134,20 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return fmt.Errorf("workers not ranked: %w", err)
 	}
 	old := live[0]
-	nw, err := q.startWorker(ctx, fmt.Sprintf("worker-%d", cfg.workers))
+	nw, err := q.startWorker(fmt.Sprintf("worker-%d", cfg.workers))
 	if err != nil {
 		return err
 	}
 	live = append(live, nw)
 	// Like a readiness probe: the old worker may go once the newcomer is
 	// listed as waiting, so that it inherits the old worker's partitions.
-	if err := until(ctx, 30*time.Second, func() bool { return nw.r.Rank().Waiting || nw.r.Rank().Index >= 0 }); err != nil {
+	if err := until(ctx, 30*time.Second, func() bool { return nw.w.Rink().Ready() }); err != nil {
 		return fmt.Errorf("newcomer not listed: %w", err)
 	}
 	// Remember one partition the old worker holds, and its token.
 	staleP, staleToken := -1, int64(0)
 	for p := 0; p < cfg.partitions && staleP < 0; p++ {
-		if c, ok := old.r.Get(fmt.Sprint("partition:", p)); ok {
+		if c, ok := old.w.Rink().Get(worker.Role(p)); ok {
 			staleP = p
 			staleToken, _ = rink.Token(c)
 		}
@@ -286,10 +159,10 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	// A late attempt by the departed worker, with its old token, once
 	// another worker holds that partition: refused by the fence.
 	if staleP >= 0 {
-		role := fmt.Sprint("partition:", staleP)
+		role := worker.Role(staleP)
 		if err := until(ctx, 30*time.Second, func() bool {
 			for _, w := range live {
-				if _, ok := w.r.Get(role); ok {
+				if _, ok := w.w.Rink().Get(role); ok {
 					return true
 				}
 			}
@@ -297,15 +170,15 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		}); err != nil {
 			return fmt.Errorf("nobody took %s over: %w", role, err)
 		}
-		key := taskKey(staleP, cfg.tasks+1)
+		key := worker.TaskKey(staleP, cfg.tasks+1)
 		if _, err := admin.Put(ctx, key, "probe"); err != nil {
 			return err
 		}
-		ok, err := process(ctx, admin, staleP, key, staleToken, old.name)
-		if err != nil {
+		ok, err := worker.Process(ctx, admin, staleP, key, staleToken, old.name)
+		if err != nil && !errors.Is(err, worker.ErrStale) {
 			return err
 		}
-		fmt.Fprintf(out, "%s's late attempt on %s with token %d: processed=%v\n", old.name, role, staleToken, ok)
+		fmt.Fprintf(out, "%s's late attempt on %s with token %d: processed=%v (%v)\n", old.name, role, staleToken, ok, err)
 		if !ok {
 			q.stale++
 		}
@@ -322,7 +195,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return err
 	}
 	if err := until(ctx, time.Minute, func() bool {
-		resp, err := admin.Get(ctx, tasksPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := admin.Get(ctx, worker.TasksPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 0
 	}); err != nil {
 		return fmt.Errorf("queue not drained: %w", err)
@@ -336,13 +209,13 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 // commit while its connection is dropping, before it hears so.) It also
 // checks that no worker ever saw a second success for one task.
 func (q *queue) report(ctx context.Context, admin *clientv3.Client) error {
-	resp, err := admin.Get(ctx, donePrefix, clientv3.WithPrefix())
+	resp, err := admin.Get(ctx, worker.DonePrefix, clientv3.WithPrefix())
 	if err != nil {
 		return err
 	}
 	written := map[string]int64{}
 	for _, kv := range resp.Kvs {
-		written[strings.TrimPrefix(string(kv.Key), donePrefix)] = kv.Version
+		written[strings.TrimPrefix(string(kv.Key), worker.DonePrefix)] = kv.Version
 	}
 	once, rewritten, missing := 0, 0, 0
 	for id := 0; id < q.cfg.tasks; id++ {

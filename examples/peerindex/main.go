@@ -5,7 +5,8 @@
 // interval, no clock — while the rink grows from 3 to 4 members and then
 // loses one. For the work itself it uses roles: job id belongs to the role
 // "shard:<id mod 64>", which exactly one member holds at a time, so during a
-// change no job is done twice or dropped.
+// change no job is done twice or dropped. Each member runs package peer,
+// the code to copy into a service (see README.md).
 //
 //	go run ./examples/peerindex
 package main
@@ -28,15 +29,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/examples/peerindex/peer"
 	"github.com/rink-go/rink/internal/embedetcd"
 )
-
-// shards is fixed for the life of the system: ids map to shards, shards to
-// members. Changing the number of replicas never changes which shard an id
-// is in.
-const shards = 64
-
-func shardOf(id int) string { return fmt.Sprint("shard:", id%shards) }
 
 type config struct {
 	endpoints string
@@ -57,9 +52,9 @@ func main() {
 }
 
 type member struct {
-	r     *rink.Rink
-	cli   *clientv3.Client
-	watch sync.WaitGroup
+	p   *peer.Peer
+	r   *rink.Rink
+	cli *clientv3.Client
 }
 
 // printer serialises output lines and falls silent when the story ends.
@@ -85,10 +80,11 @@ func (p *printer) printf(format string, args ...any) {
 	}
 }
 
-// follow prints this member's index and size every time they change.
-func follow(p *printer, r *rink.Rink) {
+// follower returns the function each member calls with its rank: it
+// prints the member's index and size every time they change.
+func follower(p *printer) func(rink.Rank) {
 	var last rink.Rank
-	for rk := r.Rank(); ; rk = r.Rank() {
+	return func(rk rink.Rank) {
 		if rk.Index != last.Index || rk.Size != last.Size || rk.Waiting != last.Waiting {
 			if rk.Index >= 0 {
 				p.printf("  %s: I am %d of %d (map v%d)\n", rk.Member, rk.Index, rk.Size, rk.Version)
@@ -100,11 +96,6 @@ func follow(p *printer, r *rink.Rink) {
 		p.mu.Lock()
 		p.seen[rk.Member] = rk.Version
 		p.mu.Unlock()
-		select {
-		case <-rk.Changed():
-		case <-r.Done():
-			return
-		}
 	}
 }
 
@@ -124,8 +115,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		p.ended = true
 		p.mu.Unlock()
 		for _, m := range members {
-			m.r.Shutdown(context.Background())
-			m.watch.Wait()
+			_ = m.p.Shutdown(context.Background())
 			m.cli.Close()
 		}
 	}()
@@ -134,18 +124,14 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		if err != nil {
 			return err
 		}
-		r, err := rink.New(cli, "peerindex", rink.WithMemberName(name), rink.WithRebalanceDelay(0))
+		// No rebalance delay, so that the story runs in seconds; see
+		// README.md for settings fit for production.
+		pr, err := peer.Join(cli, "peerindex", follower(p), rink.WithMemberName(name), rink.WithRebalanceDelay(0))
 		if err != nil {
 			cli.Close()
 			return err
 		}
-		m := &member{r: r, cli: cli}
-		members = append(members, m)
-		m.watch.Add(1)
-		go func() {
-			defer m.watch.Done()
-			follow(p, r)
-		}()
+		members = append(members, &member{p: pr, r: pr.Rink(), cli: cli})
 		return nil
 	}
 	settled := func(n int) error {
@@ -198,8 +184,9 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	step("m1 leaves: the highest index moves into its place; only m1's shards move")
 	gone := members[1]
 	members = append(members[:1], members[2:]...)
-	gone.r.Shutdown(ctx)
-	gone.watch.Wait()
+	if err := gone.p.Shutdown(ctx); err != nil {
+		return err
+	}
 	gone.cli.Close()
 	if err := settled(cfg.members); err != nil {
 		return err
@@ -215,13 +202,13 @@ func jobs(ctx context.Context, p *printer, members []*member) error {
 		deadline := time.Now().Add(10 * time.Second)
 		for holder == "" {
 			for _, m := range members {
-				if _, ok := m.r.Get(shardOf(id)); ok {
+				if m.p.Do(id, func(context.Context) {}) {
 					holder = m.r.Member()
 				}
 			}
 			if holder == "" {
 				if time.Now().After(deadline) {
-					return fmt.Errorf("nobody holds %s", shardOf(id))
+					return fmt.Errorf("nobody holds %s", peer.ShardOf(id))
 				}
 				select {
 				case <-time.After(5 * time.Millisecond):

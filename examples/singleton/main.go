@@ -1,7 +1,8 @@
 // Command singleton runs a cron-like job on exactly one replica: every copy
-// joins the rink and loops on AwaitRole("leader"); the copy that holds the
-// role runs the job until it loses the role, and then another copy takes
-// over.
+// joins the rink and runs cron.Run; the copy that holds the "leader" role
+// runs the job at every tick until it loses the role, and then another copy
+// takes over. Package cron is the code to copy into a service (see
+// README.md); this command wires it to an embedded etcd for a demonstration.
 //
 //	go run ./examples/singleton                       # starts an embedded etcd and prints its address
 //	go run ./examples/singleton -endpoints 127.0.0.1:PORT -name b
@@ -12,7 +13,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,7 +21,11 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
 	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/examples/singleton/cron"
 	"github.com/rink-go/rink/internal/embedetcd"
 )
 
@@ -37,7 +41,7 @@ func main() {
 	flag.StringVar(&cfg.endpoints, "endpoints", "", "etcd endpoints, comma-separated (default: start an embedded etcd)")
 	flag.StringVar(&cfg.name, "name", "", "member name (default: host name and a random suffix)")
 	flag.DurationVar(&cfg.every, "every", time.Second, "how often the job runs")
-	flag.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL: how soon a crashed holder's job moves")
+	flag.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "session TTL: how soon a crashed holder's job moves (in production: 10s)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -61,51 +65,27 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	if cfg.endpoints == "" {
 		fmt.Fprintf(out, "run more copies with: go run ./examples/singleton -endpoints %s\n", cli.Endpoints()[0])
 	}
+	// The rebalance delay is rink's default, 30 s: a newcomer waits that
+	// long before it may take the job over from a running holder.
 	opts := []rink.Option{rink.WithSessionTTL(cfg.ttl)}
 	if cfg.name != "" {
 		opts = append(opts, rink.WithMemberName(cfg.name))
 	}
-	r, err := rink.New(cli, "singleton", opts...)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "%s joined; waiting for the leader role\n", r.Member())
-
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			roleCtx := r.AwaitRole("leader")
-			if errors.Is(context.Cause(roleCtx), rink.ErrShutdown) {
-				return
-			}
-			job(roleCtx, out, r.Member(), cfg.every)
-		}
-	}()
-
-	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = r.Shutdown(sctx) // cancels the job's context and hands the role over
-	<-done
-	fmt.Fprintf(out, "%s left\n", r.Member())
-	return err
+	n := 0
+	return cron.Run(ctx, cli, "singleton", cron.Job{
+		Every: cfg.every,
+		Act: func(ctx context.Context) error {
+			n++
+			token, _ := rink.Token(ctx)
+			fmt.Fprintf(out, "tick %d (token %d)\n", n, token)
+			return nil
+		},
+		Log: lineLogger(out),
+	}, opts...)
 }
 
-// job is the work that must run on one replica only. It returns when its
-// context ends: the role moved, this member lost its session, or shutdown.
-func job(ctx context.Context, out io.Writer, member string, every time.Duration) {
-	token, _ := rink.Token(ctx)
-	fmt.Fprintf(out, "%s leads (fencing token %d)\n", member, token)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for n := 1; ; n++ {
-		select {
-		case <-t.C:
-			fmt.Fprintf(out, "%s: tick %d\n", member, n)
-		case <-ctx.Done():
-			fmt.Fprintf(out, "%s stops leading: %v\n", member, context.Cause(ctx))
-			return
-		}
-	}
+// lineLogger writes one plain line per entry: the message and its fields.
+func lineLogger(out io.Writer) *zap.Logger {
+	enc := zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", ConsoleSeparator: " "})
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(out), zapcore.InfoLevel))
 }

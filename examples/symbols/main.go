@@ -2,13 +2,16 @@
 // member. Orders for a pair reach any member; it routes them with Owner to
 // the member that owns the pair, which keeps the pair's order book in memory
 // and persists it to etcd with writes fenced by the role's token, so that a
-// member that lost a pair can never overwrite its successor's state.
+// member that lost a pair can never overwrite its successor's state. Each
+// member runs package trader, the code to copy into a service (see
+// README.md).
 //
 //	go run ./examples/symbols
 //	go run ./examples/symbols -members 4 -orders 400
 //
-// Midway one member shuts down: its pairs move, their new owners load the
-// persisted books, and a write the old owner attempts afterwards is refused.
+// Midway one member shuts down: its pairs move, their new owners claim them
+// and load the persisted books, and a write the old owner attempts
+// afterwards is refused.
 package main
 
 import (
