@@ -123,7 +123,7 @@ func (r *Rink) plan() {
 	st := &r.st
 	l := st.lead
 	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil ||
-		st.inc == nil || !st.selfSeen {
+		st.inc == nil || !st.selfSeen || st.taint != 0 && st.taint == st.lineage && st.curRev != 0 {
 		return
 	}
 	st.dirty = false
@@ -334,7 +334,7 @@ func (r *Rink) depart(ctx context.Context) bool {
 	key := r.keys.member(self)
 	members, cur, curRev, curSeq, viewRev := st.members, st.cur, st.curRev, st.curSeq, st.rev
 	version := r.nextVersion()
-	if st.inc == nil || st.incompatible != nil || curRev == 0 || cur.index(self) < 0 {
+	if st.inc == nil || st.incompatible != nil || curRev == 0 || cur.index(self) < 0 || st.taint != 0 && st.taint == st.lineage {
 		return false // not ranked, or no usable map: nothing to hand over
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {

@@ -36,6 +36,11 @@ type state struct {
 	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
 	topVer  int64                 // the highest map version applied in the lineage
 	stale   bool                  // cur's version is not above every version before it
+	// taint is a map lineage that etcd's restore from a snapshot brought
+	// back (-1: the next lineage applied). Its acknowledgements may
+	// describe map histories the restore erased, so nothing is started in
+	// it; the member deletes its map key so that the leader starts anew.
+	taint int64
 	// repeats: map versions went back in this lineage, and versions up to
 	// this one may name more than one map: bounds counted in these
 	// versions (from members that predate seqs) name nothing.
@@ -345,6 +350,14 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			kv.ModRevision, kv.Version, kv.CreateRevision, st.curRev, st.curSeq, st.lineage))
 		sameLineage = false
 	}
+	if st.taint == -1 {
+		st.taint = kv.CreateRevision
+	}
+	if st.taint != 0 && st.taint == kv.CreateRevision {
+		r.dropLineage(kv.ModRevision)
+	} else {
+		st.taint = 0
+	}
 	m, err := decodeMap(kv.Value, r.opts.slots)
 	if err != nil {
 		r.unusable(err, kv.ModRevision)
@@ -401,6 +414,24 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 
+// dropLineage deletes the map key if it is still at rev, so that the next
+// map starts a new lineage whose acknowledgements were all written after
+// the restore. Any member that noticed the restore may do it; the deletion
+// is guarded, so a newer map is never lost.
+func (r *Rink) dropLineage(rev int64) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+		defer cancel()
+		key := r.keys.rankMap()
+		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil && r.ctx.Err() == nil {
+			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
+		}
+	}()
+}
+
 // restored handles proof that etcd went back in time (a restore from a
 // snapshot): revisions, and so acknowledgements and fencing tokens, may
 // repeat what this member saw. It stops trusting everything it knew: it
@@ -408,7 +439,8 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 // and forgets the lineage, so that the map it finds counts as new.
 func (r *Rink) restored(why string) {
 	st := &r.st
-	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over", zap.String("why", why))
+	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over in a new map lineage", zap.String("why", why))
+	st.taint = -1
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
@@ -512,6 +544,9 @@ func (r *Rink) tryAcquire() {
 func (r *Rink) free(s int) bool {
 	st := &r.st
 	g := st.gain[s]
+	if st.taint != 0 && st.taint == st.lineage {
+		return false // a lineage a restore brought back: its acks may be stale
+	}
 	for name := range st.members {
 		if name == r.opts.member {
 			continue
