@@ -41,6 +41,13 @@ type state struct {
 	// describe map histories the restore erased, so nothing is started in
 	// it; the member deletes its map key so that the leader starts anew.
 	taint int64
+	// quiet: after a restore, nothing starts until this fenceClock reading
+	// (one TTL after the restore was noticed): a member that joined after
+	// the snapshot lost its lease in the restore at once, without fencing,
+	// and fences only when its own deadline passes. quietTimer wakes the
+	// run loop then.
+	quiet      int64
+	quietTimer *time.Timer
 	// repeats: map versions went back in this lineage, and versions up to
 	// this one may name more than one map: bounds counted in these
 	// versions (from members that predate seqs) name nothing.
@@ -104,9 +111,12 @@ func (r *Rink) run(first *incarnation) {
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		var timer <-chan time.Time
+		var timer, quiet <-chan time.Time
 		if st.lead != nil && st.lead.timer != nil {
 			timer = st.lead.timer.C
+		}
+		if st.quietTimer != nil {
+			quiet = st.quietTimer.C
 		}
 		select {
 		case b := <-r.watchCh:
@@ -122,6 +132,8 @@ func (r *Rink) run(first *incarnation) {
 		case <-timer:
 			st.lead.timer = nil
 			st.dirty = true
+		case <-quiet:
+			st.quietTimer = nil
 		case <-r.cli.Ctx().Done():
 			r.log.Error("etcd client closed under a running rink: stopping")
 			r.stop(r.cli.Ctx())
@@ -441,6 +453,11 @@ func (r *Rink) restored(why string) {
 	st := &r.st
 	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over in a new map lineage", zap.String("why", why))
 	st.taint = -1
+	st.quiet = fenceClock() + int64(r.opts.ttl)
+	if st.quietTimer != nil {
+		st.quietTimer.Stop()
+	}
+	st.quietTimer = time.NewTimer(r.opts.ttl)
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
@@ -546,6 +563,9 @@ func (r *Rink) free(s int) bool {
 	g := st.gain[s]
 	if st.taint != 0 && st.taint == st.lineage {
 		return false // a lineage a restore brought back: its acks may be stale
+	}
+	if st.quiet != 0 && fenceClock() < st.quiet {
+		return false // members that lost their lease in a restore may not have fenced yet
 	}
 	for name := range st.members {
 		if name == r.opts.member {
