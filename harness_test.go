@@ -249,6 +249,24 @@ func newProxy(t testing.TB) proxy.Server {
 	return p
 }
 
+// proxyClient connects to etcd through p, with keep-alives that notice a
+// cut connection within seconds; it is closed when the test ends.
+func proxyClient(t testing.TB, p proxy.Server) *clientv3.Client {
+	t.Helper()
+	cp, err := clientv3.New(clientv3.Config{
+		Endpoints:            []string{strings.TrimPrefix(p.From(), "tcp://")},
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cp.Close() })
+	return cp
+}
+
 // testLogLevel is the level of the members' logs in test output; RINK_TEST_LOG=debug shows more.
 var testLogLevel = func() zapcore.Level {
 	if l, err := zapcore.ParseLevel(os.Getenv("RINK_TEST_LOG")); err == nil && os.Getenv("RINK_TEST_LOG") != "" {

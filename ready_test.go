@@ -3,12 +3,8 @@ package rink
 import (
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func probe(r *Rink) int {
@@ -44,17 +40,7 @@ func TestReadyThroughFenceAndRejoin(t *testing.T) {
 	name := rinkName(t)
 	a := join(t, newClient(t), name, WithMemberName("a"))
 	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
-	cp, err := clientv3.New(clientv3.Config{
-		Endpoints:            []string{strings.TrimPrefix(p.From(), "tcp://")},
-		DialTimeout:          2 * time.Second,
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
-		Logger:               zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Close() })
+	cp := proxyClient(t, p)
 	b := join(t, cp, name, WithMemberName("b"))
 	eventually(t, 10*time.Second, "b ready", func() bool { return b.Ready() && probe(b) == http.StatusOK })
 	p.PauseTx()

@@ -617,17 +617,7 @@ func TestPartition(t *testing.T) {
 	name := rinkName(t)
 	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
 	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
-	cp, err := clientv3.New(clientv3.Config{
-		Endpoints:            []string{strings.TrimPrefix(p.From(), "tcp://")},
-		DialTimeout:          2 * time.Second,
-		DialKeepAliveTime:    time.Second,
-		DialKeepAliveTimeout: time.Second,
-		Logger:               zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cp.Close() })
+	cp := proxyClient(t, p)
 	b := join(t, cp, name, WithMemberName("b"), h.hook())
 	settle(t, h, a, b)
 	role := roleOf(t, b)
