@@ -100,8 +100,8 @@ const memberValue = "{}"
 // is the only sender, so after draining the buffer there is room.
 func (r *Rink) sendAck() {
 	st := &r.st
-	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 {
-		return
+	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() {
+		return // a quiet time withholds acknowledgements (see hush)
 	}
 	select {
 	case <-r.ackCh:

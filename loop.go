@@ -134,6 +134,7 @@ func (r *Rink) run(first *incarnation) {
 			st.dirty = true
 		case <-quiet:
 			st.quietTimer = nil
+			r.sendAck() // withheld meanwhile
 		case <-r.cli.Ctx().Done():
 			r.log.Error("etcd client closed under a running rink: stopping")
 			r.stop(r.cli.Ctx())
@@ -180,6 +181,13 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		// The map became unusable while we were rejoining: leave again.
 		r.fence(inc, st.incompatible)
 		return
+	}
+	if st.joins > 1 {
+		// A rejoin after a fence: etcd may have been restored meanwhile,
+		// and the map (and our member key, if we resumed) may be back from
+		// before slots went to others, who may still act on them. We
+		// cannot tell, so we wait them out.
+		r.hush()
 	}
 	m, ok := st.members[r.opts.member]
 	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
@@ -444,6 +452,29 @@ func (r *Rink) dropLineage(rev int64) {
 	}()
 }
 
+// hush starts a quiet time of one TTL, in which this member starts no
+// slot and acknowledges no map. It follows anything after which a member
+// that nobody can see may still act on slots the map in etcd gives to
+// others or to nobody: a restore of etcd (its own, or one it slept through
+// and resumed after). Such a member lost its lease, or its watch has not
+// caught up yet; either way it stops acting within 7/8 of a TTL of the
+// restore, or notices the restore and fences. Until then, an
+// acknowledgement from this member would tell others that slots are free
+// which that member may still act on.
+func (r *Rink) hush() {
+	st := &r.st
+	st.quiet = fenceClock() + int64(r.opts.ttl)
+	if st.quietTimer != nil {
+		st.quietTimer.Stop()
+	}
+	st.quietTimer = time.NewTimer(r.opts.ttl)
+}
+
+// hushed reports whether a quiet time (see hush) is running.
+func (r *Rink) hushed() bool {
+	return r.st.quiet != 0 && fenceClock() < r.st.quiet
+}
+
 // restored handles proof that etcd went back in time (a restore from a
 // snapshot): revisions, and so acknowledgements and fencing tokens, may
 // repeat what this member saw. It stops trusting everything it knew: it
@@ -453,11 +484,7 @@ func (r *Rink) restored(why string) {
 	st := &r.st
 	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over in a new map lineage", zap.String("why", why))
 	st.taint = -1
-	st.quiet = fenceClock() + int64(r.opts.ttl)
-	if st.quietTimer != nil {
-		st.quietTimer.Stop()
-	}
-	st.quietTimer = time.NewTimer(r.opts.ttl)
+	r.hush()
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
@@ -564,8 +591,8 @@ func (r *Rink) free(s int) bool {
 	if st.taint != 0 && st.taint == st.lineage {
 		return false // a lineage a restore brought back: its acks may be stale
 	}
-	if st.quiet != 0 && fenceClock() < st.quiet {
-		return false // members that lost their lease in a restore may not have fenced yet
+	if r.hushed() {
+		return false // after a restore, members nobody sees may still act (see hush)
 	}
 	for name := range st.members {
 		if name == r.opts.member {
@@ -701,6 +728,13 @@ func (r *Rink) startRejoin(old *incarnation) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
+		// A fenced incarnation's lease is left to expire, never revoked:
+		// normally it has at most 1/8 of a TTL left, but one that a restore
+		// of etcd brought back is live again, and its member key is what
+		// keeps its old slots from others while members that took them
+		// after the snapshot may still act on them (see hush). Once its
+		// key is gone or rebound, revoking it only drops its
+		// acknowledgement and election keys, which is safe.
 		revokeOld := func() {
 			if old != nil {
 				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
@@ -709,19 +743,9 @@ func (r *Rink) startRejoin(old *incarnation) {
 			}
 		}
 		if !join {
-			revokeOld()
 			return
 		}
-		resumable := old != nil // and the old lease not revoked yet
-		defer func() {
-			if resumable {
-				// Shutting down before the old lease could be resumed: let
-				// its key go now rather than when the lease expires.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_, _ = r.cli.Revoke(ctx, old.lease)
-				cancel()
-			}
-		}()
+		resumable := old != nil
 		b := newBackoff()
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
@@ -747,9 +771,9 @@ func (r *Rink) startRejoin(old *incarnation) {
 				case r.joinedCh <- inc:
 					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
 				case <-r.ctx.Done():
-					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-					_ = r.leave(ctx, inc, ErrShutdown)
-					cancel()
+					// A rejoin: its key may keep slots that others may
+					// still act on after a restore (see hush); let it expire.
+					r.abandon(inc, ErrShutdown)
 				}
 				return
 			}
@@ -824,7 +848,13 @@ func (r *Rink) shutdown(cause error) {
 	}
 	clear(st.pending)
 	err := cause
-	if st.inc != nil && cause == nil {
+	switch {
+	case st.inc != nil && cause == nil && r.hushed():
+		// In a quiet time (see hush) our key is what keeps our slots from
+		// others: hand nothing over, and let the lease expire.
+		r.log.Info("shutting down in a quiet time after a restore or a resume: leaving the member key to expire with its lease")
+		r.abandon(st.inc, ErrShutdown)
+	case st.inc != nil && cause == nil:
 		r.depart(ctx)
 		err = r.leave(ctx, st.inc, ErrShutdown)
 	}

@@ -169,7 +169,10 @@ func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, erro
 	}
 	deadline := r.deadlineAfter(sent, grant.TTL)
 	if fenceClock() >= deadline {
-		revoke(grant.ID) // the key goes with it
+		// The key is bound to a lease we cannot trust. It is left to
+		// expire, not revoked: while it is there it keeps our slots from
+		// others, which after a restore may be what keeps them safe (see
+		// hush). The next attempt waits for it to go.
 		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
 	}
 	inc := r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline)
@@ -279,4 +282,11 @@ func (r *Rink) leave(ctx context.Context, inc *incarnation, cause error) error {
 		return fmt.Errorf("rink: revoking lease: %w", err)
 	}
 	return nil
+}
+
+// abandon ends an incarnation without revoking its lease: renewals stop,
+// and the member key goes when the server expires the lease.
+func (r *Rink) abandon(inc *incarnation, cause error) {
+	inc.cancel(cause)
+	<-inc.lost
 }
