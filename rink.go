@@ -450,16 +450,22 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	return r, nil
 }
 
-// first checks that the rink's current map suits this member, then joins.
+// first checks that the rink's current map suits this member and that the
+// rink nests in no other (see nesting), then joins.
 func (r *Rink) first(ctx context.Context) (*incarnation, error) {
-	resp, err := r.cli.Get(ctx, r.keys.rankMap())
+	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap())}
+	ops = append(ops, nestingOps(r.name)...)
+	resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
 	}
-	if len(resp.Kvs) > 0 {
-		if _, err := decodeMap(resp.Kvs[0].Value, r.opts.slots); err != nil {
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if _, err := decodeMap(kvs[0].Value, r.opts.slots); err != nil {
 			return nil, err
 		}
+	}
+	if other := nesting(r.name, resp.Responses[1:]); other != "" {
+		return nil, fmt.Errorf("%w: rink %q and rink %q nest (one's keys lie under the other's prefix, so its members would follow every key of the other); give them names that are not prefixes of each other", ErrInvalidName, r.name, other)
 	}
 	return r.join(ctx)
 }

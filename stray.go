@@ -3,7 +3,9 @@ package rink
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -106,4 +108,56 @@ func (r *Rink) sweepStrays() {
 			}
 		}()
 	}
+}
+
+// Nested rinks. Rink a/x keeps its keys under rink a's prefix, and rink a
+// follows its whole prefix (but the ack keys), so every member of a would
+// receive every event of a/x. New refuses such a pair: nestingOps reads
+// what tells whether a rink exists at each ancestor of name, and what lies
+// under name's own prefix; nesting reads the answers.
+
+// nestingOps returns the reads nesting needs.
+func nestingOps(name string) []clientv3.Op {
+	var ops []clientv3.Op
+	segs := strings.Split(name, "/")
+	for i := 1; i < len(segs); i++ {
+		k := newKeys(strings.Join(segs[:i], "/"))
+		ops = append(ops,
+			clientv3.OpGet(k.rankMap(), clientv3.WithCountOnly()),
+			clientv3.OpGet(k.members(), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	return append(ops, clientv3.OpGet(newKeys(name).prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+}
+
+// nesting returns the name of a rink that name nests in or that nests in
+// name, from the answers to nestingOps(name), or "".
+func nesting(name string, resps []*etcdserverpb.ResponseOp) string {
+	segs := strings.Split(name, "/")
+	for i := 1; i < len(segs) && len(resps) >= 2; i++ {
+		if resps[0].GetResponseRange().Count > 0 || resps[1].GetResponseRange().Count > 0 {
+			return strings.Join(segs[:i], "/")
+		}
+		resps = resps[2:]
+	}
+	if len(resps) == 0 {
+		return ""
+	}
+	prefix := newKeys(name).prefix
+	for _, kv := range resps[0].GetResponseRange().Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), prefix)
+		if first, _, _ := strings.Cut(rest, "/"); first == "members" || first == "election" || first == "acks" {
+			continue // one of this rink's own keys (or a stray one among them)
+		}
+		// Another rink's keys: <inner>/map and <inner>/members/<member>.
+		inner, isMap := strings.CutSuffix(rest, "/map")
+		if !isMap {
+			i := strings.Index(rest, "/members/")
+			if i < 0 {
+				continue // a stray key
+			}
+			inner = rest[:i]
+		}
+		return name + "/" + inner
+	}
+	return ""
 }

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -202,4 +203,50 @@ func TestLeaderRefusesOwnBadMap(t *testing.T) {
 	if st.cur.Version != 1 {
 		t.Fatalf("map version %d", st.cur.Version)
 	}
+}
+
+// Nested rinks (issue 11): rink a/x keeps its keys under rink a's prefix,
+// which rink a follows, so every member of a would receive every event of
+// a/x. New refuses the pair whichever starts first; stray keys under the
+// prefix do not count.
+func TestNestedRinksRefused(t *testing.T) {
+	cli := newClient(t)
+	outer := rinkName(t)
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), "rink/"+outer+"/garbage/x", "stray"); err != nil {
+		t.Fatal(err)
+	}
+	a := join(t, cli, outer)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	for _, inner := range []string{outer + "/eu", outer + "/eu/west"} {
+		if _, err := New(cli, inner); !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "nest") {
+			t.Fatalf("New(%q) beside rink %q: %v, want ErrInvalidName (nesting)", inner, outer, err)
+		}
+	}
+	if err := a.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Its map outlives its last member; deleting the prefix retires it.
+	if _, err := New(cli, outer+"/eu"); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("New inside a rink whose members all left: %v, want ErrInvalidName", err)
+	}
+	if _, err := cli.Delete(ctxTimeout(t, 5*time.Second), "rink/"+outer+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	inner := join(t, cli, outer+"/eu")
+	if err := inner.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+
+	other := rinkName(t) + "-2"
+	in := join(t, cli, other+"/eu/west")
+	defer func() { _ = in.Shutdown(ctxTimeout(t, 10*time.Second)) }()
+	for _, o := range []string{other, other + "/eu"} {
+		_, err := New(cli, o)
+		if !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), other+"/eu/west") {
+			t.Fatalf("New(%q) around rink %q: %v, want ErrInvalidName naming it", o, other+"/eu/west", err)
+		}
+	}
+	// Unrelated names that share a prefix without a '/' boundary are fine.
+	sib := join(t, cli, other+"/eu-2")
+	_ = sib.Shutdown(ctxTimeout(t, 10*time.Second))
 }
