@@ -221,9 +221,18 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 
 // usable checks a planned map as members check what they apply: a leader
 // never proclaims a map that it would refuse itself.
+//
+// It checks the map itself, not its encoding: a map holds only strings,
+// integers and times, and member names are valid UTF-8 (see validName), so
+// what members decode is what the leader planned.
 func (r *Rink) usable(m rankMap) error {
-	_, err := decodeMap(m.encode(), r.opts.slots)
-	return err
+	switch {
+	case m.Schema != schemaVersion:
+		return fmt.Errorf("%w: map schema %d, this member understands %d", ErrIncompatible, m.Schema, schemaVersion)
+	case m.Slots != r.opts.slots:
+		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, r.opts.slots)
+	}
+	return m.validate()
 }
 
 // proclaim writes m as the rink's map, provided we still lead and the map
@@ -328,7 +337,11 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 // plans again from the listing the failed transaction returns. It reports
 // whether the map was written; if not, the caller's lease revocation
 // deletes the key, and the leader proclaims the map.
-func (r *Rink) depart(ctx context.Context) bool {
+//
+// release ends this member's holdings; depart calls it right before its
+// first transaction, once the map is planned and encoded, so that
+// planning is not on the handover's path (the caller calls it anyway).
+func (r *Rink) depart(ctx context.Context, release func()) bool {
 	st := &r.st
 	self := r.opts.member
 	key := r.keys.member(self)
@@ -349,13 +362,15 @@ func (r *Rink) depart(ctx context.Context) bool {
 			return false
 		}
 		fkey, fend := r.keys.followed()
+		enc := string(next.encode())
+		release()
 		resp, err := r.cli.Txn(ctx).
 			If(
 				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
 				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
 			).
 			Then(
-				clientv3.OpPut(r.keys.rankMap(), string(next.encode())),
+				clientv3.OpPut(r.keys.rankMap(), enc),
 				clientv3.OpTxn(
 					[]clientv3.Cmp{
 						clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),

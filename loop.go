@@ -568,12 +568,47 @@ func (r *Rink) tryAcquire() {
 	if len(st.pending) == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
+	others, ok := r.others()
+	if !ok {
+		return
+	}
 	for s := range st.pending {
-		if r.free(s) {
+		if r.free(s, others) {
 			delete(st.pending, s)
 			r.acquire(s)
 		}
 	}
+}
+
+// memberBound is another live member and a lower bound of its
+// acknowledgement (see bound).
+type memberBound struct {
+	name  string
+	bound int64
+}
+
+// others returns every other live member with its bound, for free; ok is
+// false when no slot can be free now: a restore's lineage or quiet time
+// (see hush), or a member whose acknowledgement is not known at all.
+func (r *Rink) others() (others []memberBound, ok bool) {
+	st := &r.st
+	if st.taint != 0 && st.taint == st.lineage {
+		return nil, false // a lineage a restore brought back: its acks may be stale
+	}
+	if r.hushed() {
+		return nil, false // after a restore, members nobody sees may still act (see hush)
+	}
+	for name := range st.members {
+		if name == r.opts.member {
+			continue
+		}
+		a := r.bound(name)
+		if a < 1 {
+			return nil, false
+		}
+		others = append(others, memberBound{name, a})
+	}
+	return others, true
 }
 
 // free reports whether every other live member is known not to hold slot s:
@@ -584,30 +619,18 @@ func (r *Rink) tryAcquire() {
 //
 // Acknowledgements come from the leader's floor, a lower bound of each
 // member's (see acks.go); a bound serves as well as the acknowledgement
-// itself, only more slowly: the maps from the bound on are checked.
-func (r *Rink) free(s int) bool {
+// itself, only more slowly: the maps from the bound on are checked. others
+// is what others returned.
+func (r *Rink) free(s int, others []memberBound) bool {
 	st := &r.st
 	g := st.gain[s]
-	if st.taint != 0 && st.taint == st.lineage {
-		return false // a lineage a restore brought back: its acks may be stale
-	}
-	if r.hushed() {
-		return false // after a restore, members nobody sees may still act (see hush)
-	}
-	for name := range st.members {
-		if name == r.opts.member {
+	for _, o := range others {
+		if o.bound >= g {
 			continue
 		}
-		a := r.bound(name)
-		if a < 1 {
-			return false
-		}
-		if a >= g {
-			continue
-		}
-		for v := a; v < g; v++ {
+		for v := o.bound; v < g; v++ {
 			h, ok := st.hist[v]
-			if !ok || h.owner(s) == name {
+			if !ok || h.owner(s) == o.name {
 				return false
 			}
 		}
@@ -841,23 +864,34 @@ func (r *Rink) shutdown(cause error) {
 	ctx, cancel := context.WithTimeout(r.stopCtx, r.opts.ttl)
 	defer cancel()
 	st.stopping = true
-	for s, h := range st.held {
-		if h != nil {
-			r.release(s, ErrShutdown)
+	released := false
+	releaseAll := func() {
+		if released {
+			return
 		}
+		released = true
+		for s, h := range st.held {
+			if h != nil {
+				r.release(s, ErrShutdown)
+			}
+		}
+		clear(st.pending)
 	}
-	clear(st.pending)
+	defer releaseAll() // if nothing below did
 	err := cause
 	switch {
 	case st.inc != nil && cause == nil && r.hushed():
 		// In a quiet time (see hush) our key is what keeps our slots from
 		// others: hand nothing over, and let the lease expire.
 		r.log.Info("shutting down in a quiet time after a restore or a resume: leaving the member key to expire with its lease")
+		releaseAll()
 		r.abandon(st.inc, ErrShutdown)
 	case st.inc != nil && cause == nil:
-		r.depart(ctx)
+		r.depart(ctx, releaseAll)
+		releaseAll() // before the revocation below lets others start
 		err = r.leave(ctx, st.inc, ErrShutdown)
 	}
+	releaseAll()
 	r.stopLeading()
 	r.cancel()
 	r.wg.Wait()

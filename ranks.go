@@ -34,7 +34,81 @@ type rankMap struct {
 	Waiting []waiter `json:"waiting,omitempty"`
 	// Table maps each slot to the index of its owner in Members. It has
 	// Slots entries when Members is non-empty and none otherwise.
-	Table []int `json:"table,omitempty"`
+	Table slotTable `json:"table,omitempty"`
+}
+
+// slotTable is a map's slot table. It decodes with a fast path for the
+// form every leader writes (a JSON array of small non-negative integers):
+// members decode a map on the path of every handover, and the generic
+// decoder spends most of its time on this array. Anything else goes
+// through the generic decoder, with its errors.
+type slotTable []int
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (t *slotTable) UnmarshalJSON(b []byte) error {
+	if v, ok := parseTable(b); ok {
+		*t = v
+		return nil
+	}
+	var v []int
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
+// parseTable parses b as a JSON array of non-negative integers of at most
+// nine digits without leading zeros (or null), as encoding/json writes
+// them; ok is false for anything else.
+func parseTable(b []byte) (v []int, ok bool) {
+	i := 0
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	skip()
+	if string(b[i:]) == "null" {
+		return nil, true
+	}
+	if i >= len(b) || b[i] != '[' {
+		return nil, false
+	}
+	i++
+	v = make([]int, 0, len(b)/2)
+	skip()
+	if i < len(b) && b[i] == ']' {
+		i++
+		skip()
+		return v, i == len(b)
+	}
+	for {
+		start, n := i, 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			n = n*10 + int(b[i]-'0')
+			i++
+		}
+		if d := i - start; d == 0 || d > 9 || d > 1 && b[start] == '0' {
+			return nil, false
+		}
+		v = append(v, n)
+		skip()
+		if i >= len(b) {
+			return nil, false
+		}
+		switch b[i] {
+		case ',':
+			i++
+			skip()
+		case ']':
+			i++
+			skip()
+			return v, i == len(b)
+		default:
+			return nil, false
+		}
+	}
 }
 
 // waiter is a live member that has not been ranked yet.

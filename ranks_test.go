@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -379,4 +380,59 @@ func TestWaitingSinceIsKept(t *testing.T) {
 	if len(next.Waiting) != 1 || !next.Waiting[0].Since.Equal(at) {
 		t.Fatalf("waiting = %+v", next.Waiting)
 	}
+}
+
+// parseTable must agree with encoding/json wherever it answers, and
+// answer for everything a leader writes.
+func TestParseTable(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []int
+		ok   bool
+	}{
+		{`[0,1,2]`, []int{0, 1, 2}, true},
+		{` [ 0 , 12 ,3 ] `, []int{0, 12, 3}, true},
+		{`[]`, []int{}, true},
+		{`null`, nil, true},
+		{`[01]`, nil, false},
+		{`[-1]`, nil, false},
+		{`[1.5]`, nil, false},
+		{`[1e2]`, nil, false},
+		{`[1234567890]`, nil, false},
+		{`[1,]`, nil, false},
+		{`[1 2]`, nil, false},
+		{`[1]x`, nil, false},
+		{`{}`, nil, false},
+		{``, nil, false},
+	} {
+		got, ok := parseTable([]byte(c.in))
+		if ok != c.ok || ok && !slices.Equal(got, c.want) || ok && (got == nil) != (c.want == nil) {
+			t.Errorf("parseTable(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
+		}
+	}
+	m := plan(rankMap{Schema: schemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
+	m.Version = 1
+	got, err := decodeMap(m.encode(), 1024)
+	if err != nil || !slices.Equal(got.Table, m.Table) {
+		t.Fatalf("round trip: %v", err)
+	}
+}
+
+func FuzzParseTable(f *testing.F) {
+	for _, s := range []string{`[0,1,2]`, `[]`, `null`, `[01]`, `[-1]`, ` [ 3 ] `, `[1e2]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseTable(b)
+		var want []int
+		err := json.Unmarshal(b, &want)
+		if ok && (err != nil || !slices.Equal(got, want)) {
+			t.Fatalf("parseTable(%q) = %v, json: %v, %v", b, got, want, err)
+		}
+		var tab slotTable
+		terr := json.Unmarshal(b, &tab)
+		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int(tab), want) {
+			t.Fatalf("slotTable(%q) = %v, %v; json: %v, %v", b, tab, terr, want, err)
+		}
+	})
 }
