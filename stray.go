@@ -126,8 +126,20 @@ func nestingOps(name string) []clientv3.Op {
 			clientv3.OpGet(k.rankMap(), clientv3.WithCountOnly()),
 			clientv3.OpGet(k.members(), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
-	return append(ops, clientv3.OpGet(newKeys(name).prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	// Under our own prefix, everything but our member, election and ack
+	// keys (which grow with the rink): four ranges around them, a few keys
+	// each (stray keys may crowd out a nested rink's, which is then missed).
+	k := newKeys(name)
+	end := clientv3.GetPrefixRangeEnd
+	bounds := []string{k.prefix, k.acks(), end(k.acks()), k.election(), end(k.election()), k.members(), end(k.members()), end(k.prefix)}
+	for i := 0; i < len(bounds); i += 2 {
+		ops = append(ops, clientv3.OpGet(bounds[i], clientv3.WithRange(bounds[i+1]), clientv3.WithKeysOnly(), clientv3.WithLimit(nestingScan)))
+	}
+	return ops
 }
+
+// nestingScan bounds how many keys nesting reads in each range.
+const nestingScan = 64
 
 // nesting returns the name of a rink that name nests in or that nests in
 // name, from the answers to nestingOps(name), or "".
@@ -139,11 +151,12 @@ func nesting(name string, resps []*etcdserverpb.ResponseOp) string {
 		}
 		resps = resps[2:]
 	}
-	if len(resps) == 0 {
-		return ""
-	}
 	prefix := newKeys(name).prefix
-	for _, kv := range resps[0].GetResponseRange().Kvs {
+	var kvs []*mvccpb.KeyValue
+	for _, r := range resps {
+		kvs = append(kvs, r.GetResponseRange().Kvs...)
+	}
+	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), prefix)
 		if first, _, _ := strings.Cut(rest, "/"); first == "members" || first == "election" || first == "acks" {
 			continue // one of this rink's own keys (or a stray one among them)

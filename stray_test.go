@@ -246,6 +246,15 @@ func TestNestedRinksRefused(t *testing.T) {
 			t.Fatalf("New(%q) around rink %q: %v, want ErrInvalidName naming it", o, other+"/eu/west", err)
 		}
 	}
+	// Nested names that sort before and after the outer rink's own keys.
+	for _, sub := range []string{"a", "zz"} {
+		third := rinkName(t) + "-3"
+		in := join(t, cli, third+"/"+sub)
+		if _, err := New(cli, third); !errors.Is(err, ErrInvalidName) {
+			t.Fatalf("New(%q) around rink %q: %v, want ErrInvalidName", third, third+"/"+sub, err)
+		}
+		_ = in.Shutdown(ctxTimeout(t, 10*time.Second))
+	}
 	// Unrelated names that share a prefix without a '/' boundary are fine.
 	sib := join(t, cli, other+"/eu-2")
 	_ = sib.Shutdown(ctxTimeout(t, 10*time.Second))
