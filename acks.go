@@ -91,10 +91,6 @@ func boundIn(name string, top, floor int64, complete bool, lagging map[string]in
 	return top
 }
 
-// memberValue is the value of a member key. It carries nothing yet; the
-// key's existence and lease are what count.
-const memberValue = "{}"
-
 // sendAck hands the applied map version to the ack writer, replacing any
 // acknowledgement it has not written yet. It never blocks: the run goroutine
 // is the only sender, so after draining the buffer there is room.

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,8 @@ type leadership struct {
 	retry   *backoff
 	stopAgg context.CancelFunc // stops the acknowledgement aggregator
 	refused string             // why the last planned map was not proclaimed (logged once)
+	// strangers: the members that speak none of our protocols (logged once)
+	strangers string
 }
 
 type elected struct {
@@ -122,7 +125,7 @@ func (r *Rink) stopLeading() {
 func (r *Rink) plan() {
 	st := &r.st
 	l := st.lead
-	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil ||
+	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil && !waitsOut(st.incompatible) ||
 		st.inc == nil || !st.selfSeen || st.taint != 0 && st.taint == st.lineage && st.curRev != 0 {
 		return
 	}
@@ -175,7 +178,15 @@ func (r *Rink) plan() {
 	}
 
 	next := plan(st.cur, in)
-	if next.sameAssignment(st.cur) && st.cur.Version > 0 && st.curRev != 0 && !st.stale {
+	proto, strangers := rinkProtocol(st.members)
+	next.Schema = proto
+	if s := strings.Join(strangers, ","); s != l.strangers {
+		l.strangers = s
+		if s != "" {
+			r.log.Warn("members speak none of this member's protocols: they will refuse its maps", zap.Strings("members", strangers), zap.Ints("protocols", speaks))
+		}
+	}
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,
@@ -227,8 +238,8 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // what members decode is what the leader planned.
 func (r *Rink) usable(m rankMap) error {
 	switch {
-	case m.Schema != schemaVersion:
-		return fmt.Errorf("%w: map schema %d, this member understands %d", ErrIncompatible, m.Schema, schemaVersion)
+	case !slices.Contains(speaks, m.Schema):
+		return fmt.Errorf("%w: map schema %d, this member understands %v", ErrIncompatible, m.Schema, speaks)
 	case m.Slots != r.opts.slots:
 		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, r.opts.slots)
 	}
@@ -354,6 +365,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		live := deleteName(liveByAge(members), self)
 		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
 		next.Version, next.Leader = version, cur.Leader
+		next.Schema = cur.Schema // a departure changes no protocol
 		if st.lead != nil {
 			next.Leader = self
 		}

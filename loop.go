@@ -82,6 +82,7 @@ type memberInfo struct {
 	modRev    int64 // member keys in a member's view
 	lease     int64
 	value     string // election keys: the candidate's member name
+	protocols []int  // member keys: the protocols the member speaks (see protocol.go)
 }
 
 // maxHistory bounds the applied maps kept for the handover check. A member
@@ -177,7 +178,7 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 	if st.joins++; st.joins > 1 {
 		r.emit(Event{Kind: EventRejoined, Slot: -1})
 	}
-	if st.incompatible != nil {
+	if st.incompatible != nil && !waitsOut(st.incompatible) {
 		// The map became unusable while we were rejoining: leave again.
 		r.fence(inc, st.incompatible)
 		return
@@ -306,8 +307,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			return
 		}
 		old, existed := st.members[name]
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision}
-		if !existed || old.createRev != kv.CreateRevision {
+		protocols := protocolsOf(kv.Value)
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols}
+		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
 		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
@@ -380,6 +382,14 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	}
 	m, err := decodeMap(kv.Value, r.opts.slots)
 	if err != nil {
+		if waitsOut(err) {
+			// Number the next map above this one's version, if it says one.
+			var peek struct {
+				Version int64 `json:"version"`
+			}
+			_ = json.Unmarshal(kv.Value, &peek)
+			st.topVer = max(st.topVer, peek.Version)
+		}
 		r.unusable(err, kv.ModRevision)
 		return
 	}
@@ -502,6 +512,22 @@ func (r *Rink) restored(why string) {
 // used; a usable map, or the map key's deletion, brings the member back.
 func (r *Rink) unusable(err error, rev int64) {
 	st := &r.st
+	if waitsOut(err) {
+		// A map in a protocol we do not speak: hold nothing, but stay, so
+		// that the leader sees what we speak (see errUnknownProtocol).
+		if st.incompatible == nil {
+			r.log.Warn("the rink's map is in a protocol this member does not speak: holding nothing until the leader proclaims one it speaks", zap.Error(err), zap.Int64("revision", rev))
+		}
+		st.incompatible = err
+		st.curRev = rev
+		st.dirty = true
+		r.reconcile()
+		for s := range st.pending {
+			st.owned[s] = false
+			delete(st.pending, s)
+		}
+		return
+	}
 	if st.incompatible == nil {
 		r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", rev))
 	}

@@ -38,6 +38,10 @@ type State struct {
 	Version, Lineage int64
 	// Slots is the rink's slot count (0 before any map).
 	Slots int
+	// Protocol is the protocol (map schema) the rink's map is in (0 before
+	// any map); the leader proclaims in the highest protocol that every
+	// live member speaks.
+	Protocol int
 	// Leader is the member currently elected to maintain the rink.
 	Leader string
 	// Members lists the ranked members by index.
@@ -69,6 +73,9 @@ type MemberState struct {
 	// Live reports whether its member key exists: a member that is gone but
 	// still ranked is about to be replaced by the leader.
 	Live bool
+	// Protocols lists the protocols the member speaks, as its member key
+	// says (nil when it is gone).
+	Protocols []int
 }
 
 // WaitingState describes a member waiting to be ranked.
@@ -77,6 +84,9 @@ type WaitingState struct {
 	// Since is when the proclaiming leader first saw it waiting (that
 	// leader's wall clock).
 	Since time.Time
+	// Protocols lists the protocols the member speaks (nil when it is
+	// gone).
+	Protocols []int
 }
 
 // Changed returns a channel that is closed once a newer State is available.
@@ -166,7 +176,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(members, name)
 					return
 				}
-				members[name] = memberInfo{createRev: createRev, lease: kv.Lease}
+				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocolsOf(kvVal)}
 			case ob.keys.isAck(key):
 				name := ob.keys.ackName(key)
 				if deleted {
@@ -231,6 +241,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 
 func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
+	if cur.Version > 0 {
+		s.Protocol = cur.Schema
+	}
 	s.Leader = elect[lowestKey(elect)].value
 	count := make([]int, len(cur.Members))
 	for _, i := range cur.Table {
@@ -243,11 +256,11 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 		if a, ok := acks[name]; live && ok && a.lease == m.lease && a.Lineage == lineage {
 			ack = a.Ack
 		}
-		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live})
+		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols})
 		listed[name] = true
 	}
 	for _, w := range cur.Waiting {
-		s.Waiting = append(s.Waiting, WaitingState(w))
+		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: members[w.Name].protocols})
 		listed[w.Name] = true
 	}
 	for _, name := range liveByAge(members) {

@@ -14,7 +14,8 @@ import (
 // the next map from the current one, and how roles hash to slots. Nothing here
 // does I/O or reads a clock, so that it can be table-tested and fuzzed.
 
-// schemaVersion is the version of the JSON map layout. A member refuses a map
+// schemaVersion is the newest version of the JSON map layout, the newest
+// protocol this build speaks (see protocol.go). A member refuses a map
 // whose schema it does not know rather than guessing at its meaning.
 //
 // Schema 2 moved acknowledgements out of the member keys (see acks.go):
@@ -130,8 +131,8 @@ func decodeMap(data []byte, slots int) (rankMap, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
 	}
-	if m.Schema != schemaVersion {
-		return rankMap{}, fmt.Errorf("%w: map schema %d, this member understands %d", ErrIncompatible, m.Schema, schemaVersion)
+	if !slices.Contains(speaks, m.Schema) {
+		return rankMap{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, m.Schema, speaks)
 	}
 	if m.Slots != slots {
 		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)

@@ -460,8 +460,8 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		if _, err := decodeMap(kvs[0].Value, r.opts.slots); err != nil {
-			return nil, err
+		if _, err := decodeMap(kvs[0].Value, r.opts.slots); err != nil && !waitsOut(err) {
+			return nil, err // (a map in a protocol we do not speak is waited out)
 		}
 	}
 	if other := nesting(r.name, resp.Responses[1:]); other != "" {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -323,6 +324,7 @@ type statusJSON struct {
 	Revision int64         `json:"revision"`
 	Leader   string        `json:"leader"`
 	Slots    int           `json:"slots"`
+	Protocol int           `json:"protocol"`
 	Members  []memberJSON  `json:"members"`
 	Waiting  []waitingJSON `json:"waiting"`
 	Joining  []string      `json:"joining"`
@@ -336,21 +338,24 @@ type memberJSON struct {
 	Share float64 `json:"share"`
 	Ack   int64   `json:"ack"`
 	Live  bool    `json:"live"`
+	// Protocols the member speaks (empty when it is gone).
+	Protocols []int `json:"protocols"`
 }
 
 type waitingJSON struct {
-	Name  string    `json:"name"`
-	Since time.Time `json:"since"`
+	Name      string    `json:"name"`
+	Since     time.Time `json:"since"`
+	Protocols []int     `json:"protocols"`
 }
 
 func toJSON(s rink.State) statusJSON {
-	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, MapError: s.MapError,
+	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, MapError: s.MapError,
 		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...)}
 	for _, m := range s.Members {
-		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live})
+		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...)})
 	}
 	for _, w := range s.Waiting {
-		j.Waiting = append(j.Waiting, waitingJSON(w))
+		j.Waiting = append(j.Waiting, waitingJSON{w.Name, w.Since, append([]int{}, w.Protocols...)})
 	}
 	return j
 }
@@ -371,13 +376,13 @@ func statusCmd(g *globals) *cobra.Command {
 				return g.json(cmd.OutOrStdout(), toJSON(s))
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "rink %s: version %d, leader %s, %d ranked, %d waiting, %d slots\n",
-				s.Rink, s.Version, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots)
+			fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %d slots\n",
+				s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots)
 			if s.MapError != "" {
 				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tACK\tSTATE")
+			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tACK\tPROTOCOLS\tSTATE")
 			for _, m := range s.Members {
 				state := "live"
 				switch {
@@ -389,13 +394,13 @@ func statusCmd(g *globals) *cobra.Command {
 				if m.Name == s.Leader {
 					state += ", leader"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f%%\t%d\t%s\n", m.Index, m.Name, m.Slots, 100*float64(m.Slots)/float64(max(s.Slots, 1)), m.Ack, state)
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f%%\t%d\t%s\t%s\n", m.Index, m.Name, m.Slots, 100*float64(m.Slots)/float64(max(s.Slots, 1)), m.Ack, protocols(m.Protocols), state)
 			}
 			for _, wt := range s.Waiting {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\twaiting since %s\n", wt.Name, wt.Since.UTC().Format(time.RFC3339))
+				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\t%s\twaiting since %s\n", wt.Name, protocols(wt.Protocols), wt.Since.UTC().Format(time.RFC3339))
 			}
 			for _, name := range s.Joining {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\tjoining\n", name)
+				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\t-\tjoining\n", name)
 			}
 			return tw.Flush()
 		},
@@ -503,4 +508,16 @@ func watchCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().IntVar(&maxChanges, "max-changes", 0, "exit after this many changes (0: until interrupted)")
 	return cmd
+}
+
+// protocols renders a member's protocols ("2", "2,3"), or "-".
+func protocols(ps []int) string {
+	if len(ps) == 0 {
+		return "-"
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = strconv.Itoa(p)
+	}
+	return strings.Join(out, ",")
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,7 +147,8 @@ func TestCommands(t *testing.T) {
 
 	code, out, _ = rinkctl(t, "status", "orders", "--endpoints", ep, "-w", "json")
 	var st statusJSON
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Members) != 1 || st.Members[0].Share != 1 || len(st.Waiting) != 1 {
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Members) != 1 || st.Members[0].Share != 1 || len(st.Waiting) != 1 ||
+		st.Protocol != 2 || !slices.Equal(st.Members[0].Protocols, []int{2}) || !slices.Equal(st.Waiting[0].Protocols, []int{2}) {
 		t.Fatalf("status -w json: %d %s", code, out)
 	}
 

@@ -1,0 +1,78 @@
+package rink
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// waitsOut reports whether err is an unusable map that a member waits out
+// without leaving (see errUnknownProtocol).
+func waitsOut(err error) bool { return errors.Is(err, errUnknownProtocol) }
+
+// Protocol versions. A rink's protocol is the schema of its map (see
+// rankMap.Schema); what the other keys hold follows from it. Each member
+// states in its member key's value the protocols it speaks, and the leader
+// proclaims every map in the highest protocol that every live member
+// speaks, so that members of two releases share a rink during a rolling
+// upgrade or a rollback: the rink stays on the older protocol until the
+// last member that speaks only that one has gone, and then moves up with
+// one map write that moves no role.
+//
+// Members of 636d84c and before write "{}", which means schema 2 only. So
+// does a value that does not decode, or names no protocol.
+
+// errUnknownProtocol reports a map in a protocol this build does not speak.
+// Unlike other unusable maps, such a map does not make a member leave: it
+// holds nothing and keeps its member key, which tells the leader the
+// protocols it speaks, until the leader proclaims one it speaks (a leader
+// of a later release moves the rink down to the highest protocol every
+// live member speaks; a leader of this build proclaims in its own).
+var errUnknownProtocol = fmt.Errorf("%w: map in an unknown protocol", ErrIncompatible)
+
+// speaks lists the protocols this build reads and writes, in rising order.
+// A member refuses a map in any other (see decodeMap) rather than guess.
+var speaks = []int{schemaVersion}
+
+// memberMeta is the JSON value of a member key. Later releases may add
+// fields; members ignore the ones they do not know.
+type memberMeta struct {
+	Protocols []int `json:"protocols,omitempty"`
+}
+
+// memberValue returns the value of this member's key.
+func memberValue() string {
+	b, _ := json.Marshal(memberMeta{Protocols: speaks})
+	return string(b)
+}
+
+// protocolsOf returns the protocols a member key's value says its member
+// speaks, in rising order.
+func protocolsOf(value []byte) []int {
+	var m memberMeta
+	if json.Unmarshal(value, &m) != nil || len(m.Protocols) == 0 {
+		return []int{2}
+	}
+	out := slices.Clone(m.Protocols)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// rinkProtocol returns the protocol the leader proclaims in: the highest
+// that this build and every member listed speak. When some member shares
+// none with this build, it returns this build's highest, and those members'
+// names: they will refuse the map until they are gone (or upgraded).
+func rinkProtocol(members map[string]memberInfo) (proto int, strangers []string) {
+	common := slices.Clone(speaks)
+	for name, m := range members {
+		shared := slices.DeleteFunc(slices.Clone(common), func(p int) bool { return !slices.Contains(m.protocols, p) })
+		if len(shared) == 0 {
+			strangers = append(strangers, name)
+			continue
+		}
+		common = shared
+	}
+	slices.Sort(strangers)
+	return common[len(common)-1], strangers
+}
