@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,12 +104,37 @@ const (
 	EventRankChanged
 )
 
+// eventKindNames are the names String gives the kinds of Event.
+var eventKindNames = [...]string{
+	EventAcquired:    "acquired",
+	EventReleased:    "released",
+	EventFenced:      "fenced",
+	EventRejoined:    "rejoined",
+	EventMapApplied:  "map-applied",
+	EventRankChanged: "rank-changed",
+}
+
+// String returns the kind's name in lowercase words, for logs and labels:
+// "acquired", "released", "fenced", "rejoined", "map-applied" or
+// "rank-changed". A value that is not one of the kinds prints as
+// "EventKind(N)".
+func (k EventKind) String() string {
+	if k >= 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
 // Event reports a change in this member's state, for metrics and other
 // telemetry (see WithEvents).
 type Event struct {
-	Kind   EventKind
-	Time   time.Time
-	Rink   string
+	// Kind says what happened, and so which of the fields below are set.
+	Kind EventKind
+	// Time is when it happened, on this member's clock.
+	Time time.Time
+	// Rink is the rink's name.
+	Rink string
+	// Member is this member's name.
 	Member string
 	// Slot is the slot acquired or released, -1 for other kinds.
 	Slot int
