@@ -403,6 +403,7 @@ type Rink struct {
 	stopCtx     context.Context // the first Shutdown's context; set before stopping is closed
 	done        chan struct{}   // closed when everything has stopped
 	shutdownErr error           // set before done is closed
+	stopCause   error           // why the rink stopped (see Err); set before done is closed
 
 	// Channels into the run goroutine.
 	watchCh      chan watchBatch
@@ -497,11 +498,16 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 }
 
 // Shutdown leaves the rink: it cancels every role context, hands the
-// leadership on (a leader first proclaims a map without itself, so its roles
-// move at once), deletes the member key and revokes the lease, then waits
-// for every goroutine the rink started. It is idempotent. If ctx ends first,
+// coordination of the rink on (if this member is the rink's Leader, it
+// first proclaims a map without itself, so its roles move at once), deletes
+// the member key and revokes the lease, then waits for every goroutine the
+// rink started. It is idempotent.
+//
+// It returns nil once the member has left cleanly, the error of the etcd
+// request that failed while leaving, or ErrClientClosed if the rink had
+// already stopped because its etcd client was closed. If ctx ends first,
 // Shutdown returns ctx's error; the rink still stops, and Done is closed
-// when it has.
+// when it has. Err tells, once Done is closed, why the rink stopped.
 func (r *Rink) Shutdown(ctx context.Context) error {
 	r.stop(ctx)
 	select {
@@ -522,8 +528,28 @@ func (r *Rink) stop(ctx context.Context) {
 }
 
 // Done is closed when the rink has stopped, after Shutdown or when its etcd
-// client was closed.
+// client was closed. Err tells which.
 func (r *Rink) Done() <-chan struct{} { return r.done }
+
+// Err returns nil while the rink runs (a Shutdown in progress included)
+// and, once Done is closed, why it stopped: ErrShutdown after Shutdown, or
+// ErrClientClosed when its etcd client was closed under it. Like a
+// context's Err, it never changes once it is not nil. Whether the member
+// left cleanly is what Shutdown returns: Err is ErrShutdown even after a
+// Shutdown that returned nil.
+//
+//	<-r.Done()
+//	if errors.Is(r.Err(), rink.ErrClientClosed) {
+//		// the process closed the client too early, or is going down
+//	}
+func (r *Rink) Err() error {
+	select {
+	case <-r.done:
+		return r.stopCause
+	default:
+		return nil
+	}
+}
 
 // Name returns the rink's name.
 func (r *Rink) Name() string { return r.name }
