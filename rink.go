@@ -424,8 +424,25 @@ type Rink struct {
 // key exists. It does not wait to be ranked. It fails with ErrIncompatible
 // when the rink's map was made with other settings, ErrMemberExists when the
 // member name is held by a live member, and a context.DeadlineExceeded error
-// when etcd does not answer within the join timeout.
+// when etcd does not answer within the join timeout. It is NewContext with
+// context.Background(): the join timeout alone bounds it.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
+	return NewContext(context.Background(), cli, name, opts...)
+}
+
+// NewContext is New bounded by ctx as well as by the join timeout: if ctx
+// ends before this member has joined, NewContext gives up at once, starts
+// nothing, and returns an error that wraps ctx's error
+// (errors.Is(err, context.Canceled) after a cancellation), whatever step of
+// the join was cut short. Pass it the context a SIGTERM cancels (see
+// signal.NotifyContext), so that a process told to stop while it waits out a
+// predecessor's lease — up to the join timeout, 15 s by default — stops at
+// once. ctx must not be nil.
+//
+// ctx bounds the join only: once NewContext has returned the Rink, ending
+// ctx does nothing to it; stop it with Shutdown. Values of ctx reach the
+// etcd requests of the join.
+func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	o, err := checkArgs(cli, name, opts)
 	if err != nil {
 		return nil, err
@@ -455,12 +472,23 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()
 
-	jctx, cancel := context.WithTimeout(r.ctx, o.joinTimeout)
+	// Only the join derives from ctx: the rink's own goroutines, started
+	// below from r.ctx, outlive it.
+	jctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	defer cancel()
 	inc, err := r.first(jctx)
 	if err != nil {
 		r.cancel()
 		r.wg.Wait()
+		if ctx.Err() != nil && !errors.Is(err, ErrIncompatible) && !errors.Is(err, ErrInvalidName) {
+			// The caller gave up: say so, rather than blame the step that
+			// was cut short (ErrMemberExists would claim the join timeout
+			// ran out). A refusal found before stands.
+			if cause := context.Cause(ctx); cause != ctx.Err() {
+				return nil, fmt.Errorf("rink: joining rink %q: %w (%w)", name, ctx.Err(), cause)
+			}
+			return nil, fmt.Errorf("rink: joining rink %q: %w", name, ctx.Err())
+		}
 		return nil, err
 	}
 	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
