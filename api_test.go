@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,6 +82,58 @@ func TestErrClientClosed(t *testing.T) {
 	}
 	if err := r.Err(); err != ErrClientClosed {
 		t.Fatalf("Err changed after Shutdown: %v", err)
+	}
+}
+
+// TestObserverRefusesMemberOptions: NewObserver refuses, by name, every
+// option that configures a member, and takes the two it uses.
+func TestObserverRefusesMemberOptions(t *testing.T) {
+	cli := newClient(t)
+	name := rinkName(t)
+	for _, tc := range []struct {
+		option string
+		opt    Option
+	}{
+		{"WithMemberName", WithMemberName("m")},
+		{"WithSessionTTL", WithSessionTTL(5 * time.Second)},
+		{"WithRebalanceDelay", WithRebalanceDelay(time.Second)},
+		{"WithSlots", WithSlots(64)},
+		{"WithEvents", WithEvents(func(Event) {})},
+	} {
+		ob, err := NewObserver(cli, name, WithLogger(zap.NewNop()), tc.opt)
+		if ob != nil {
+			ob.Close()
+		}
+		if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.option) {
+			t.Errorf("NewObserver with %s: %v, want ErrInvalidOption naming it", tc.option, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "WithLogger does not apply") {
+			t.Errorf("NewObserver refused WithLogger: %v", err)
+		}
+	}
+
+	// Every refused option is named, and an invalid accepted one reported.
+	_, err := NewObserver(cli, name, WithSlots(64), WithJoinTimeout(0), WithMemberName("m"))
+	for _, want := range []string{"WithSlots", "WithMemberName", "join timeout"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("NewObserver with two member options and a bad timeout: %v, want it to mention %s", err, want)
+		}
+	}
+	if !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("not ErrInvalidOption: %v", err)
+	}
+
+	// The options an Observer uses are accepted.
+	ob, err := NewObserver(cli, name, WithLogger(zap.NewNop()), WithJoinTimeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("NewObserver with WithLogger and WithJoinTimeout: %v", err)
+	}
+	ob.Close()
+
+	// New still takes every option.
+	r := join(t, cli, name, WithMemberName("m"), WithSlots(64), WithEvents(func(Event) {}), WithJoinTimeout(5*time.Second))
+	if r.Member() != "m" {
+		t.Fatalf("member %q", r.Member())
 	}
 }
 

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -93,12 +94,18 @@ func (s State) Owner(role string) (string, bool) {
 type observed struct{ s State }
 
 // NewObserver starts following the rink called name and returns once it
-// has read the rink's current state (bounded by the join timeout option;
-// WithLogger and WithJoinTimeout are the options an Observer uses). A rink
-// with no keys yet is not an error: its State has Version 0.
+// has read the rink's current state. A rink with no keys yet is not an
+// error: its State has Version 0.
+//
+// An Observer takes two options: WithLogger, and WithJoinTimeout, which
+// bounds the first read (default DefaultJoinTimeout). Any other option
+// (WithMemberName, WithSessionTTL, WithRebalanceDelay, WithSlots,
+// WithEvents) configures a member, not an Observer: NewObserver refuses it
+// with an error wrapping ErrInvalidOption that names it, rather than
+// ignore it. An Observer reads maps of any slot count.
 func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
 	o, err := checkArgs(cli, name, opts)
-	if err != nil {
+	if err = errors.Join(err, o.refuse("an Observer", "WithLogger", "WithJoinTimeout")); err != nil {
 		return nil, err
 	}
 	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}

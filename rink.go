@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ var (
 	ErrNilClient = errors.New("rink: nil etcd client")
 	// ErrInvalidName is returned by New for an unusable rink or member name.
 	ErrInvalidName = errors.New("rink: invalid name")
-	// ErrInvalidOption is returned by New when an option is out of range.
+	// ErrInvalidOption is returned by New when an option is out of range, and
+	// by NewObserver for an option an Observer does not use.
 	ErrInvalidOption = errors.New("rink: invalid option")
 	// ErrInvalidRole is returned for an empty role name.
 	ErrInvalidRole = errors.New("rink: invalid role")
@@ -67,7 +69,9 @@ const (
 	MaxSlots = 65536
 )
 
-// Option configures a Rink. Options are validated by New.
+// Option configures a Rink. Options are validated by New (and NewContext).
+// NewObserver takes only WithLogger and WithJoinTimeout, and refuses the
+// others.
 type Option func(*options)
 
 type options struct {
@@ -79,7 +83,14 @@ type options struct {
 	joinTimeout time.Duration
 	events      func(Event)
 	errs        []error
+	// given names the options applied, in order: an Option is a closure,
+	// and this is how NewObserver learns which ones it was given (see
+	// refuse).
+	given []string
 }
+
+// use records that the option called name was given.
+func (o *options) use(name string) { o.given = append(o.given, name) }
 
 // EventKind says what an Event reports.
 type EventKind int
@@ -168,6 +179,7 @@ type Event struct {
 //     and Owner are safe. A panic in fn is not recovered.
 func WithEvents(fn func(Event)) Option {
 	return func(o *options) {
+		o.use("WithEvents")
 		if fn == nil {
 			o.fail("nil events function")
 			return
@@ -195,7 +207,10 @@ func (o *options) fail(format string, args ...any) {
 // after a restart (a StatefulSet pod) is supported: New waits for the
 // previous holder's lease to end, up to the join timeout.
 func WithMemberName(name string) Option {
-	return func(o *options) { o.member = name }
+	return func(o *options) {
+		o.use("WithMemberName")
+		o.member = name
+	}
 }
 
 // WithSessionTTL sets the lease TTL, a whole number of seconds no shorter
@@ -204,6 +219,7 @@ func WithMemberName(name string) Option {
 // the TTL ends.
 func WithSessionTTL(ttl time.Duration) Option {
 	return func(o *options) {
+		o.use("WithSessionTTL")
 		if ttl < MinSessionTTL || ttl%time.Second != 0 {
 			o.fail("session TTL %v: want a whole number of seconds, at least %v", ttl, MinSessionTTL)
 			return
@@ -217,6 +233,7 @@ func WithSessionTTL(ttl time.Duration) Option {
 // newcomers at once). Only the leader's setting matters.
 func WithRebalanceDelay(d time.Duration) Option {
 	return func(o *options) {
+		o.use("WithRebalanceDelay")
 		if d < 0 {
 			o.fail("rebalance delay %v is negative", d)
 			return
@@ -229,6 +246,7 @@ func WithRebalanceDelay(d time.Duration) Option {
 // MaxSlots). It is fixed for the life of a rink: every member must agree.
 func WithSlots(n int) Option {
 	return func(o *options) {
+		o.use("WithSlots")
 		if n < 1 || n > MaxSlots {
 			o.fail("slots %d: want 1 to %d", n, MaxSlots)
 			return
@@ -240,6 +258,7 @@ func WithSlots(n int) Option {
 // WithLogger sets the logger (default: a no-op logger).
 func WithLogger(l *zap.Logger) Option {
 	return func(o *options) {
+		o.use("WithLogger")
 		if l == nil {
 			o.fail("nil logger")
 			return
@@ -251,8 +270,11 @@ func WithLogger(l *zap.Logger) Option {
 // WithJoinTimeout bounds how long New (and each later rejoin attempt) may
 // take to join (default: one and a half session TTLs, 15 s with the default
 // TTL, so that a predecessor's lease under the same name can run out).
+// NewContext's context can end a join sooner. For NewObserver it bounds the
+// first read of the rink (default DefaultJoinTimeout).
 func WithJoinTimeout(d time.Duration) Option {
 	return func(o *options) {
+		o.use("WithJoinTimeout")
 		if d <= 0 {
 			o.fail("join timeout %v: want > 0", d)
 			return
@@ -293,6 +315,19 @@ func parseOptions(opts []Option) (options, error) {
 		o.joinTimeout = o.ttl * 3 / 2
 	}
 	return o, errors.Join(o.errs...)
+}
+
+// refuse returns an error wrapping ErrInvalidOption for each option given
+// that is not one of accept, naming it and the options who takes, or nil.
+func (o *options) refuse(who string, accept ...string) error {
+	var errs []error
+	for _, name := range o.given {
+		if !slices.Contains(accept, name) {
+			errs = append(errs, fmt.Errorf("%w: %s does not apply to %s, which takes only %s",
+				ErrInvalidOption, name, who, strings.Join(accept, " and ")))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ValidRinkName returns nil if name can be used as a rink's name, or an
