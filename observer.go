@@ -39,7 +39,10 @@ type State struct {
 	Version, Lineage int64
 	// Slots is the rink's slot count (0 before any map).
 	Slots int
-	// Leader is the member currently elected to maintain the rink.
+	// Leader is the rink's leader: the member currently elected to
+	// coordinate the rink (it proclaims the maps), as in Rank.Leader. It is
+	// unrelated to any role, a role named "leader" included: Owner tells
+	// who holds a role.
 	Leader string
 	// Members lists the ranked members by index.
 	Members []MemberState
@@ -68,15 +71,16 @@ type MemberState struct {
 	// -1 if it acknowledged another lineage's map or none).
 	Ack int64
 	// Live reports whether its member key exists: a member that is gone but
-	// still ranked is about to be replaced by the leader.
+	// still ranked is about to be replaced by the rink's leader (see
+	// State.Leader).
 	Live bool
 }
 
 // WaitingState describes a member waiting to be ranked.
 type WaitingState struct {
 	Name string
-	// Since is when the proclaiming leader first saw it waiting (that
-	// leader's wall clock).
+	// Since is when the rink's leader that proclaimed the map first saw it
+	// waiting (by that member's wall clock).
 	Since time.Time
 }
 
@@ -285,7 +289,8 @@ func (ob *Observer) Close() error {
 
 // Change is one difference between two States of a rink.
 type Change struct {
-	// Kind is one of: "leader" (Member is the new leader), "joined",
+	// Kind is one of: "leader" (Member is the rink's new leader, the member
+	// that coordinates the rink, as in State.Leader; not a role), "joined",
 	// "promoted" (took a departed member's Index and slots), "ranked" (added
 	// at Index by a rebalance), "moved" (from From to Index), "unranked"
 	// (ranked before, waiting now: it rejoined), "left", "left-waiting",
@@ -327,8 +332,9 @@ func (c Change) String() string {
 
 // Diff lists what changed from one State to the next: members that joined,
 // were ranked (promoted into a departed member's index, or added by a
-// rebalance), moved index, fell back to waiting, or left; a new leader; a
-// re-created map; how many slots moved.
+// rebalance), moved index, fell back to waiting, or left; a new leader of
+// the rink (State.Leader, the member that coordinates it); a re-created
+// map; how many slots moved.
 func Diff(prev, next State) []Change {
 	var out []Change
 	ranked := func(s State) map[string]MemberState {

@@ -229,8 +229,10 @@ func WithSessionTTL(ttl time.Duration) Option {
 }
 
 // WithRebalanceDelay sets how long a joining member waits for a rank to be
-// vacated before the leader rebalances to include it (default 30 s; 0 ranks
-// newcomers at once). Only the leader's setting matters.
+// vacated before the rink's leader rebalances to include it (default 30 s;
+// 0 ranks newcomers at once). Only the setting of the rink's leader — the
+// member that coordinates the rink, Rank().Leader — matters, so give every
+// member the same.
 func WithRebalanceDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.use("WithRebalanceDelay")
