@@ -4,7 +4,7 @@
 // Every replica joins as a member: it learns its rank (index m of n ranked
 // members) and holds named roles — "leader", "BTC/ETH", "partition:42" —
 // each of which belongs to exactly one ranked member at a time. Roles hash to
-// a fixed number of slots, and a slot table proclaimed by an elected leader
+// a fixed number of slots, and a slot table proclaimed by the rink's leader
 // gives each slot to one member. When members join, leave, crash or are
 // replaced one by one in a rolling deploy, as few slots as possible move,
 // and a role never has two live holders.
@@ -24,7 +24,21 @@
 //
 // Get answers without blocking, Owner tells which member owns a role (for
 // routing requests), Rank tells this member's index and the rink's size, and
-// Token gives a role context's fencing token.
+// Token gives a role context's fencing token. NewContext joins like New but
+// gives up when its context ends (a SIGTERM during a long join); Err tells,
+// once Done is closed, why the rink stopped.
+//
+// # The rink's leader
+//
+// In this documentation "the leader", "the rink's leader" and Rank().Leader
+// (State.Leader for an Observer) mean one thing: the member currently
+// elected, through an etcd election among the members, to coordinate the
+// rink. It proclaims the maps, ranks waiting members and summarises
+// acknowledgements; any member may be elected, and a change of leader moves
+// no role. It has nothing to do with a role a service happens to name
+// "leader", as in the example above: that role hashes to a slot like any
+// other role, may be held by any ranked member, and Owner("leader") tells
+// which. etcd's own Raft leader is called the etcd leader.
 //
 // # Membership
 //
@@ -66,7 +80,7 @@
 // without itself and deletes its key in one etcd transaction.
 //
 // These hold under these assumptions: etcd is linearizable (a majority of
-// its members is up and reachable from the leader); clocks of members and
+// its members is up and reachable from the etcd leader); clocks of members and
 // etcd servers may differ arbitrarily but their rates differ by far less than
 // the fencing margin, one eighth of the session TTL; nobody but a member
 // itself deletes its member key or revokes its lease; and a process paused
@@ -76,7 +90,7 @@
 //
 // # Not guaranteed
 //
-// Liveness needs etcd: while etcd is unreachable or has no leader, roles
+// Liveness needs etcd: while etcd is unreachable or has no etcd leader, roles
 // that lose their holder stay unheld. A crashed member's roles move after
 // its lease expires (the session TTL, plus up to half a second for etcd's
 // expiry check). Owner answers from this member's newest map, which can lag

@@ -53,6 +53,35 @@ func ExampleNew() {
 	// Output: orders-0 is 0 of 1
 }
 
+func ExampleNewContext() {
+	cli, name := exampleClient("payments")
+	defer cli.Close()
+
+	// In a service, the context ends on SIGTERM:
+	//
+	//	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	//	defer stop()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	r, err := rink.NewContext(ctx, cli, name, rink.WithMemberName("payments-0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	fmt.Println("joined as", r.Member())
+
+	// A process restarted under a live member's name waits for that
+	// member's key to go, up to the join timeout (15 s by default). Told to
+	// stop meanwhile, it gives up at once.
+	restarted, sigterm := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, sigterm)
+	_, err = rink.NewContext(restarted, cli, name, rink.WithMemberName("payments-0"))
+	fmt.Println("second join abandoned:", errors.Is(err, context.Canceled))
+	// Output:
+	// joined as payments-0
+	// second join abandoned: true
+}
+
 func ExampleRink_AwaitRole() {
 	cli, name := exampleClient("jobs")
 	defer cli.Close()

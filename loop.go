@@ -926,6 +926,10 @@ func (r *Rink) shutdown(cause error) {
 	clear(st.elect)
 	r.publishRank()
 	r.shutdownErr = err
+	r.stopCause = cause
+	if cause == nil {
+		r.stopCause = ErrShutdown
+	}
 	r.log.Info("left the rink", zap.Error(err))
 }
 

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -42,7 +43,10 @@ type State struct {
 	// any map); the leader proclaims in the highest protocol that every
 	// live member speaks.
 	Protocol int
-	// Leader is the member currently elected to maintain the rink.
+	// Leader is the rink's leader: the member currently elected to
+	// coordinate the rink (it proclaims the maps), as in Rank.Leader. It is
+	// unrelated to any role, a role named "leader" included: Owner tells
+	// who holds a role.
 	Leader string
 	// Members lists the ranked members by index.
 	Members []MemberState
@@ -71,7 +75,8 @@ type MemberState struct {
 	// -1 if it acknowledged another lineage's map or none).
 	Ack int64
 	// Live reports whether its member key exists: a member that is gone but
-	// still ranked is about to be replaced by the leader.
+	// still ranked is about to be replaced by the rink's leader (see
+	// State.Leader).
 	Live bool
 	// Protocols lists the protocols the member speaks, as its member key
 	// says (nil when it is gone).
@@ -81,8 +86,8 @@ type MemberState struct {
 // WaitingState describes a member waiting to be ranked.
 type WaitingState struct {
 	Name string
-	// Since is when the proclaiming leader first saw it waiting (that
-	// leader's wall clock).
+	// Since is when the rink's leader that proclaimed the map first saw it
+	// waiting (by that member's wall clock).
 	Since time.Time
 	// Protocols lists the protocols the member speaks (nil when it is
 	// gone).
@@ -103,12 +108,18 @@ func (s State) Owner(role string) (string, bool) {
 type observed struct{ s State }
 
 // NewObserver starts following the rink called name and returns once it
-// has read the rink's current state (bounded by the join timeout option;
-// WithLogger and WithJoinTimeout are the options an Observer uses). A rink
-// with no keys yet is not an error: its State has Version 0.
+// has read the rink's current state. A rink with no keys yet is not an
+// error: its State has Version 0.
+//
+// An Observer takes two options: WithLogger, and WithJoinTimeout, which
+// bounds the first read (default DefaultJoinTimeout). Any other option
+// (WithMemberName, WithSessionTTL, WithRebalanceDelay, WithSlots,
+// WithEvents) configures a member, not an Observer: NewObserver refuses it
+// with an error wrapping ErrInvalidOption that names it, rather than
+// ignore it. An Observer reads maps of any slot count.
 func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
 	o, err := checkArgs(cli, name, opts)
-	if err != nil {
+	if err = errors.Join(err, o.refuse("an Observer", "WithLogger", "WithJoinTimeout")); err != nil {
 		return nil, err
 	}
 	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}
@@ -291,7 +302,8 @@ func (ob *Observer) Close() error {
 
 // Change is one difference between two States of a rink.
 type Change struct {
-	// Kind is one of: "leader" (Member is the new leader), "joined",
+	// Kind is one of: "leader" (Member is the rink's new leader, the member
+	// that coordinates the rink, as in State.Leader; not a role), "joined",
 	// "promoted" (took a departed member's Index and slots), "ranked" (added
 	// at Index by a rebalance), "moved" (from From to Index), "unranked"
 	// (ranked before, waiting now: it rejoined), "left", "left-waiting",
@@ -333,8 +345,9 @@ func (c Change) String() string {
 
 // Diff lists what changed from one State to the next: members that joined,
 // were ranked (promoted into a departed member's index, or added by a
-// rebalance), moved index, fell back to waiting, or left; a new leader; a
-// re-created map; how many slots moved.
+// rebalance), moved index, fell back to waiting, or left; a new leader of
+// the rink (State.Leader, the member that coordinates it); a re-created
+// map; how many slots moved.
 func Diff(prev, next State) []Change {
 	var out []Change
 	ranked := func(s State) map[string]MemberState {

@@ -4,16 +4,17 @@ import (
 	"net/http"
 )
 
-// Ready reports whether the leader has listed this member — ranked it, or
-// listed it as waiting to be ranked — at least once in this Rink's life,
-// and Shutdown has not begun. It never goes back to false on its own: a
+// Ready reports whether the rink's leader (the member that coordinates the
+// rink, see Rank.Leader) has listed this member — ranked it, or listed it
+// as waiting to be ranked — at least once in this Rink's life, and
+// Shutdown has not begun. It never goes back to false on its own: a
 // fence (etcd slow or unreachable for 7/8 of the TTL) and the rejoin that
 // follows leave it true, so that an etcd hiccup cannot turn every replica
 // of a service NotReady at once and empty its endpoints.
 //
 // It is the readiness rule for a rolling deploy: once the new replica is
-// Ready, the leader knows it, and the old replica's Shutdown hands its index
-// and roles to it (or to an earlier newcomer) at once. Rank tells more
+// Ready, the rink's leader knows it, and the old replica's Shutdown hands
+// its index and roles to it (or to an earlier newcomer) at once. Rank tells more
 // precisely where the member stands at each moment.
 func (r *Rink) Ready() bool {
 	select {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,7 +25,8 @@ var (
 	ErrNilClient = errors.New("rink: nil etcd client")
 	// ErrInvalidName is returned by New for an unusable rink or member name.
 	ErrInvalidName = errors.New("rink: invalid name")
-	// ErrInvalidOption is returned by New when an option is out of range.
+	// ErrInvalidOption is returned by New when an option is out of range, and
+	// by NewObserver for an option an Observer does not use.
 	ErrInvalidOption = errors.New("rink: invalid option")
 	// ErrInvalidRole is returned for an empty role name.
 	ErrInvalidRole = errors.New("rink: invalid role")
@@ -66,7 +69,9 @@ const (
 	MaxSlots = 65536
 )
 
-// Option configures a Rink. Options are validated by New.
+// Option configures a Rink. Options are validated by New (and NewContext).
+// NewObserver takes only WithLogger and WithJoinTimeout, and refuses the
+// others.
 type Option func(*options)
 
 type options struct {
@@ -78,7 +83,14 @@ type options struct {
 	joinTimeout time.Duration
 	events      func(Event)
 	errs        []error
+	// given names the options applied, in order: an Option is a closure,
+	// and this is how NewObserver learns which ones it was given (see
+	// refuse).
+	given []string
 }
+
+// use records that the option called name was given.
+func (o *options) use(name string) { o.given = append(o.given, name) }
 
 // EventKind says what an Event reports.
 type EventKind int
@@ -103,12 +115,37 @@ const (
 	EventRankChanged
 )
 
+// eventKindNames are the names String gives the kinds of Event.
+var eventKindNames = [...]string{
+	EventAcquired:    "acquired",
+	EventReleased:    "released",
+	EventFenced:      "fenced",
+	EventRejoined:    "rejoined",
+	EventMapApplied:  "map-applied",
+	EventRankChanged: "rank-changed",
+}
+
+// String returns the kind's name in lowercase words, for logs and labels:
+// "acquired", "released", "fenced", "rejoined", "map-applied" or
+// "rank-changed". A value that is not one of the kinds prints as
+// "EventKind(N)".
+func (k EventKind) String() string {
+	if k >= 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
 // Event reports a change in this member's state, for metrics and other
 // telemetry (see WithEvents).
 type Event struct {
-	Kind   EventKind
-	Time   time.Time
-	Rink   string
+	// Kind says what happened, and so which of the fields below are set.
+	Kind EventKind
+	// Time is when it happened, on this member's clock.
+	Time time.Time
+	// Rink is the rink's name.
+	Rink string
+	// Member is this member's name.
 	Member string
 	// Slot is the slot acquired or released, -1 for other kinds.
 	Slot int
@@ -142,6 +179,7 @@ type Event struct {
 //     and Owner are safe. A panic in fn is not recovered.
 func WithEvents(fn func(Event)) Option {
 	return func(o *options) {
+		o.use("WithEvents")
 		if fn == nil {
 			o.fail("nil events function")
 			return
@@ -169,7 +207,10 @@ func (o *options) fail(format string, args ...any) {
 // after a restart (a StatefulSet pod) is supported: New waits for the
 // previous holder's lease to end, up to the join timeout.
 func WithMemberName(name string) Option {
-	return func(o *options) { o.member = name }
+	return func(o *options) {
+		o.use("WithMemberName")
+		o.member = name
+	}
 }
 
 // WithSessionTTL sets the lease TTL, a whole number of seconds no shorter
@@ -178,6 +219,7 @@ func WithMemberName(name string) Option {
 // the TTL ends.
 func WithSessionTTL(ttl time.Duration) Option {
 	return func(o *options) {
+		o.use("WithSessionTTL")
 		if ttl < MinSessionTTL || ttl%time.Second != 0 {
 			o.fail("session TTL %v: want a whole number of seconds, at least %v", ttl, MinSessionTTL)
 			return
@@ -187,10 +229,13 @@ func WithSessionTTL(ttl time.Duration) Option {
 }
 
 // WithRebalanceDelay sets how long a joining member waits for a rank to be
-// vacated before the leader rebalances to include it (default 30 s; 0 ranks
-// newcomers at once). Only the leader's setting matters.
+// vacated before the rink's leader rebalances to include it (default 30 s;
+// 0 ranks newcomers at once). Only the setting of the rink's leader — the
+// member that coordinates the rink, Rank().Leader — matters, so give every
+// member the same.
 func WithRebalanceDelay(d time.Duration) Option {
 	return func(o *options) {
+		o.use("WithRebalanceDelay")
 		if d < 0 {
 			o.fail("rebalance delay %v is negative", d)
 			return
@@ -203,6 +248,7 @@ func WithRebalanceDelay(d time.Duration) Option {
 // MaxSlots). It is fixed for the life of a rink: every member must agree.
 func WithSlots(n int) Option {
 	return func(o *options) {
+		o.use("WithSlots")
 		if n < 1 || n > MaxSlots {
 			o.fail("slots %d: want 1 to %d", n, MaxSlots)
 			return
@@ -214,6 +260,7 @@ func WithSlots(n int) Option {
 // WithLogger sets the logger (default: a no-op logger).
 func WithLogger(l *zap.Logger) Option {
 	return func(o *options) {
+		o.use("WithLogger")
 		if l == nil {
 			o.fail("nil logger")
 			return
@@ -225,8 +272,11 @@ func WithLogger(l *zap.Logger) Option {
 // WithJoinTimeout bounds how long New (and each later rejoin attempt) may
 // take to join (default: one and a half session TTLs, 15 s with the default
 // TTL, so that a predecessor's lease under the same name can run out).
+// NewContext's context can end a join sooner. For NewObserver it bounds the
+// first read of the rink (default DefaultJoinTimeout).
 func WithJoinTimeout(d time.Duration) Option {
 	return func(o *options) {
+		o.use("WithJoinTimeout")
 		if d <= 0 {
 			o.fail("join timeout %v: want > 0", d)
 			return
@@ -267,6 +317,19 @@ func parseOptions(opts []Option) (options, error) {
 		o.joinTimeout = o.ttl * 3 / 2
 	}
 	return o, errors.Join(o.errs...)
+}
+
+// refuse returns an error wrapping ErrInvalidOption for each option given
+// that is not one of accept, naming it and the options who takes, or nil.
+func (o *options) refuse(who string, accept ...string) error {
+	var errs []error
+	for _, name := range o.given {
+		if !slices.Contains(accept, name) {
+			errs = append(errs, fmt.Errorf("%w: %s does not apply to %s, which takes only %s",
+				ErrInvalidOption, name, who, strings.Join(accept, " and ")))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ValidRinkName returns nil if name can be used as a rink's name, or an
@@ -377,6 +440,7 @@ type Rink struct {
 	stopCtx     context.Context // the first Shutdown's context; set before stopping is closed
 	done        chan struct{}   // closed when everything has stopped
 	shutdownErr error           // set before done is closed
+	stopCause   error           // why the rink stopped (see Err); set before done is closed
 
 	// Channels into the run goroutine.
 	watchCh      chan watchBatch
@@ -397,8 +461,25 @@ type Rink struct {
 // key exists. It does not wait to be ranked. It fails with ErrIncompatible
 // when the rink's map was made with other settings, ErrMemberExists when the
 // member name is held by a live member, and a context.DeadlineExceeded error
-// when etcd does not answer within the join timeout.
+// when etcd does not answer within the join timeout. It is NewContext with
+// context.Background(): the join timeout alone bounds it.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
+	return NewContext(context.Background(), cli, name, opts...)
+}
+
+// NewContext is New bounded by ctx as well as by the join timeout: if ctx
+// ends before this member has joined, NewContext gives up at once, starts
+// nothing, and returns an error that wraps ctx's error
+// (errors.Is(err, context.Canceled) after a cancellation), whatever step of
+// the join was cut short. Pass it the context a SIGTERM cancels (see
+// signal.NotifyContext), so that a process told to stop while it waits out a
+// predecessor's lease — up to the join timeout, 15 s by default — stops at
+// once. ctx must not be nil.
+//
+// ctx bounds the join only: once NewContext has returned the Rink, ending
+// ctx does nothing to it; stop it with Shutdown. Values of ctx reach the
+// etcd requests of the join.
+func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	o, err := checkArgs(cli, name, opts)
 	if err != nil {
 		return nil, err
@@ -428,12 +509,23 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()
 
-	jctx, cancel := context.WithTimeout(r.ctx, o.joinTimeout)
+	// Only the join derives from ctx: the rink's own goroutines, started
+	// below from r.ctx, outlive it.
+	jctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	defer cancel()
 	inc, err := r.first(jctx)
 	if err != nil {
 		r.cancel()
 		r.wg.Wait()
+		if ctx.Err() != nil && !errors.Is(err, ErrIncompatible) && !errors.Is(err, ErrInvalidName) {
+			// The caller gave up: say so, rather than blame the step that
+			// was cut short (ErrMemberExists would claim the join timeout
+			// ran out). A refusal found before stands.
+			if cause := context.Cause(ctx); cause != ctx.Err() {
+				return nil, fmt.Errorf("rink: joining rink %q: %w (%w)", name, ctx.Err(), cause)
+			}
+			return nil, fmt.Errorf("rink: joining rink %q: %w", name, ctx.Err())
+		}
 		return nil, err
 	}
 	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
@@ -471,11 +563,16 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 }
 
 // Shutdown leaves the rink: it cancels every role context, hands the
-// leadership on (a leader first proclaims a map without itself, so its roles
-// move at once), deletes the member key and revokes the lease, then waits
-// for every goroutine the rink started. It is idempotent. If ctx ends first,
+// coordination of the rink on (if this member is the rink's Leader, it
+// first proclaims a map without itself, so its roles move at once), deletes
+// the member key and revokes the lease, then waits for every goroutine the
+// rink started. It is idempotent.
+//
+// It returns nil once the member has left cleanly, the error of the etcd
+// request that failed while leaving, or ErrClientClosed if the rink had
+// already stopped because its etcd client was closed. If ctx ends first,
 // Shutdown returns ctx's error; the rink still stops, and Done is closed
-// when it has.
+// when it has. Err tells, once Done is closed, why the rink stopped.
 func (r *Rink) Shutdown(ctx context.Context) error {
 	r.stop(ctx)
 	select {
@@ -496,8 +593,28 @@ func (r *Rink) stop(ctx context.Context) {
 }
 
 // Done is closed when the rink has stopped, after Shutdown or when its etcd
-// client was closed.
+// client was closed. Err tells which.
 func (r *Rink) Done() <-chan struct{} { return r.done }
+
+// Err returns nil while the rink runs (a Shutdown in progress included)
+// and, once Done is closed, why it stopped: ErrShutdown after Shutdown, or
+// ErrClientClosed when its etcd client was closed under it. Like a
+// context's Err, it never changes once it is not nil. Whether the member
+// left cleanly is what Shutdown returns: Err is ErrShutdown even after a
+// Shutdown that returned nil.
+//
+//	<-r.Done()
+//	if errors.Is(r.Err(), rink.ErrClientClosed) {
+//		// the process closed the client too early, or is going down
+//	}
+func (r *Rink) Err() error {
+	select {
+	case <-r.done:
+		return r.stopCause
+	default:
+		return nil
+	}
+}
 
 // Name returns the rink's name.
 func (r *Rink) Name() string { return r.name }

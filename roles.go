@@ -80,7 +80,9 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 // closes, a moment later, so check the role context, not the derived one.
 //
 // After Shutdown it returns at once a context already cancelled with cause
-// ErrShutdown, so a loop that runs work per holding stops like this:
+// ErrShutdown, so a loop that runs work per holding stops like this (a role
+// named "leader" is a role like any other, unrelated to Rank().Leader, the
+// member that coordinates the rink):
 //
 //	for {
 //		ctx := r.AwaitRole("leader")
@@ -158,16 +160,22 @@ type Rank struct {
 	// shut down).
 	Index int
 	// Waiting reports that the map lists this member as waiting to be
-	// ranked: the leader knows it. The longest-waiting member takes the
-	// index (and roles) of the next ranked member to leave; the others wait
-	// for later departures or for the rebalance delay. For a readiness
+	// ranked: the rink's leader (see Leader) knows it. The longest-waiting
+	// member takes the index (and roles) of the next ranked member to
+	// leave; the others wait for later departures or for the rebalance
+	// delay. For a readiness
 	// check use Ready, which a fence does not turn off.
 	Waiting bool
 	// Size is the number of ranked members.
 	Size int
 	// Version is the version of the map this view comes from (0: none yet).
 	Version int64
-	// Leader is the member currently elected to maintain the rink, if known.
+	// Leader is the rink's leader, if known: the member currently elected
+	// to coordinate the rink — it proclaims the maps, ranks waiting members
+	// and summarises acknowledgements. It is unrelated to any role, a role
+	// a service names "leader" included: the rink's leader holds only the
+	// roles its slots give it, and Owner("leader") tells who holds that
+	// role.
 	Leader string
 
 	changed <-chan struct{}

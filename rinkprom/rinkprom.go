@@ -13,7 +13,7 @@
 // | rink_member_index | gauge | this member's index; -1 while waiting or out of the rink |
 // | rink_size | gauge | ranked members in the newest map this member applied |
 // | rink_member_waiting | gauge | 1 while the map lists this member as waiting to be ranked |
-// | rink_member_leader | gauge | 1 while this member is the rink's leader |
+// | rink_member_leader | gauge | 1 while this member is the rink's leader: the member that coordinates the rink (Rank().Leader), not the holder of a role named "leader" |
 // | rink_slots_held | gauge | slots this member holds (a role is held with its slot) |
 // | rink_acquisitions_total | counter | slots this member started holding |
 // | rink_releases_total | counter | slots this member stopped holding |
