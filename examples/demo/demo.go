@@ -59,7 +59,7 @@ func newDemo(out io.Writer, cfg config) (*demo, error) {
 		holder: map[string]string{}, released: map[string]time.Time{},
 		stopView: make(chan struct{}), viewDone: make(chan struct{}),
 	}
-	fmt.Fprintf(out, "embedded etcd at %s\ninspect it with: go run ./cmd/rinkctl status %s --endpoints %s\n", srv.Endpoint(), rinkName, srv.Endpoint())
+	fmt.Fprintf(out, "embedded etcd at %s\ninspect it with: go run ./tools/cmd/rinkctl status %s --endpoints %s\n", srv.Endpoint(), rinkName, srv.Endpoint())
 	if cfg.plain {
 		close(d.viewDone)
 	} else {

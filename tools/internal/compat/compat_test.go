@@ -21,9 +21,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
-	"github.com/rink-go/rink/internal/chaos"
-	"github.com/rink-go/rink/internal/compat"
 	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/tools/internal/chaos"
+	"github.com/rink-go/rink/tools/internal/compat"
 )
 
 const (
@@ -99,7 +99,7 @@ func TestMixedVersionUpgrade(t *testing.T) {
 	if err := os.RemoveAll(src); err != nil {
 		t.Fatal(err)
 	}
-	if err := compat.Build(ctx, root, "./internal/chaos/worker", bins[current]); err != nil {
+	if err := compat.Build(ctx, filepath.Join(root, "tools"), "./internal/chaos/worker", bins[current]); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("built the worker at baseline %.12s and from the working tree in %v", commit, time.Since(began).Round(time.Millisecond))

@@ -16,8 +16,8 @@
 // by the members' own logs, within TTL + rebalance delay + slack. With
 // -epoch, it stops for such a heal and check after every epoch.
 //
-//	go run ./cmd/rink-chaos -duration 10m -seed 1
-//	go run ./cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
+//	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
+//	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
 //
 // It exits with status 1 on any violation.
 package main
@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rink-go/rink/internal/chaos"
+	"github.com/rink-go/rink/tools/internal/chaos"
 )
 
 func main() {

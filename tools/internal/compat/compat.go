@@ -32,19 +32,19 @@ const BaselineFile = "compat/baseline"
 // checkout has no git history, or not the baseline commit.
 var ErrNoHistory = errors.New("compat: no git history to build the baseline from")
 
-// Root returns the module root: the nearest directory at or above dir that
-// holds go.mod.
+// Root returns the repository root: the nearest directory at or above dir
+// that holds BaselineFile.
 func Root(dir string) (string, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
 	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(d, BaselineFile)); err == nil {
 			return d, nil
 		}
 		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("compat: no go.mod at or above %s", dir)
+			return "", fmt.Errorf("compat: no %s at or above %s", BaselineFile, dir)
 		}
 	}
 }

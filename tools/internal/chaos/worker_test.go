@@ -9,9 +9,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/rink-go/rink/internal/chaos"
 	"github.com/rink-go/rink/internal/embedetcd"
 	"github.com/rink-go/rink/internal/testutil"
+	"github.com/rink-go/rink/tools/internal/chaos"
 )
 
 // TestWorkers runs two workers through a graceful handover and checks

@@ -4,7 +4,7 @@
 // role context first), and every release. internal/chaos checks the logs of
 // all members together.
 //
-//	go run ./internal/chaos/worker -endpoints 127.0.0.1:2379 -name w1 -log /tmp/w1.log
+//	go run ./tools/internal/chaos/worker -endpoints 127.0.0.1:2379 -name w1 -log /tmp/w1.log
 //
 // SIGTERM (or Ctrl-C) shuts it down gracefully; kill -9 is a crash.
 package main
@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rink-go/rink/internal/chaos"
+	"github.com/rink-go/rink/tools/internal/chaos"
 )
 
 func main() {

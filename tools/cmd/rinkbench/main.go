@@ -6,8 +6,8 @@
 // min, median and max of each figure; -json prints one JSON object per
 // scenario instead.
 //
-//	go run ./cmd/rinkbench
-//	go run ./cmd/rinkbench -scenario handover,failover -runs 5 -json
+//	go run ./tools/cmd/rinkbench
+//	go run ./tools/cmd/rinkbench -scenario handover,failover -runs 5 -json
 package main
 
 import (
@@ -24,8 +24,8 @@ import (
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
 
-	"github.com/rink-go/rink/internal/bench"
 	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/tools/internal/bench"
 )
 
 // scenarios maps names to runs of one scenario.
