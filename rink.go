@@ -34,8 +34,10 @@ var (
 	// the member name and its lease did not end within the join timeout.
 	ErrMemberExists = errors.New("rink: member name in use by a live member")
 	// ErrIncompatible means the rink's proclaimed map cannot be used by this
-	// member: another slot count, an unknown schema, or a map that does not
-	// decode. New returns it; a running member stops holding roles.
+	// member: another slot count, or a map that does not decode. New
+	// returns it; a running member stops holding roles and leaves until a
+	// usable map appears. (A map in a protocol this member does not speak
+	// is waited out instead: the member holds nothing but stays.)
 	ErrIncompatible = errors.New("rink: incompatible rank map")
 	// ErrShutdown is returned once the rink has been shut down, and is the
 	// cause of role contexts cancelled by Shutdown.
