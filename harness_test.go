@@ -160,6 +160,21 @@ func (h *history) holders() map[int][]string {
 	return out
 }
 
+// heldAsMapped reports whether every slot of m is held by exactly its
+// owner in m, as of the end of the history.
+func (h *history) heldAsMapped(m *rankMap) bool {
+	if m == nil {
+		return false
+	}
+	held := h.holders()
+	for s := 0; s < m.Slots; s++ {
+		if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
+			return false
+		}
+	}
+	return true
+}
+
 // check fails the test on the first violation of the promise: a slot (and
 // so every role in it) held by two members at one instant, or a fencing
 // token that does not increase across successive holdings of a slot.

@@ -3,7 +3,6 @@ package rink
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -236,15 +235,7 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // It checks the map itself, not its encoding: a map holds only strings,
 // integers and times, and member names are valid UTF-8 (see validName), so
 // what members decode is what the leader planned.
-func (r *Rink) usable(m rankMap) error {
-	switch {
-	case !slices.Contains(speaks, m.Schema):
-		return fmt.Errorf("%w: map schema %d, this member understands %v", ErrIncompatible, m.Schema, speaks)
-	case m.Slots != r.opts.slots:
-		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, r.opts.slots)
-	}
-	return m.validate()
-}
+func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
 
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.

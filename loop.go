@@ -522,10 +522,7 @@ func (r *Rink) unusable(err error, rev int64) {
 		st.curRev = rev
 		st.dirty = true
 		r.reconcile()
-		for s := range st.pending {
-			st.owned[s] = false
-			delete(st.pending, s)
-		}
+		r.dropPending()
 		return
 	}
 	if st.incompatible == nil {
@@ -547,16 +544,23 @@ func (r *Rink) mapGone() {
 	st := &r.st
 	st.curRev = 0
 	st.dirty = true
-	for s := range st.pending {
-		st.owned[s] = false
-		delete(st.pending, s)
-	}
+	r.dropPending()
 	if st.incompatible != nil {
 		r.log.Info("the unusable map is gone: rejoining")
 		st.incompatible = nil
 		if st.inc == nil && !st.rejoining && !st.stopping {
 			r.startRejoin(nil)
 		}
+	}
+}
+
+// dropPending gives up the slots not yet held: whatever gave them to us
+// may be stale, and they are gained again from the next usable map.
+func (r *Rink) dropPending() {
+	st := &r.st
+	for s := range st.pending {
+		st.owned[s] = false
+		delete(st.pending, s)
 	}
 }
 
@@ -903,7 +907,6 @@ func (r *Rink) shutdown(cause error) {
 		}
 		clear(st.pending)
 	}
-	defer releaseAll() // if nothing below did
 	err := cause
 	switch {
 	case st.inc != nil && cause == nil && r.hushed():

@@ -131,16 +131,22 @@ func decodeMap(data []byte, slots int) (rankMap, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
 	}
-	if !slices.Contains(speaks, m.Schema) {
-		return rankMap{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, m.Schema, speaks)
-	}
-	if m.Slots != slots {
-		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
-	}
-	if err := m.validate(); err != nil {
+	if err := m.usableBy(slots); err != nil {
 		return rankMap{}, err
 	}
 	return m, nil
+}
+
+// usableBy checks that a member configured with slots can use m: a
+// protocol it speaks, its slot count, and validate's invariants.
+func (m rankMap) usableBy(slots int) error {
+	if !slices.Contains(speaks, m.Schema) {
+		return fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, m.Schema, speaks)
+	}
+	if m.Slots != slots {
+		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
+	}
+	return m.validate()
 }
 
 // validate checks the structural invariants every proclaimed map keeps.

@@ -96,13 +96,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 				return false
 			}
 		}
-		held := h.holders()
-		for s := 0; s < m.Slots; s++ {
-			if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
-				return false
-			}
-		}
-		return true
+		return h.heldAsMapped(m)
 	})
 	t.Logf("serving again %v after the restored etcd started", time.Since(t0).Round(time.Millisecond))
 	h.check(t)
@@ -239,18 +233,6 @@ func TestRestoreWhileMembersAway(t *testing.T) {
 	eventually(t, 4*ttl, "b fenced", func() bool { return fencedSince(h, "b", tb) })
 	h.check(t)
 	proxyTo(t, endpoint, fromB)
-	eventually(t, 30*time.Second, "every slot held once again", func() bool {
-		m := b.owners.Load()
-		if m == nil {
-			return false
-		}
-		held := h.holders()
-		for s := 0; s < m.Slots; s++ {
-			if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 30*time.Second, "every slot held once again", func() bool { return h.heldAsMapped(b.owners.Load()) })
 	h.check(t)
 }

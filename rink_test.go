@@ -378,12 +378,9 @@ func cluster(t testing.TB, h *history, n int, opts ...Option) (string, []*Rink, 
 func settle(t testing.TB, h *history, ms ...*Rink) {
 	t.Helper()
 	eventually(t, 10*time.Second, "members hold their slots", func() bool {
-		held := h.holders()
 		m := ms[0].owners.Load()
-		for s := 0; s < m.Slots; s++ {
-			if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
-				return false
-			}
+		if !h.heldAsMapped(m) {
+			return false
 		}
 		for _, r := range ms[1:] {
 			if r.Rank().Version != m.Version {
