@@ -371,16 +371,10 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			If(
 				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
 				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
 			).
-			Then(
-				clientv3.OpPut(r.keys.rankMap(), enc),
-				clientv3.OpTxn(
-					[]clientv3.Cmp{
-						clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
-						clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
-					},
-					[]clientv3.Op{clientv3.OpDelete(key)}, nil),
-			).
+			Then(clientv3.OpPut(r.keys.rankMap(), enc), clientv3.OpDelete(key)).
 			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend))).
 			Commit()
 		if err != nil {
@@ -393,6 +387,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		}
 		// Plan again from the rink as the failed transaction saw it.
 		members, curRev, viewRev = map[string]memberInfo{}, 0, resp.Header.Revision
+		ours := false
 		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			k := string(kv.Key)
 			switch {
@@ -400,6 +395,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				if name, ok := r.keys.validMember(k); ok {
 					members[name] = memberInfo{createRev: kv.CreateRevision}
 				}
+				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
 			case r.keys.isMap(k):
 				m, err := decodeMap(kv.Value, r.opts.slots)
 				if err != nil || kv.CreateRevision != st.lineage || kv.Version < curSeq {
@@ -409,8 +405,8 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				version = max(version, m.Version+1)
 			}
 		}
-		if curRev == 0 || cur.index(self) < 0 {
-			return false
+		if curRev == 0 || cur.index(self) < 0 || !ours {
+			return false // (our key is not ours any more: leave it to the leader)
 		}
 	}
 	return false

@@ -70,7 +70,7 @@ type state struct {
 	prev     rankMap          // the map applied before cur
 	prevSeq  int64            // its seq
 	joins    int              // incarnations so far
-	pending  map[int]struct{} // owned but not yet held
+	pending  slotSet // owned but not yet held
 
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
@@ -167,7 +167,7 @@ func (r *Rink) initState() {
 	st.gainAt = make([]time.Time, S)
 	st.gainFrom = make([]string, S)
 	st.held = make([]context.CancelCauseFunc, S)
-	st.pending = map[int]struct{}{}
+	st.pending = newSlotSet(S)
 	st.cur = rankMap{Schema: schemaVersion, Slots: S}
 }
 
@@ -416,7 +416,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		// We did not see every map since the slots we wait for became
 		// ours; they may have been another member's in between. Count them
 		// as ours only from this map on.
-		for s := range st.pending {
+		for s := range st.pending.all() {
 			st.gain[s], st.gainRev[s] = kv.Version, kv.ModRevision
 		}
 	}
@@ -558,10 +558,10 @@ func (r *Rink) mapGone() {
 // may be stale, and they are gained again from the next usable map.
 func (r *Rink) dropPending() {
 	st := &r.st
-	for s := range st.pending {
+	for s := range st.pending.all() {
 		st.owned[s] = false
-		delete(st.pending, s)
 	}
+	st.pending.clear()
 }
 
 // reconcile brings the per-slot ownership in line with the applied map:
@@ -569,23 +569,29 @@ func (r *Rink) dropPending() {
 func (r *Rink) reconcile() {
 	st := &r.st
 	mine := st.inc != nil && st.selfSeen && st.incompatible == nil && !st.stopping
-	self := r.opts.member
+	// Our index in the map, or -1: owner compares indexes, not names (this
+	// runs on the path of every handover).
+	idx := -1
+	if mine && len(st.cur.Table) == len(st.owned) {
+		idx = st.cur.index(r.opts.member)
+	}
+	now := time.Now()
 	for s := range st.owned {
-		want := mine && st.cur.owner(s) == self
+		want := idx >= 0 && st.cur.Table[s] == idx
 		if want == st.owned[s] || want && st.curRev == 0 {
 			continue // (no new gains while the map key is absent)
 		}
 		st.owned[s] = want
 		if want {
 			st.gain[s], st.gainRev[s] = st.curSeq, st.curRev
-			st.gainAt[s], st.gainFrom[s] = time.Now(), ""
+			st.gainAt[s], st.gainFrom[s] = now, ""
 			if st.prevSeq == st.curSeq-1 {
 				st.gainFrom[s] = st.prev.owner(s)
 			}
-			st.pending[s] = struct{}{}
+			st.pending.add(s)
 			continue
 		}
-		delete(st.pending, s)
+		st.pending.del(s)
 		if st.held[s] != nil {
 			r.release(s, ErrRoleMoved)
 		}
@@ -595,17 +601,20 @@ func (r *Rink) reconcile() {
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
-	if len(st.pending) == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
 	others, ok := r.others()
 	if !ok {
 		return
 	}
-	for s := range st.pending {
-		if r.free(s, others) {
-			delete(st.pending, s)
-			r.acquire(s)
+	// Slots somebody awaits first: their roles wait for nobody's else.
+	for _, awaited := range [2]bool{true, false} {
+		for s := range st.pending.all() {
+			if (r.slots[s].Load() != nil) == awaited && r.free(s, others) {
+				st.pending.del(s)
+				r.acquire(s)
+			}
 		}
 	}
 }
@@ -900,12 +909,16 @@ func (r *Rink) shutdown(cause error) {
 			return
 		}
 		released = true
-		for s, h := range st.held {
-			if h != nil {
-				r.release(s, ErrShutdown)
+		// The slots whose roles are in use last: they stop for the
+		// shortest time before the heirs start.
+		for _, used := range [2]bool{false, true} {
+			for s, h := range st.held {
+				if cur := r.slots[s].Load(); h != nil && (cur != nil && cur.used.Load()) == used {
+					r.release(s, ErrShutdown)
+				}
 			}
 		}
-		clear(st.pending)
+		st.pending.clear()
 	}
 	err := cause
 	switch {

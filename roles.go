@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"sync/atomic"
 )
 
 // Roles are not tracked one by one. A role hashes to a slot, and this member
@@ -17,6 +18,17 @@ import (
 type slotState struct {
 	ctx     context.Context // non-nil while held
 	changed chan struct{}   // closed when this state is replaced
+	// used is set once Get or AwaitRole has handed out ctx: somebody acts
+	// on the slot's roles, so a shutdown releases the slot last.
+	used atomic.Bool
+}
+
+// handOut returns the held context and marks the slot used.
+func (st *slotState) handOut() context.Context {
+	if !st.used.Load() {
+		st.used.Store(true)
+	}
+	return st.ctx
 }
 
 type tokenKey struct{}
@@ -66,7 +78,7 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 	if st == nil || st.ctx == nil || st.ctx.Err() != nil {
 		return nil, false
 	}
-	return st.ctx, true
+	return st.handOut(), true
 }
 
 // AwaitRole blocks until this member holds role and returns the role's
@@ -127,7 +139,7 @@ func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Conte
 			}
 		}
 		if st.ctx != nil && st.ctx.Err() == nil {
-			return st.ctx, nil
+			return st.handOut(), nil
 		}
 		select {
 		case <-st.changed:
@@ -198,3 +210,45 @@ type rankState struct {
 
 // Rank returns this member's current view of its rank.
 func (r *Rink) Rank() Rank { return r.rank.Load().rank }
+
+// slotSet is a set of slot numbers, cheap to add to and to clear on the path
+// of a handover (a map from slot to struct{} cost a member gaining 512
+// slots about 10 µs). all yields the members in rising order; adding or
+// removing slots while it runs is safe.
+type slotSet struct {
+	in []bool
+	n  int
+}
+
+func newSlotSet(slots int) slotSet { return slotSet{in: make([]bool, slots)} }
+
+func (p *slotSet) add(s int) {
+	if !p.in[s] {
+		p.in[s] = true
+		p.n++
+	}
+}
+
+func (p *slotSet) del(s int) {
+	if p.in[s] {
+		p.in[s] = false
+		p.n--
+	}
+}
+
+func (p *slotSet) clear() {
+	if p.n > 0 {
+		clear(p.in)
+		p.n = 0
+	}
+}
+
+func (p *slotSet) all() func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		for s := 0; s < len(p.in) && p.n > 0; s++ {
+			if p.in[s] && !yield(s) {
+				return
+			}
+		}
+	}
+}

@@ -33,7 +33,7 @@ var scenarios = []struct {
 	name, about string
 	run         func(env bench.Env, cfg config) (bench.Sample, error)
 }{
-	{"floor", "one etcd put seen by a watch on another client: the least a handover can cost", func(env bench.Env, cfg config) (bench.Sample, error) {
+	{"floor", "one etcd put seen by a watch on another client: the least a handover can cost; beside it, a departure-shaped transaction", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Floor(env, bench.FloorPutsPerHandover*cfg.handovers)
 	}},
 	{"handover", "a plain member shuts down; gap until the other holds its role, against the floor measured beside it", func(env bench.Env, cfg config) (bench.Sample, error) {
@@ -78,7 +78,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.scenario, "scenario", "all", "scenarios to run, comma-separated: "+names()+", or all")
 	flag.IntVar(&cfg.runs, "runs", 5, "runs per scenario")
-	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios (the floor scenario makes 4 puts per handover)")
+	flag.IntVar(&cfg.handovers, "handovers", 50, "handovers per run of the handover scenarios (the floor scenario makes 4 puts and 2 departure transactions per handover)")
 	flag.DurationVar(&cfg.hold, "hold", 30*time.Second, "how long the steady-cost scenario holds its roles")
 	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")

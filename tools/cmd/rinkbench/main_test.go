@@ -47,9 +47,9 @@ func TestAllScenarios(t *testing.T) {
 // wantFigures lists figures, by scenario, that other tools read: each must
 // be reported, and above zero.
 var wantFigures = map[string][]string{
-	"floor":           {"write_watch_p50_ms", "write_watch_p99_ms"},
-	"handover":        {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor"},
-	"handover-leader": {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor"},
+	"floor":           {"write_watch_p50_ms", "write_watch_p99_ms", "depart_txn_p50_ms", "depart_txn_to_floor"},
+	"handover":        {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
+	"handover-leader": {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
 	"rolling":         {"role_acquisitions", "gap_worst_ms", "join_to_leave_max_ms"},
 }
 

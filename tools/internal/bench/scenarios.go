@@ -53,17 +53,19 @@ func stopAll(ms []*member) {
 
 // Handover measures n graceful handovers: the holder of a role shuts down
 // and the other member takes the role over. The holder leads if leaderHolds.
+// The role is in use: the holder has its context, and the heir awaits it.
 //
 // Right before each handover, on the same etcd, it also measures the floor
 // (FloorPutsPerHandover puts seen by a watch on another client, as in
-// Floor) and reports the handover's p50 against the floor's.
+// Floor) and the departure's transaction alone (DepartTxnsPerHandover, see
+// measureDepart), and reports the handover's p50 against both.
 func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 	probe, err := newFloorProbe(env)
 	if err != nil {
 		return nil, err
 	}
 	defer probe.close()
-	var gaps, floor []time.Duration
+	var gaps, floor, depart []time.Duration
 	bad := 0
 	for i := 0; i < n; i++ {
 		rec := &recorder{}
@@ -82,18 +84,39 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 				break
 			}
 		}
+		// The role is in use, as a singleton loop's would be: the holder
+		// acts on it, and the heir waits for it.
+		if _, ok := holder.r.Get(role); !ok {
+			stopAll(ms)
+			return nil, fmt.Errorf("the holder does not hold %s", role)
+		}
+		awaited := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := heir.r.AwaitRoleContext(ctx, role)
+			awaited <- err
+		}()
 		f, err := probe.measure(FloorPutsPerHandover)
 		if err != nil {
 			stopAll(ms)
+			<-awaited
 			return nil, err
 		}
-		floor = append(floor, f...)
+		d, err := probe.measureDepart(DepartTxnsPerHandover)
+		if err != nil {
+			stopAll(ms)
+			<-awaited
+			return nil, err
+		}
+		floor, depart = append(floor, f...), append(depart, d...)
 		mark := time.Now()
 		if err := holder.r.Shutdown(context.Background()); err != nil {
 			stopAll(ms)
+			<-awaited
 			return nil, err
 		}
-		if _, err := heir.r.AwaitRoleContext(context.Background(), role); err != nil {
+		if err := <-awaited; err != nil {
 			stopAll(ms)
 			return nil, err
 		}
@@ -103,8 +126,9 @@ func Handover(env Env, leaderHolds bool, n int) (Sample, error) {
 		stopAll(ms)
 	}
 	s := Sample{"handover_p50_ms": ms(percentile(gaps, 0.5)), "handover_p99_ms": ms(percentile(gaps, 0.99)), "overlaps": float64(bad)}
-	floorFigures(s, floor)
+	floorFigures(s, floor, depart)
 	s["p50_to_floor"] = s["handover_p50_ms"] / s["write_watch_p50_ms"]
+	s["p50_to_depart_txn"] = s["handover_p50_ms"] / s["depart_txn_p50_ms"]
 	return s, nil
 }
 
