@@ -67,9 +67,9 @@ type state struct {
 	gainAt   []time.Time // when the slot became ours (for Event.Wait)
 	gainFrom []string    // its owner in the map before (for Event.From)
 	held     []context.CancelCauseFunc
-	prev     rankMap          // the map applied before cur
-	prevSeq  int64            // its seq
-	joins    int              // incarnations so far
+	prev     rankMap // the map applied before cur
+	prevSeq  int64   // its seq
+	joins    int     // incarnations so far
 	pending  slotSet // owned but not yet held
 
 	lead  *leadership // non-nil while this member leads
