@@ -1,0 +1,90 @@
+package rink
+
+import (
+	"strconv"
+	"time"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The kinds of Event.
+const (
+	// EventAcquired: this member started holding a slot (and so every role
+	// that hashes to it). Slot, Token, From and Wait are set.
+	EventAcquired EventKind = iota
+	// EventReleased: this member stopped holding a slot. Slot and Cause
+	// are set.
+	EventReleased
+	// EventFenced: every holding of this member ended at once (its session
+	// was lost, or it left the rink). Cause is set.
+	EventFenced
+	// EventRejoined: this member joined again with a new session.
+	EventRejoined
+	// EventMapApplied: this member applied a new map. Version and Wait (the
+	// time it took to apply) are set.
+	EventMapApplied
+	// EventRankChanged: this member's rank changed. Rank is set.
+	EventRankChanged
+)
+
+// eventKindNames are the names String gives the kinds of Event.
+var eventKindNames = [...]string{
+	EventAcquired:    "acquired",
+	EventReleased:    "released",
+	EventFenced:      "fenced",
+	EventRejoined:    "rejoined",
+	EventMapApplied:  "map-applied",
+	EventRankChanged: "rank-changed",
+}
+
+// String returns the kind's name in lowercase words, for logs and labels:
+// "acquired", "released", "fenced", "rejoined", "map-applied" or
+// "rank-changed". A value that is not one of the kinds prints as
+// "EventKind(N)".
+func (k EventKind) String() string {
+	if k >= 0 && int(k) < len(eventKindNames) {
+		return eventKindNames[k]
+	}
+	return "EventKind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event reports a change in this member's state, for metrics and other
+// telemetry (see WithEvents).
+type Event struct {
+	// Kind says what happened, and so which of the fields below are set.
+	Kind EventKind
+	// Time is when it happened, on this member's clock.
+	Time time.Time
+	// Rink is the rink's name.
+	Rink string
+	// Member is this member's name.
+	Member string
+	// Slot is the slot acquired or released, -1 for other kinds.
+	Slot int
+	// Token is the fencing token of an acquisition.
+	Token int64
+	// From is the member that owned an acquired slot before this member
+	// (empty when it had no owner, as in a new rink).
+	From string
+	// Wait is, for an acquisition, how long this member waited between the
+	// map that gave it the slot and holding it (for the previous holder to
+	// let go); for a map, how long applying it took.
+	Wait time.Duration
+	// Version is the version of an applied map.
+	Version int64
+	// Cause is why holdings ended.
+	Cause error
+	// Rank is the new rank.
+	Rank Rank
+}
+
+func (r *Rink) emit(e Event) {
+	if r.opts.events != nil {
+		e.Rink, e.Member = r.name, r.opts.member
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		r.opts.events(e)
+	}
+}

@@ -1,0 +1,209 @@
+package rink
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Defaults for the options.
+const (
+	DefaultSessionTTL     = 10 * time.Second
+	DefaultRebalanceDelay = 30 * time.Second
+	DefaultSlots          = 1024
+	// DefaultJoinTimeout is the join timeout with the default session
+	// TTL. Without WithJoinTimeout the join timeout is one and a half
+	// session TTLs, so that a process restarted under its own name (a crash
+	// loop, an OOM kill) waits out its predecessor's lease instead of
+	// failing with ErrMemberExists.
+	DefaultJoinTimeout = DefaultSessionTTL * 3 / 2
+	// MinSessionTTL is the shortest session TTL accepted. Shorter leases
+	// leave too little room between renewals, fencing and expiry.
+	MinSessionTTL = 2 * time.Second
+	// MaxSlots is the largest slot count accepted.
+	MaxSlots = 65536
+)
+
+// Option configures a Rink. Options are validated by New (and NewContext).
+// NewObserver takes only WithLogger and WithJoinTimeout, and refuses the
+// others.
+type Option func(*options)
+
+type options struct {
+	member      string
+	ttl         time.Duration
+	delay       time.Duration
+	slots       int
+	log         *zap.Logger
+	joinTimeout time.Duration
+	events      func(Event)
+	errs        []error
+	// given names the options applied, in order: an Option is a closure,
+	// and this is how NewObserver learns which ones it was given (see
+	// refuse).
+	given []string
+}
+
+// use records that the option called name was given.
+func (o *options) use(name string) { o.given = append(o.given, name) }
+
+// WithEvents calls fn for every Event of this member, synchronously, at
+// the instant the change happens. What fn must respect:
+//
+//   - It may be called concurrently: fences come from the goroutine that
+//     renews the lease while the main goroutine works (and one fn may serve
+//     several Rinks). It must be safe for concurrent use.
+//   - It must not block: it runs on the path that starts roles (a handover
+//     of 1,000 slots calls it 1,000 times before the last role starts) and
+//     on the path that fences and rejoins.
+//   - It must not call Shutdown, AwaitRole or AwaitRoleContext; Rank, Get
+//     and Owner are safe. A panic in fn is not recovered.
+func WithEvents(fn func(Event)) Option {
+	return func(o *options) {
+		o.use("WithEvents")
+		if fn == nil {
+			o.fail("nil events function")
+			return
+		}
+		o.events = fn
+	}
+}
+
+func (o *options) fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidOption}, args...)...))
+}
+
+// WithMemberName sets this member's name, unique among the rink's live
+// members. The default is the host name plus a random suffix. Reusing a name
+// after a restart (a StatefulSet pod) is supported: New waits for the
+// previous holder's lease to end, up to the join timeout.
+func WithMemberName(name string) Option {
+	return func(o *options) {
+		o.use("WithMemberName")
+		o.member = name
+	}
+}
+
+// WithSessionTTL sets the lease TTL, a whole number of seconds no shorter
+// than MinSessionTTL (default 10 s). A crashed member's roles move after
+// about this long; a member that cannot renew its lease fences itself before
+// the TTL ends.
+func WithSessionTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		o.use("WithSessionTTL")
+		if ttl < MinSessionTTL || ttl%time.Second != 0 {
+			o.fail("session TTL %v: want a whole number of seconds, at least %v", ttl, MinSessionTTL)
+			return
+		}
+		o.ttl = ttl
+	}
+}
+
+// WithRebalanceDelay sets how long a joining member waits for a rank to be
+// vacated before the rink's leader rebalances to include it (default 30 s;
+// 0 ranks newcomers at once). Only the setting of the rink's leader — the
+// member that coordinates the rink, Rank().Leader — matters, so give every
+// member the same.
+func WithRebalanceDelay(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithRebalanceDelay")
+		if d < 0 {
+			o.fail("rebalance delay %v is negative", d)
+			return
+		}
+		o.delay = d
+	}
+}
+
+// WithSlots sets the number of slots roles hash to (default 1024, 1 to
+// MaxSlots). It is fixed for the life of a rink: every member must agree.
+func WithSlots(n int) Option {
+	return func(o *options) {
+		o.use("WithSlots")
+		if n < 1 || n > MaxSlots {
+			o.fail("slots %d: want 1 to %d", n, MaxSlots)
+			return
+		}
+		o.slots = n
+	}
+}
+
+// WithLogger sets the logger (default: a no-op logger).
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) {
+		o.use("WithLogger")
+		if l == nil {
+			o.fail("nil logger")
+			return
+		}
+		o.log = l
+	}
+}
+
+// WithJoinTimeout bounds how long New (and each later rejoin attempt) may
+// take to join (default: one and a half session TTLs, 15 s with the default
+// TTL, so that a predecessor's lease under the same name can run out).
+// NewContext's context can end a join sooner. For NewObserver it bounds the
+// first read of the rink (default DefaultJoinTimeout).
+func WithJoinTimeout(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithJoinTimeout")
+		if d <= 0 {
+			o.fail("join timeout %v: want > 0", d)
+			return
+		}
+		o.joinTimeout = d
+	}
+}
+
+// checkArgs validates what New and NewObserver are given: a client, a rink
+// name, and options.
+func checkArgs(cli *clientv3.Client, name string, opts []Option) (options, error) {
+	if cli == nil {
+		return options{}, ErrNilClient
+	}
+	if why := validName(name, true); why != "" {
+		return options{}, fmt.Errorf("%w: rink name %q: %s", ErrInvalidName, name, why)
+	}
+	return parseOptions(opts)
+}
+
+// parseOptions applies opts over the defaults and reports every invalid
+// one.
+func parseOptions(opts []Option) (options, error) {
+	o := options{
+		ttl:   DefaultSessionTTL,
+		delay: DefaultRebalanceDelay,
+		slots: DefaultSlots,
+		log:   zap.NewNop(),
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt(&o)
+	}
+	if o.joinTimeout == 0 {
+		o.joinTimeout = o.ttl * 3 / 2
+	}
+	return o, errors.Join(o.errs...)
+}
+
+// refuse returns an error wrapping ErrInvalidOption for each option given
+// that is not one of accept, naming it and the options who takes, or nil.
+func (o *options) refuse(who string, accept ...string) error {
+	var errs []error
+	for _, name := range o.given {
+		if !slices.Contains(accept, name) {
+			errs = append(errs, fmt.Errorf("%w: %s does not apply to %s, which takes only %s",
+				ErrInvalidOption, name, who, strings.Join(accept, " and ")))
+		}
+	}
+	return errors.Join(errs...)
+}
