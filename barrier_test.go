@@ -73,7 +73,7 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 		name := k.memberName(string(kv.Key))
 		b.sim.put(k, kv)
 		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease})
-		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue()), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
+		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
 	if f := b.sim.compute(); f != nil && !b.manual {
 		v, _ := json.Marshal(f)
@@ -405,7 +405,7 @@ func TestFloorFromView(t *testing.T) {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue()), Lease: lease})
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease})
 	}
 	ack := func(name string, lease, lineage, version int64) {
 		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage, Seq: version})

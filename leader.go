@@ -135,7 +135,7 @@ func (r *Rink) plan() {
 	for _, name := range st.cur.Members {
 		ranked[name] = true
 	}
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}}
+	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members)}
 	for _, name := range live {
 		if !ranked[name] {
 			if _, ok := l.since[name]; !ok {
@@ -354,7 +354,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		live := deleteName(liveByAge(members), self)
-		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}})
+		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members)})
 		next.Version, next.Leader = version, cur.Leader
 		next.Schema = cur.Schema // a departure changes no protocol
 		if st.lead != nil {
@@ -393,7 +393,8 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			switch {
 			case r.keys.isMember(k):
 				if name, ok := r.keys.validMember(k); ok {
-					members[name] = memberInfo{createRev: kv.CreateRevision}
+					_, capacity := metaOf(kv.Value)
+					members[name] = memberInfo{createRev: kv.CreateRevision, capacity: capacity}
 				}
 				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
 			case r.keys.isMap(k):
@@ -410,6 +411,20 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		}
 	}
 	return false
+}
+
+// capacities returns the members' capacities other than 1, for planInput.
+func capacities(members map[string]memberInfo) map[string]float64 {
+	var out map[string]float64
+	for name, m := range members {
+		if m.capacity != 1 && m.capacity != 0 {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[name] = m.capacity
+		}
+	}
+	return out
 }
 
 func deleteName(names []string, name string) []string {

@@ -81,8 +81,9 @@ type memberInfo struct {
 	createRev int64
 	modRev    int64 // member keys in a member's view
 	lease     int64
-	value     string // election keys: the candidate's member name
-	protocols []int  // member keys: the protocols the member speaks (see protocol.go)
+	value     string  // election keys: the candidate's member name
+	protocols []int   // member keys: the protocols the member speaks (see protocol.go)
+	capacity  float64 // member keys: the member's capacity (see WithCapacity)
 }
 
 // maxHistory bounds the applied maps kept for the handover check. A member
@@ -307,9 +308,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			return
 		}
 		old, existed := st.members[name]
-		protocols := protocolsOf(kv.Value)
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols}
-		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) {
+		protocols, capacity := metaOf(kv.Value)
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity}
+		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
 		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {

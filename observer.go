@@ -81,6 +81,10 @@ type MemberState struct {
 	// Protocols lists the protocols the member speaks, as its member key
 	// says (nil when it is gone).
 	Protocols []int
+	// Capacity is the member's capacity (see WithCapacity), as its member
+	// key says (0 when it is gone). The leader gives it a share of the
+	// slots in proportion.
+	Capacity float64
 }
 
 // WaitingState describes a member waiting to be ranked.
@@ -92,6 +96,8 @@ type WaitingState struct {
 	// Protocols lists the protocols the member speaks (nil when it is
 	// gone).
 	Protocols []int
+	// Capacity is the member's capacity (0 when it is gone).
+	Capacity float64
 }
 
 // Changed returns a channel that is closed once a newer State is available.
@@ -187,7 +193,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(members, name)
 					return
 				}
-				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocolsOf(kvVal)}
+				protocols, capacity := metaOf(kvVal)
+				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity}
 			case ob.keys.isAck(key):
 				name := ob.keys.ackName(key)
 				if deleted {
@@ -267,11 +274,11 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 		if a, ok := acks[name]; live && ok && a.lease == m.lease && a.Lineage == lineage {
 			ack = a.Ack
 		}
-		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols})
+		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity})
 		listed[name] = true
 	}
 	for _, w := range cur.Waiting {
-		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: members[w.Name].protocols})
+		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: members[w.Name].protocols, Capacity: members[w.Name].capacity})
 		listed[w.Name] = true
 	}
 	for _, name := range liveByAge(members) {

@@ -39,39 +39,58 @@ var speaks = []int{schemaVersion}
 // fields; members ignore the ones they do not know.
 type memberMeta struct {
 	Protocols []int `json:"protocols,omitempty"`
+	// Capacity is the member's capacity (see WithCapacity), left out when
+	// it is 1. Members of 636d84c and before neither write nor read it.
+	Capacity float64 `json:"capacity,omitempty"`
 }
 
-// ownValue is memberValue as this build starts, ownProtocols what it
-// stands for, and onlyTwo what "{}" stands for; protocolsOf shares them.
+// ownValue is memberValue(1) as this build starts, ownProtocols what it
+// stands for, and onlyTwo what "{}" stands for; metaOf shares them.
 // (Tests that change speaks do not change these.)
 var (
-	ownValue     = memberValue()
+	ownValue     = memberValue(1)
 	ownProtocols = slices.Clone(speaks)
 	onlyTwo      = []int{2}
 )
 
-// memberValue returns the value of this member's key.
-func memberValue() string {
-	b, _ := json.Marshal(memberMeta{Protocols: speaks})
+// memberValue returns the value of the key of a member of this build with
+// the given capacity.
+func memberValue(capacity float64) string {
+	m := memberMeta{Protocols: speaks}
+	if capacity != 1 {
+		m.Capacity = capacity
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }
 
 // protocolsOf returns the protocols a member key's value says its member
 // speaks, in rising order.
 func protocolsOf(value []byte) []int {
+	p, _ := metaOf(value)
+	return p
+}
+
+// metaOf returns the protocols a member key's value says its member speaks,
+// in rising order, and its capacity: 1 when the value names none, or one
+// that is not positive.
+func metaOf(value []byte) (protocols []int, capacity float64) {
 	switch string(value) { // the common cases, shared: a view holds one per member
 	case "{}":
-		return onlyTwo
+		return onlyTwo, 1
 	case ownValue:
-		return ownProtocols
+		return ownProtocols, 1
 	}
 	var m memberMeta
-	if json.Unmarshal(value, &m) != nil || len(m.Protocols) == 0 {
-		return []int{2}
+	if json.Unmarshal(value, &m) != nil {
+		return []int{2}, 1
+	}
+	if len(m.Protocols) == 0 {
+		return []int{2}, capacityOr1(m.Capacity)
 	}
 	out := slices.Clone(m.Protocols)
 	slices.Sort(out)
-	return slices.Compact(out)
+	return slices.Compact(out), capacityOr1(m.Capacity)
 }
 
 // rinkProtocol returns the protocol the leader proclaims in: the highest

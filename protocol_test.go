@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,11 +21,35 @@ func TestProtocolsOf(t *testing.T) {
 		{`{"protocols":[]}`, []int{2}},
 		{`{"protocols":[3,2,3]}`, []int{2, 3}},
 		{`{"protocols":[2],"later":{"field":1}}`, []int{2}}, // unknown fields are ignored
-		{memberValue(), speaks},
+		{memberValue(1), speaks},
 	} {
 		if got := protocolsOf([]byte(c.value)); !slices.Equal(got, c.want) {
 			t.Errorf("protocolsOf(%q) = %v, want %v", c.value, got, c.want)
 		}
+	}
+}
+
+func TestCapacityOf(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		want  float64
+	}{
+		{`{}`, 1},
+		{`garbage`, 1},
+		{memberValue(1), 1},
+		{memberValue(2.5), 2.5},
+		{`{"capacity":4}`, 4},
+		{`{"protocols":[2],"capacity":0.5}`, 0.5},
+		{`{"protocols":[2],"capacity":0}`, 1},
+		{`{"protocols":[2],"capacity":-3}`, 1},
+		{`{"protocols":[2],"capacity":1e999}`, 1}, // does not decode
+	} {
+		if _, got := metaOf([]byte(c.value)); got != c.want {
+			t.Errorf("metaOf(%q) capacity = %v, want %v", c.value, got, c.want)
+		}
+	}
+	if memberValue(1) != ownValue || strings.Contains(memberValue(1), "capacity") {
+		t.Errorf("memberValue(1) = %s: a capacity of 1 is left out", memberValue(1))
 	}
 }
 

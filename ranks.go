@@ -3,6 +3,8 @@ package rink
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 	"sort"
 	"time"
@@ -234,6 +236,9 @@ type planInput struct {
 	Ready map[string]bool
 	// Since gives, for waiting members, when the leader first saw them.
 	Since map[string]time.Time
+	// Capacity gives members' capacities (see WithCapacity); a member it
+	// does not name has capacity 1.
+	Capacity map[string]float64
 }
 
 // plan derives the map that follows cur. It is deterministic, and it moves as
@@ -329,7 +334,7 @@ func plan(cur rankMap, in planInput) rankMap {
 		next.Waiting = append(next.Waiting, waiter{Name: name, Since: in.Since[name]})
 	}
 	if len(members) > 0 {
-		next.Table = balance(owners, members)
+		next.Table = balance(owners, members, in.Capacity)
 	}
 	return next
 }
@@ -354,11 +359,14 @@ func compact(members []string) []string {
 }
 
 // balance returns a slot table (slot -> index in members) in which every
-// member owns floor(S/n) or ceil(S/n) slots and as few slots as possible
-// change owner: orphans ("" owners, or owners not in members) always move,
-// and beyond them only the excess of over-full members moves. The extra
-// ceil(S/n) shares go to the members that already own the most slots.
-func balance(owners []string, members []string) []int {
+// member owns its share of the S slots, S·c/Σc for its capacity c, rounded
+// down or up (with equal capacities, floor(S/n) or ceil(S/n)), and as few
+// slots as possible change owner: orphans ("" owners, or owners not in
+// members) always move, and beyond them only the excess of over-full
+// members moves. The shares rounded up go to the members that already own
+// the most slots. capacity gives each member's capacity; a member it does
+// not name has capacity 1.
+func balance(owners []string, members []string, capacity map[string]float64) []int {
 	n, S := len(members), len(owners)
 	idx := make(map[string]int, n)
 	for i, name := range members {
@@ -370,21 +378,11 @@ func balance(owners []string, members []string) []int {
 			count[i]++
 		}
 	}
-	// Decide targets: the `extra` most loaded members (ties to the lower
-	// index) may keep one slot above the floor.
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
+	caps := make([]float64, n)
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
 	}
-	sort.SliceStable(order, func(a, b int) bool { return count[order[a]] > count[order[b]] })
-	target := make([]int, n)
-	for rank, i := range order {
-		target[i] = S / n
-		if rank < S%n {
-			target[i]++
-		}
-	}
-
+	target := shares(S, caps, count)
 	table := make([]int, S)
 	var free []int
 	// Walk slots from the top so that an over-full member gives up its
@@ -412,4 +410,65 @@ func balance(owners []string, members []string) []int {
 		}
 	}
 	return table
+}
+
+// capacityOr1 returns c if it is a usable capacity (positive and finite),
+// and 1 otherwise.
+func capacityOr1(c float64) float64 {
+	if c > 0 && !math.IsInf(c, 1) {
+		return c
+	}
+	return 1
+}
+
+// shares returns each member's slot count out of S: its exact share
+// S·caps[i]/Σcaps rounded down, and rounded up for as many members as the
+// rounding left slots over. Those are members whose share is not whole:
+// first those that already own more than their share rounded down (count;
+// rounding them up saves a move), then those with the larger fractions,
+// then those that own the most, then the lower indexes. So a table that is
+// already within one slot of every share keeps every slot, and with equal
+// capacities the larger shares go to the members that own the most. The arithmetic
+// is exact (big.Rat), so equal capacities give exactly floor(S/n) or
+// ceil(S/n).
+func shares(S int, caps []float64, count []int) []int {
+	n := len(caps)
+	total := new(big.Rat)
+	rats := make([]*big.Rat, n)
+	for i, c := range caps {
+		rats[i] = new(big.Rat).SetFloat64(c)
+		total.Add(total, rats[i])
+	}
+	target := make([]int, n)
+	frac := make([]*big.Rat, n)
+	left := S
+	for i := range caps {
+		x := new(big.Rat).Mul(rats[i], new(big.Rat).SetInt64(int64(S)))
+		x.Quo(x, total)
+		q := new(big.Int).Quo(x.Num(), x.Denom()) // x >= 0: truncation is floor
+		target[i] = int(q.Int64())
+		frac[i] = x.Sub(x, new(big.Rat).SetInt(q))
+		left -= target[i]
+	}
+	order := make([]int, 0, n)
+	for i := range caps {
+		if frac[i].Sign() > 0 {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		i, j := order[a], order[b]
+		oi, oj := count[i]-target[i], count[j]-target[j] // owned above the floor
+		if si, sj := oi > 0, oj > 0; si != sj {
+			return si // rounding up saves a move
+		}
+		if c := frac[i].Cmp(frac[j]); c != 0 {
+			return c > 0
+		}
+		return oi > oj
+	})
+	for _, i := range order[:min(left, len(order))] {
+		target[i]++
+	}
+	return target
 }

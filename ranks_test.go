@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -16,7 +18,7 @@ import (
 func start(S int, members ...string) rankMap {
 	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: members}
 	if len(members) > 0 {
-		m.Table = balance(make([]string, S), members)
+		m.Table = balance(make([]string, S), members, nil)
 	}
 	return m
 }
@@ -234,8 +236,9 @@ func TestSlotOfStable(t *testing.T) {
 	}
 }
 
-// checkMap asserts the invariants every planned map keeps.
-func checkMap(t testing.TB, m rankMap, live []string) {
+// checkMap asserts the invariants every planned map keeps; caps gives
+// capacities other than 1.
+func checkMap(t testing.TB, m rankMap, live []string, caps map[string]float64) {
 	t.Helper()
 	if len(m.Members) == 0 {
 		if len(m.Table) != 0 {
@@ -261,18 +264,23 @@ func checkMap(t testing.TB, m rankMap, live []string) {
 	for _, i := range m.Table {
 		c[i]++
 	}
-	lo, hi := m.Slots/len(m.Members), (m.Slots+len(m.Members)-1)/len(m.Members)
+	total := 0.0
+	for _, n := range m.Members {
+		total += capacityOr1(caps[n])
+	}
 	for i, n := range c {
-		if n < lo || n > hi {
-			t.Fatalf("member %s owns %d slots, want %d..%d", m.Members[i], n, lo, hi)
+		share := float64(m.Slots) * capacityOr1(caps[m.Members[i]]) / total
+		if math.Abs(float64(n)-share) > 1-1e-9 {
+			t.Fatalf("member %s owns %d slots, want within one slot of %.3f", m.Members[i], n, share)
 		}
 	}
 }
 
 // minMoves is the fewest slots any balanced successor of cur over members
 // must move: every orphaned slot, plus what members above their share give
-// up when the larger shares go to those that own most.
-func minMoves(cur rankMap, members []string) int {
+// up when the shares rounded up go to those that own most. caps gives
+// capacities other than 1.
+func minMoves(cur rankMap, members []string, caps map[string]float64) int {
 	if len(members) == 0 {
 		return len(cur.Table)
 	}
@@ -281,19 +289,40 @@ func minMoves(cur rankMap, members []string) int {
 		have[cur.owner(s)]++
 	}
 	orphans := cur.Slots
-	var c []int
+	total := 0.0
 	for _, n := range members {
-		c = append(c, have[n])
 		orphans -= have[n]
+		total += capacityOr1(caps[n])
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(c)))
+	// Each member's share rounded down, and which shares are not whole.
+	// (Which of those get the shares rounded up matters only for those
+	// that own more than the share rounded down: each saves a move.)
+	type m struct {
+		have, floor int
+		whole       bool
+	}
+	var ms []m
+	left := cur.Slots
+	for _, n := range members {
+		x := float64(cur.Slots) * capacityOr1(caps[n]) / total
+		f := int(math.Floor(x + 1e-9))
+		ms = append(ms, m{have[n], f, math.Abs(x-math.Round(x)) < 1e-9})
+		left -= f
+	}
+	// The shares rounded up go to the not-whole members that have most.
+	sort.SliceStable(ms, func(i, j int) bool {
+		if ms[i].whole != ms[j].whole {
+			return !ms[i].whole
+		}
+		return ms[i].have-ms[i].floor > ms[j].have-ms[j].floor
+	})
 	excess := 0
-	for i, n := range c {
-		share := cur.Slots / len(members)
-		if i < cur.Slots%len(members) {
+	for i, x := range ms {
+		share := x.floor
+		if i < left {
 			share++
 		}
-		excess += max(0, n-share)
+		excess += max(0, x.have-share)
 	}
 	return orphans + excess
 }
@@ -322,11 +351,17 @@ func simulate(t testing.TB, seed uint64, steps int, S int) {
 	cur := rankMap{Schema: schemaVersion, Slots: S}
 	var live []string
 	next := 0
+	// Odd seeds give members capacities other than 1.
+	caps := map[string]float64{}
 	for step := 0; step < steps; step++ {
-		in := planInput{Ready: map[string]bool{}}
+		in := planInput{Ready: map[string]bool{}, Capacity: caps}
 		switch op := rng.IntN(10); {
 		case op < 4 || len(live) == 0:
-			live = append(live, fmt.Sprintf("m%d", next))
+			name := fmt.Sprintf("m%d", next)
+			if seed%2 == 1 {
+				caps[name] = []float64{0.5, 1, 1, 1.5, 2, 3, 4, 0.25}[rng.IntN(8)]
+			}
+			live = append(live, name)
 			next++
 		case op < 7:
 			i := rng.IntN(len(live))
@@ -342,8 +377,8 @@ func simulate(t testing.TB, seed uint64, steps int, S int) {
 		}
 		in.Live = slices.Clone(live)
 		n := plan(cur, in)
-		checkMap(t, n, live)
-		if got, want := moved(renamed(cur, n), n), minMoves(renamed(cur, n), n.Members); got != want {
+		checkMap(t, n, live, caps)
+		if got, want := moved(renamed(cur, n), n), minMoves(renamed(cur, n), n.Members, caps); got != want {
 			t.Fatalf("seed %d step %d: moved %d slots, minimum %d\ncur %v\nnext %v", seed, step, got, want, cur.Members, n.Members)
 		}
 		// Planning again with the same input is a fixed point.
@@ -433,6 +468,66 @@ func FuzzParseTable(f *testing.F) {
 		terr := json.Unmarshal(b, &tab)
 		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int(tab), want) {
 			t.Fatalf("slotTable(%q) = %v, %v; json: %v, %v", b, tab, terr, want, err)
+		}
+	})
+}
+
+func TestShares(t *testing.T) {
+	tests := []struct {
+		name  string
+		S     int
+		caps  []float64
+		count []int
+		want  []int
+	}{
+		{"equal, whole", 1024, []float64{1, 1, 1, 1}, []int{0, 0, 0, 0}, []int{256, 256, 256, 256}},
+		{"equal, the larger shares to who owns most", 10, []float64{1, 1, 1}, []int{3, 4, 3}, []int{3, 4, 3}},
+		{"equal, ties to the lower index", 10, []float64{1, 1, 1}, []int{0, 0, 0}, []int{4, 3, 3}},
+		{"proportional", 1024, []float64{1, 1, 2}, []int{0, 0, 0}, []int{256, 256, 512}},
+		{"the issue's second variant", 1024, []float64{1, 1, 1, 1, 2, 2, 4, 4}, make([]int, 8), []int{64, 64, 64, 64, 128, 128, 256, 256}},
+		{"rounded up for the larger fraction", 10, []float64{1, 2}, []int{0, 0}, []int{3, 7}},           // 3.33, 6.67
+		{"rounded up for who owns most above its floor", 10, []float64{1, 2}, []int{4, 6}, []int{4, 6}}, // a table within one slot stays
+		{"tiny and huge", 8, []float64{1e-300, 1e300}, []int{0, 0}, []int{0, 8}},
+		{"one member", 7, []float64{0.25}, []int{0}, []int{7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := shares(tt.S, tt.caps, tt.count); !slices.Equal(got, tt.want) {
+				t.Errorf("shares(%d, %v, %v) = %v, want %v", tt.S, tt.caps, tt.count, got, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzShares checks shares on any capacities and counts: the shares sum to
+// S, each is within one slot of S·c/Σc, and a table that already fits them
+// is kept.
+func FuzzShares(f *testing.F) {
+	f.Add(uint16(1024), 1.0, 2.0, 3.5, uint16(10), uint16(20), uint16(30))
+	f.Add(uint16(7), 1e-9, 1e9, 0.5, uint16(0), uint16(7), uint16(0))
+	f.Fuzz(func(t *testing.T, slots uint16, a, b, c float64, ca, cb, cc uint16) {
+		S := int(slots)%MaxSlots + 1
+		caps := []float64{capacityOr1(a), capacityOr1(b), capacityOr1(c)}
+		count := []int{int(ca) % (S + 1), int(cb) % (S + 1), int(cc) % (S + 1)}
+		got := shares(S, caps, count)
+		sum := 0
+		total := new(big.Rat)
+		for _, x := range caps {
+			total.Add(total, new(big.Rat).SetFloat64(x))
+		}
+		for i, n := range got {
+			sum += n
+			exact := new(big.Rat).Quo(new(big.Rat).Mul(new(big.Rat).SetFloat64(caps[i]), big.NewRat(int64(S), 1)), total)
+			diff := new(big.Rat).Sub(big.NewRat(int64(n), 1), exact)
+			if diff.Abs(diff).Cmp(big.NewRat(1, 1)) >= 0 {
+				t.Fatalf("share %d of %v: %d, exact %s", i, caps, n, exact.FloatString(3))
+			}
+		}
+		if sum != S {
+			t.Fatalf("shares %v sum to %d, want %d", got, sum, S)
+		}
+		if again := shares(S, caps, got); !slices.Equal(again, got) {
+			t.Fatalf("shares of a fitting table moved: %v then %v", got, again)
 		}
 	})
 }

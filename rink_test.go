@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -92,6 +93,10 @@ func TestBadInput(t *testing.T) {
 		{"negative delay", cli, "x", []Option{WithRebalanceDelay(-time.Second)}, ErrInvalidOption},
 		{"zero slots", cli, "x", []Option{WithSlots(0)}, ErrInvalidOption},
 		{"too many slots", cli, "x", []Option{WithSlots(MaxSlots + 1)}, ErrInvalidOption},
+		{"zero capacity", cli, "x", []Option{WithCapacity(0)}, ErrInvalidOption},
+		{"negative capacity", cli, "x", []Option{WithCapacity(-2)}, ErrInvalidOption},
+		{"NaN capacity", cli, "x", []Option{WithCapacity(math.NaN())}, ErrInvalidOption},
+		{"infinite capacity", cli, "x", []Option{WithCapacity(math.Inf(1))}, ErrInvalidOption},
 		{"nil logger", cli, "x", []Option{WithLogger(nil)}, ErrInvalidOption},
 		{"zero join timeout", cli, "x", []Option{WithJoinTimeout(0)}, ErrInvalidOption},
 		{"nil option", cli, "x", []Option{nil}, ErrInvalidOption},

@@ -83,7 +83,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 		}
 		resp, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, memberValue(), clientv3.WithLease(grant.ID))).
+			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID))).
 			Commit()
 		if err != nil {
 			revoke()
@@ -155,7 +155,7 @@ func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, erro
 	resp, err := r.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)).
-		Then(clientv3.OpPut(key, memberValue(), clientv3.WithLease(grant.ID))).
+		Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID))).
 		Commit()
 	if err != nil {
 		// If the put landed after all, the key goes with the new lease:
