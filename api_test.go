@@ -24,7 +24,8 @@ func TestEventKindString(t *testing.T) {
 		{EventRejoined, "rejoined"},
 		{EventMapApplied, "map-applied"},
 		{EventRankChanged, "rank-changed"},
-		{EventRankChanged + 1, "EventKind(6)"},
+		{EventLoadReported, "load-reported"},
+		{EventLoadReported + 1, "EventKind(7)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

@@ -26,21 +26,25 @@ const (
 	EventMapApplied
 	// EventRankChanged: this member's rank changed. Rank is set.
 	EventRankChanged
+	// EventLoadReported: this member wrote its load summary (see AddLoad).
+	// Load and Roles are set.
+	EventLoadReported
 )
 
 // eventKindNames are the names String gives the kinds of Event.
 var eventKindNames = [...]string{
-	EventAcquired:    "acquired",
-	EventReleased:    "released",
-	EventFenced:      "fenced",
-	EventRejoined:    "rejoined",
-	EventMapApplied:  "map-applied",
-	EventRankChanged: "rank-changed",
+	EventAcquired:     "acquired",
+	EventReleased:     "released",
+	EventFenced:       "fenced",
+	EventRejoined:     "rejoined",
+	EventMapApplied:   "map-applied",
+	EventRankChanged:  "rank-changed",
+	EventLoadReported: "load-reported",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
-// "acquired", "released", "fenced", "rejoined", "map-applied" or
-// "rank-changed". A value that is not one of the kinds prints as
+// "acquired", "released", "fenced", "rejoined", "map-applied",
+// "rank-changed" or "load-reported". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {
@@ -77,6 +81,12 @@ type Event struct {
 	Cause error
 	// Rank is the new rank.
 	Rank Rank
+	// Load is, for a load summary, this member's total load rate: units
+	// per second (see AddLoad) over the slots it holds.
+	Load float64
+	// Roles is, for a load summary, how many distinct roles this member
+	// awaits in the slots it holds.
+	Roles int
 }
 
 func (r *Rink) emit(e Event) {

@@ -176,6 +176,7 @@ func (r *Rink) initState() {
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
+	r.loadInc.Store(inc)
 	if st.joins++; st.joins > 1 {
 		r.emit(Event{Kind: EventRejoined, Slot: -1})
 	}

@@ -85,6 +85,13 @@ type MemberState struct {
 	// key says (0 when it is gone). The leader gives it a share of the
 	// slots in proportion.
 	Capacity float64
+	// Load is the member's load rate, units per second over the slots it
+	// holds, as it last reported it (see AddLoad; 0 before its first
+	// report, and while it is gone).
+	Load float64
+	// Roles is how many distinct roles the member awaits in the slots it
+	// holds, as it last reported it.
+	Roles int
 }
 
 // WaitingState describes a member waiting to be ranked.
@@ -166,6 +173,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	members := map[string]memberInfo{}
 	elect := map[string]memberInfo{}
 	acks := map[string]ackKey{}
+	loads := map[string]memberLoad{}
 	var cur rankMap
 	var lineage, rev int64
 	var mapErr string
@@ -204,6 +212,17 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				a := ackKey{lease: kv.Lease}
 				_ = json.Unmarshal(kvVal, &a.ackValue)
 				acks[name] = a
+			case ob.keys.isLoad(key):
+				name := ob.keys.loadName(key)
+				if deleted {
+					delete(loads, name)
+					return
+				}
+				if rep, ok := decodeLoad(kvVal, MaxSlots); ok {
+					loads[name] = memberLoad{lease: kv.Lease, report: rep}
+				} else {
+					delete(loads, name)
+				}
 			case ob.keys.isElection(key):
 				if deleted || !ob.keys.isCandidate(kv) {
 					if !deleted {
@@ -240,6 +259,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			clear(members)
 			clear(elect)
 			clear(acks)
+			clear(loads)
 			for _, kv := range b.kvs {
 				apply(kv, false)
 			}
@@ -249,7 +269,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			}
 		}
 		rev = max(rev, b.rev)
-		ob.publish(cur, lineage, rev, mapErr, members, elect, acks)
+		ob.publish(cur, lineage, rev, mapErr, members, elect, acks, loads)
 		if first {
 			first = false
 			close(ready)
@@ -257,7 +277,13 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	}
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey) {
+// memberLoad is a member's load key as an observer read it.
+type memberLoad struct {
+	lease  int64
+	report loadReport
+}
+
+func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
 	if cur.Version > 0 {
 		s.Protocol = cur.Schema
@@ -274,7 +300,16 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 		if a, ok := acks[name]; live && ok && a.lease == m.lease && a.Lineage == lineage {
 			ack = a.Ack
 		}
-		s.Members = append(s.Members, MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity})
+		ms := MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
+		if l, ok := loads[name]; live && ok && l.lease == m.lease {
+			for _, sl := range l.report.Slots {
+				if sl.Slot < cur.Slots {
+					ms.Load += sl.Rate
+					ms.Roles += sl.Roles
+				}
+			}
+		}
+		s.Members = append(s.Members, ms)
 		listed[name] = true
 	}
 	for _, w := range cur.Waiting {

@@ -28,6 +28,12 @@ const (
 	MinSessionTTL = 2 * time.Second
 	// MaxSlots is the largest slot count accepted.
 	MaxSlots = 65536
+	// DefaultLoadInterval is how often a member may write its load summary
+	// (see WithLoadInterval).
+	DefaultLoadInterval = 10 * time.Second
+	// DefaultLoadWindow is the window of the rates a member reports (see
+	// WithLoadWindow).
+	DefaultLoadWindow = time.Minute
 )
 
 // Option configures a Rink. Options are validated by New (and NewContext).
@@ -41,6 +47,8 @@ type options struct {
 	delay       time.Duration
 	slots       int
 	capacity    float64
+	loadEvery   time.Duration
+	loadWindow  time.Duration
 	log         *zap.Logger
 	joinTimeout time.Duration
 	events      func(Event)
@@ -153,6 +161,36 @@ func WithCapacity(c float64) Option {
 	}
 }
 
+// WithLoadInterval sets how often this member folds in the load AddLoad
+// recorded and may write its load summary (default 10 s; at least 100 ms):
+// it writes at most once per interval, and only when the summary changed
+// noticeably.
+func WithLoadInterval(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithLoadInterval")
+		if d < 100*time.Millisecond {
+			o.fail("load interval %v: want at least 100ms", d)
+			return
+		}
+		o.loadEvery = d
+	}
+}
+
+// WithLoadWindow sets the window of the load rates this member reports
+// (default 1 minute; at least the load interval): the rate of a slot is a
+// moving average of the units AddLoad recorded, in which a unit counts
+// for less as it ages, e-fold per window.
+func WithLoadWindow(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithLoadWindow")
+		if d <= 0 {
+			o.fail("load window %v: want a positive duration", d)
+			return
+		}
+		o.loadWindow = d
+	}
+}
+
 // WithLogger sets the logger (default: a no-op logger).
 func WithLogger(l *zap.Logger) Option {
 	return func(o *options) {
@@ -197,11 +235,13 @@ func checkArgs(cli *clientv3.Client, name string, opts []Option) (options, error
 // one.
 func parseOptions(opts []Option) (options, error) {
 	o := options{
-		ttl:      DefaultSessionTTL,
-		delay:    DefaultRebalanceDelay,
-		slots:    DefaultSlots,
-		capacity: 1,
-		log:      zap.NewNop(),
+		ttl:        DefaultSessionTTL,
+		delay:      DefaultRebalanceDelay,
+		slots:      DefaultSlots,
+		capacity:   1,
+		loadEvery:  DefaultLoadInterval,
+		loadWindow: DefaultLoadWindow,
+		log:        zap.NewNop(),
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -209,6 +249,9 @@ func parseOptions(opts []Option) (options, error) {
 			continue
 		}
 		opt(&o)
+	}
+	if o.loadWindow < o.loadEvery {
+		o.fail("load window %v shorter than the load interval %v", o.loadWindow, o.loadEvery)
 	}
 	if o.joinTimeout == 0 {
 		o.joinTimeout = o.ttl * 3 / 2

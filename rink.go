@@ -82,6 +82,12 @@ type Rink struct {
 	// ackCh carries the newest acknowledgement to the ack writer.
 	ackCh chan ackReq
 
+	// load is what AddLoad and AwaitRole record for the load reporter, and
+	// loadInc the incarnation whose lease its key is bound to (set by the
+	// run goroutine).
+	load    *loadAcc
+	loadInc atomic.Pointer[incarnation]
+
 	st state // owned by the run goroutine
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
@@ -137,6 +143,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		electedCh:    make(chan elected),
 		proclaimedCh: make(chan proclaimResult),
 		ackCh:        make(chan ackReq, 1),
+		load:         newLoadAcc(o.slots),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()
@@ -161,10 +168,14 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		return nil, err
 	}
 	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go func() {
 		defer r.wg.Done()
 		r.watch()
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.reportLoad()
 	}()
 	go func() {
 		defer r.wg.Done()

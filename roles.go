@@ -124,7 +124,9 @@ func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Conte
 	if role == "" {
 		return nil, ErrInvalidRole
 	}
-	p := &r.slots[slotOf(role, r.opts.slots)]
+	s := slotOf(role, r.opts.slots)
+	r.load.noteRole(role, s)
+	p := &r.slots[s]
 	for {
 		select {
 		case <-r.stopping:

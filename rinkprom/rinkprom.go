@@ -23,6 +23,8 @@
 // | rink_maps_applied_total | counter | map versions this member applied |
 // | rink_handover_wait_seconds | histogram | time from the map that gave this member a slot to holding it |
 // | rink_map_apply_seconds | histogram | time this member took to apply a map |
+// | rink_member_load | gauge | this member's load rate over the slots it holds, units per second (rink.Rink.AddLoad), as last reported |
+// | rink_member_awaited_roles | gauge | distinct roles this member awaits in the slots it holds, as last reported |
 package rinkprom
 
 import (
@@ -36,7 +38,7 @@ import (
 // Metrics turns rink events into Prometheus metrics. Pass its Observe
 // method to rink.WithEvents and register it with a Prometheus registry.
 type Metrics struct {
-	index, size, waiting, leader, held                          *prometheus.GaugeVec
+	index, size, waiting, leader, held, load, roles             *prometheus.GaugeVec
 	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
 	handoverWait, mapApply                                      *prometheus.HistogramVec
 
@@ -60,6 +62,8 @@ func New() *Metrics {
 		waiting:      gauge("member_waiting", "1 while the map lists this member as waiting to be ranked."),
 		leader:       gauge("member_leader", "1 while this member is the rink's leader."),
 		held:         gauge("slots_held", "Slots this member holds; a role is held with its slot."),
+		load:         gauge("member_load", "This member's load rate over the slots it holds, units per second, as last reported."),
+		roles:        gauge("member_awaited_roles", "Distinct roles this member awaits in the slots it holds, as last reported."),
 		acquisitions: counter("acquisitions_total", "Slots this member started holding."),
 		releases:     counter("releases_total", "Slots this member stopped holding."),
 		handovers:    counter("handovers_total", "Acquisitions of a slot another member owned before."),
@@ -80,7 +84,7 @@ func New() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held,
+	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.load, m.roles,
 		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied,
 		m.handoverWait, m.mapApply}
 }
@@ -108,7 +112,7 @@ func (m *Metrics) Observe(e rink.Event) {
 		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied} {
 			c.With(l)
 		}
-		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held} {
+		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.load, m.roles} {
 			g.With(l)
 		}
 		m.handoverWait.With(l)
@@ -138,6 +142,9 @@ func (m *Metrics) Observe(e rink.Event) {
 		m.size.With(l).Set(float64(e.Rank.Size))
 		m.waiting.With(l).Set(b2f(e.Rank.Waiting))
 		m.leader.With(l).Set(b2f(e.Rank.Leader == e.Member))
+	case rink.EventLoadReported:
+		m.load.With(l).Set(e.Load)
+		m.roles.With(l).Set(float64(e.Roles))
 	}
 }
 

@@ -131,3 +131,21 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, member string) float64 
 	}
 	return -42
 }
+
+// TestLoadGauges: a load summary sets the member's load and awaited roles.
+func TestLoadGauges(t *testing.T) {
+	m := rinkprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	m.Observe(rink.Event{Kind: rink.EventRankChanged, Rink: "r", Member: "a", Slot: -1, Rank: rink.Rank{Index: 0, Size: 1}})
+	if got := gauge(t, reg, "rink_member_load", "a"); got != 0 {
+		t.Errorf("rink_member_load before any summary = %v, want 0", got)
+	}
+	m.Observe(rink.Event{Kind: rink.EventLoadReported, Rink: "r", Member: "a", Slot: -1, Load: 12.5, Roles: 3})
+	if got := gauge(t, reg, "rink_member_load", "a"); got != 12.5 {
+		t.Errorf("rink_member_load = %v, want 12.5", got)
+	}
+	if got := gauge(t, reg, "rink_member_awaited_roles", "a"); got != 3 {
+		t.Errorf("rink_member_awaited_roles = %v, want 3", got)
+	}
+}

@@ -54,7 +54,7 @@ var scenarios = []struct {
 	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Rolling(env, cfg.plot)
 	}},
-	{"steady-cost", "8 members holding 10,000 roles: etcd requests per second, renewals, keys", func(env bench.Env, cfg config) (bench.Sample, error) {
+	{"steady-cost", "8 members holding 10,000 roles and recording load: etcd requests per second, renewals, keys, load writes", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.SteadyCost(env, cfg.hold)
 	}},
 	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {

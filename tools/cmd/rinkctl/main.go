@@ -342,6 +342,10 @@ type memberJSON struct {
 	Protocols []int `json:"protocols"`
 	// Capacity is the member's capacity (0 when it is gone).
 	Capacity float64 `json:"capacity"`
+	// Load is the member's reported load rate (units per second) and
+	// Roles the roles it awaits in its slots.
+	Load  float64 `json:"load"`
+	Roles int     `json:"roles"`
 }
 
 type waitingJSON struct {
@@ -355,7 +359,7 @@ func toJSON(s rink.State) statusJSON {
 	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, MapError: s.MapError,
 		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...)}
 	for _, m := range s.Members {
-		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...), m.Capacity})
+		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...), m.Capacity, m.Load, m.Roles})
 	}
 	for _, w := range s.Waiting {
 		j.Waiting = append(j.Waiting, waitingJSON{w.Name, w.Since, append([]int{}, w.Protocols...), w.Capacity})
@@ -385,7 +389,7 @@ func statusCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tCAPACITY\tACK\tPROTOCOLS\tSTATE")
+			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tCAPACITY\tLOAD/S\tROLES\tACK\tPROTOCOLS\tSTATE")
 			for _, m := range s.Members {
 				state := "live"
 				switch {
@@ -397,13 +401,13 @@ func statusCmd(g *globals) *cobra.Command {
 				if m.Name == s.Leader {
 					state += ", leader"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f%%\t%s\t%d\t%s\t%s\n", m.Index, m.Name, m.Slots, 100*float64(m.Slots)/float64(max(s.Slots, 1)), capacity(m.Capacity), m.Ack, protocols(m.Protocols), state)
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f%%\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Index, m.Name, m.Slots, 100*float64(m.Slots)/float64(max(s.Slots, 1)), capacity(m.Capacity), strconv.FormatFloat(m.Load, 'g', 4, 64), m.Roles, m.Ack, protocols(m.Protocols), state)
 			}
 			for _, wt := range s.Waiting {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t%s\t-\t%s\twaiting since %s\n", wt.Name, capacity(wt.Capacity), protocols(wt.Protocols), wt.Since.UTC().Format(time.RFC3339))
+				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t%s\t-\t-\t-\t%s\twaiting since %s\n", wt.Name, capacity(wt.Capacity), protocols(wt.Protocols), wt.Since.UTC().Format(time.RFC3339))
 			}
 			for _, name := range s.Joining {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\t-\t-\tjoining\n", name)
+				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\t-\t-\t-\t-\tjoining\n", name)
 			}
 			return tw.Flush()
 		},

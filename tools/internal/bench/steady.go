@@ -38,15 +38,27 @@ func requestCounts() (map[string]float64, error) {
 	return out, nil
 }
 
+// SteadyLoadInterval is the load interval of the steady-cost scenario's
+// members, and SteadyLoadWindow their load window.
+const (
+	SteadyLoadInterval = time.Second
+	SteadyLoadWindow   = 5 * time.Second
+)
+
 // SteadyCost runs 8 members holding 10,000 roles (every member awaits every
 // role, as an application would) for the given time, and reports etcd
 // requests per second by kind, lease renewals per member per TTL, and the
 // keys under the rink's prefix: all of which grow with members, not roles.
+// Every member also records load for the roles it holds (a skewed load:
+// role i gets 1/(1+i%100) units every 10 ms), with a load interval of
+// SteadyLoadInterval, and the scenario reports how often members wrote
+// their load summaries: load_writes_per_member_per_interval (at most 1).
 func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	const members, nroles = 8, 10000
 	ttl := rink.DefaultSessionTTL
 	rec := &recorder{}
-	name, ms, err := cluster(env, rec, "steady", members, rink.WithRebalanceDelay(0))
+	name, ms, err := cluster(env, rec, "steady", members, rink.WithRebalanceDelay(0),
+		rink.WithLoadInterval(SteadyLoadInterval), rink.WithLoadWindow(SteadyLoadWindow))
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +86,35 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 			}()
 		}
 	}
+	for _, m := range ms {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				for i, role := range rs {
+					m.r.AddLoad(role, 1/float64(1+i%100)) // dropped where m does not hold the role
+				}
+			}
+		}()
+	}
+	loadWrites := func() (float64, error) {
+		resp, err := ms[0].cli.Get(context.Background(), "rink/"+name+"/.load/", clientv3.WithPrefix())
+		if err != nil {
+			return 0, err
+		}
+		n := 0.0
+		for _, kv := range resp.Kvs {
+			n += float64(kv.Version)
+		}
+		return n, nil
+	}
 	if err := until(time.Minute, "every role held", func() bool {
 		for _, role := range rs {
 			held := false
@@ -95,9 +136,17 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
+	writesBefore, err := loadWrites()
+	if err != nil {
+		return nil, err
+	}
 	began := time.Now()
 	time.Sleep(hold)
 	after, err := requestCounts()
+	if err != nil {
+		return nil, err
+	}
+	writesAfter, err := loadWrites()
 	if err != nil {
 		return nil, err
 	}
@@ -119,9 +168,10 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	s["requests_per_s"] = total
 	s["renewals_per_member_per_ttl"] = (after["renewals"] - before["renewals"]) / secs / members * ttl.Seconds()
 	s["overlaps"] = float64(overlaps(rec.snapshot()))
-	// A member key, an ack key and an election key per member; the map and
-	// the acknowledgement floor.
-	if s["keys"] > 3*members+2 {
+	s["load_writes_per_member_per_interval"] = (writesAfter - writesBefore) / members / (secs / SteadyLoadInterval.Seconds())
+	// A member key, an ack key, an election key and a load key per member;
+	// the map and the acknowledgement floor.
+	if s["keys"] > 4*members+2 {
 		return s, fmt.Errorf("%v keys for %d members", s["keys"], members)
 	}
 	return s, nil

@@ -1,0 +1,273 @@
+package rink
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Load. A holder tells rink how much work it does per role (AddLoad); each
+// member keeps, per slot it holds, a rate that decays over the load window,
+// and publishes a summary of its held slots in one key of its own, bound to
+// its lease: rink/<name>/.load/<member>. It writes the key at most once per
+// load interval, and only when the summary changed noticeably, so a rink
+// costs O(members) keys and at most one write per member per interval.
+// The key sorts before the acknowledgement keys, outside the range members
+// follow: only observers (and, later, the leader) read it.
+//
+// When no AddLoad has been called, a member still reports how many distinct
+// roles it awaits (AwaitRole, AwaitRoleContext) in each slot it holds.
+
+// loadChange is the share of a member's total load (or roles) by which a
+// slot's figure must change before a new summary is written.
+const loadChange = 0.05
+
+// maxTrackedRoles bounds the distinct role names a member counts per slot.
+const maxTrackedRoles = 1 << 20
+
+// loadAcc is the per-slot accumulator AddLoad adds to, and the awaited
+// roles. AddLoad touches only acc; the reporter goroutine owns the rest of
+// the load state.
+type loadAcc struct {
+	acc []atomic.Uint64 // float64 bits: units added since the last tick
+
+	mu    sync.Mutex
+	roles map[string]struct{} // distinct roles awaited
+	count []int32             // roles per slot
+}
+
+func newLoadAcc(slots int) *loadAcc {
+	return &loadAcc{acc: make([]atomic.Uint64, slots), roles: map[string]struct{}{}, count: make([]int32, slots)}
+}
+
+// AddLoad records units of work done for role (a request served, bytes
+// handled, CPU seconds: any measure, as long as every member uses the
+// same). Each member reports, per slot it holds, the rate of the units
+// added over the last load window (WithLoadWindow) in its load key, and
+// Observers show it (MemberState.Load). A slot's rate below half a unit
+// per window counts as none: choose units so that a busy role adds many
+// per window. AddLoad takes nanoseconds and does not allocate: call it on
+// the hot path. A role with an empty name, and units that are not positive
+// and finite, are ignored.
+func (r *Rink) AddLoad(role string, units float64) {
+	if role == "" || !(units > 0) || math.IsInf(units, 1) {
+		return
+	}
+	a := &r.load.acc[slotOf(role, r.opts.slots)]
+	for {
+		old := a.Load()
+		if a.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+units)) {
+			break
+		}
+	}
+}
+
+// noteRole counts role as awaited in slot s.
+func (l *loadAcc) noteRole(role string, s int) {
+	l.mu.Lock()
+	if _, ok := l.roles[role]; !ok && len(l.roles) < maxTrackedRoles {
+		l.roles[role] = struct{}{}
+		l.count[s]++
+	}
+	l.mu.Unlock()
+}
+
+// loadReport is a member's load summary: per slot it holds that carries
+// load or awaited roles, the slot's rate, how long the member has held it,
+// and its awaited roles.
+type loadReport struct {
+	Slots []slotLoad
+}
+
+type slotLoad struct {
+	Slot  int
+	Rate  float64 // units per second, decayed over the load window
+	Age   float64 // seconds held, as of the report
+	Roles int     // distinct roles awaited in the slot
+}
+
+// total returns the report's total rate and roles.
+func (l loadReport) total() (rate float64, roles int) {
+	for _, s := range l.Slots {
+		rate += s.Rate
+		roles += s.Roles
+	}
+	return rate, roles
+}
+
+// encode renders the report as JSON: {"v":1,"slots":[[slot,rate,age,roles],...]},
+// with rates to 4 significant digits and ages in whole seconds.
+func (l loadReport) encode() []byte {
+	b := []byte(`{"v":1,"slots":[`)
+	for i, s := range l.Slots {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(s.Slot), 10)
+		b = append(b, ',')
+		b = strconv.AppendFloat(b, s.Rate, 'g', 4, 64)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(s.Age), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, int64(s.Roles), 10)
+		b = append(b, ']')
+	}
+	return append(b, "]}"...)
+}
+
+// decodeLoad parses a load key's value for a rink of slots slots. A value
+// of another format version, or that does not decode, gives ok false;
+// entries that make no sense (a slot out of range, a negative or infinite
+// rate) are dropped.
+func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
+	var w struct {
+		V     int         `json:"v"`
+		Slots [][]float64 `json:"slots"`
+	}
+	if json.Unmarshal(data, &w) != nil || w.V != 1 {
+		return loadReport{}, false
+	}
+	seen := map[int]bool{}
+	for _, e := range w.Slots {
+		if len(e) < 4 {
+			continue
+		}
+		s, rate, age, roles := e[0], e[1], e[2], e[3]
+		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
+			!(rate >= 0) || math.IsInf(rate, 1) || !(age >= 0) || math.IsInf(age, 1) ||
+			roles != math.Trunc(roles) || roles < 0 || roles > maxTrackedRoles {
+			continue
+		}
+		seen[int(s)] = true
+		rep.Slots = append(rep.Slots, slotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
+	}
+	return rep, true
+}
+
+// loadMeter turns the units added per tick into decaying rates per slot. It
+// is pure: the reporter goroutine feeds it.
+type loadMeter struct {
+	rate  []float64
+	since []time.Time // when the slot was first seen held; zero when not held
+}
+
+func newLoadMeter(slots int) *loadMeter {
+	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots)}
+}
+
+// tick folds in the units added over the last interval, for the slots held
+// now, and returns the report. A slot not held has no rate: its load is its
+// holder's to report.
+func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []int32, interval, window time.Duration) loadReport {
+	decay := math.Exp(-interval.Seconds() / window.Seconds())
+	var rep loadReport
+	for s := range m.rate {
+		if !held[s] {
+			m.rate[s], m.since[s] = 0, time.Time{}
+			continue
+		}
+		if m.since[s].IsZero() {
+			m.since[s] = now
+		}
+		m.rate[s] = m.rate[s]*decay + (1-decay)*units[s]/interval.Seconds()
+		if m.rate[s] < 0.5/window.Seconds() {
+			m.rate[s] = 0 // less than half a unit per window: idle
+		}
+		if m.rate[s] > 0 || roles[s] > 0 {
+			rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: m.rate[s], Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
+		}
+	}
+	return rep
+}
+
+// loadChanged reports whether next differs noticeably from last: another
+// set of slots, or a slot whose rate (or roles) moved by more than
+// loadChange of the larger total.
+func loadChanged(last, next loadReport) bool {
+	if len(last.Slots) != len(next.Slots) {
+		return true
+	}
+	lr, lroles := last.total()
+	nr, nroles := next.total()
+	for i := range next.Slots {
+		a, b := last.Slots[i], next.Slots[i]
+		if a.Slot != b.Slot ||
+			math.Abs(a.Rate-b.Rate) > loadChange*max(lr, nr) ||
+			math.Abs(float64(a.Roles-b.Roles)) > loadChange*float64(max(lroles, nroles)) {
+			return true
+		}
+	}
+	return false
+}
+
+// reportLoad is the reporter goroutine: every load interval it folds in
+// what AddLoad added, and writes the member's load key when the summary
+// changed noticeably (or the member joined again since the last write).
+func (r *Rink) reportLoad() {
+	interval, window := r.opts.loadEvery, r.opts.loadWindow
+	S := r.opts.slots
+	meter := newLoadMeter(S)
+	units := make([]float64, S)
+	held := make([]bool, S)
+	roles := make([]int32, S)
+	var last loadReport
+	var lastInc *incarnation
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var now time.Time
+		select {
+		case <-r.ctx.Done():
+			return
+		case now = <-t.C:
+		}
+		for s := range units {
+			units[s] = math.Float64frombits(r.load.acc[s].Swap(0))
+			st := r.slots[s].Load()
+			held[s] = st != nil && st.ctx != nil && st.ctx.Err() == nil
+		}
+		r.load.mu.Lock()
+		copy(roles, r.load.count)
+		r.load.mu.Unlock()
+		rep := meter.tick(now, units, held, roles, interval, window)
+		inc := r.loadInc.Load()
+		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
+			continue
+		}
+		if r.writeLoad(inc, rep) {
+			last, lastInc = rep, inc
+			rate, n := rep.total()
+			r.emit(Event{Kind: EventLoadReported, Slot: -1, Load: rate, Roles: n})
+		}
+	}
+}
+
+// writeLoad writes the member's load key, bound to inc's lease, if inc's
+// member key is still the member's.
+func (r *Rink) writeLoad(inc *incarnation, rep loadReport) bool {
+	ctx, cancel := context.WithTimeout(inc.ctx, r.opts.loadEvery)
+	defer cancel()
+	key := r.keys.member(r.opts.member)
+	resp, err := r.cli.Txn(ctx).
+		If(
+			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease),
+		).
+		Then(clientv3.OpPut(r.keys.load(r.opts.member), string(rep.encode()), clientv3.WithLease(inc.lease))).
+		Commit()
+	if err != nil {
+		if inc.ctx.Err() == nil {
+			r.log.Info("writing the load summary failed; retrying at the next interval", zap.Error(err))
+		}
+		return false
+	}
+	return resp.Succeeded
+}

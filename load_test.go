@@ -1,0 +1,251 @@
+package rink
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+func TestLoadMeter(t *testing.T) {
+	const S = 4
+	m := newLoadMeter(S)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	held := []bool{true, true, false, true}
+	roles := []int32{0, 2, 5, 0}
+	var rep loadReport
+	// 10 units per 100 ms in slot 0 (100/s), 1 per 100 ms in slot 3: with a
+	// window of 1 s the rates approach 100 and 10.
+	for i := 1; i <= 60; i++ {
+		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, held, roles, 100*time.Millisecond, time.Second)
+	}
+	want := []slotLoad{{Slot: 0, Rate: 100, Age: 5}, {Slot: 1, Roles: 2, Age: 5}, {Slot: 3, Rate: 10, Age: 5}}
+	if len(rep.Slots) != len(want) {
+		t.Fatalf("report %+v, want slots like %+v", rep, want)
+	}
+	for i, w := range want {
+		g := rep.Slots[i]
+		if g.Slot != w.Slot || g.Roles != w.Roles || g.Age != w.Age || math.Abs(g.Rate-w.Rate) > 0.01*w.Rate {
+			t.Errorf("slot entry %d = %+v, want about %+v", i, g, w)
+		}
+	}
+	// The units of a slot not held count for nothing (slot 2), and a slot
+	// that stops being held loses its rate and its age.
+	held[0] = false
+	rep = m.tick(t0.Add(61*100*time.Millisecond), []float64{10, 0, 7, 1}, held, roles, 100*time.Millisecond, time.Second)
+	if rep.Slots[0].Slot != 1 || m.rate[0] != 0 || !m.since[0].IsZero() {
+		t.Errorf("after slot 0 was released: %+v, rate %v", rep, m.rate[0])
+	}
+	// Without units the rate decays e-fold per window.
+	before := m.rate[3]
+	for i := 62; i < 72; i++ {
+		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), make([]float64, S), held, roles, 100*time.Millisecond, time.Second)
+	}
+	if got := m.rate[3] / before; math.Abs(got-math.Exp(-1)) > 0.01 {
+		t.Errorf("after one window without load the rate is %.3f of what it was, want 1/e", got)
+	}
+}
+
+func TestLoadCodec(t *testing.T) {
+	rep := loadReport{Slots: []slotLoad{{Slot: 0, Rate: 123.456789, Age: 61, Roles: 3}, {Slot: 1023, Rate: 1e-5, Age: 0, Roles: 0}}}
+	got, ok := decodeLoad(rep.encode(), 1024)
+	if !ok || len(got.Slots) != 2 || got.Slots[0].Rate != 123.5 || got.Slots[0].Age != 61 || got.Slots[0].Roles != 3 || got.Slots[1].Slot != 1023 {
+		t.Fatalf("round trip of %s: %+v, %v", rep.encode(), got, ok)
+	}
+	for _, c := range []struct {
+		value string
+		ok    bool
+		n     int
+	}{
+		{`garbage`, false, 0},
+		{`{"v":2,"slots":[[0,1,1,1]]}`, false, 0}, // a later format: not read
+		{`{"v":1}`, true, 0},
+		{`{"v":1,"slots":[[0,1,1,1],[0,2,2,2]]}`, true, 1},                 // a slot twice: the first counts
+		{`{"v":1,"slots":[[1024,1,1,1],[-1,1,1,1],[0.5,1,1,1]]}`, true, 0}, // out of range, not whole
+		{`{"v":1,"slots":[[1,-1,1,1],[2,1,-1,1],[3,1,1,-1],[4,1,1]]}`, true, 0},
+		{`{"v":1,"slots":[[1,1e999,1,1]]}`, false, 0}, // does not decode
+		{`{"v":1,"slots":[[1,2,3,4,"later"]]}`, false, 0},
+		{`{"v":1,"slots":[[1,2,3,4,5]]}`, true, 1}, // later fields are ignored
+	} {
+		got, ok := decodeLoad([]byte(c.value), 1024)
+		if ok != c.ok || len(got.Slots) != c.n {
+			t.Errorf("decodeLoad(%s) = %+v, %v; want %d slots, %v", c.value, got, ok, c.n, c.ok)
+		}
+	}
+}
+
+func FuzzDecodeLoad(f *testing.F) {
+	f.Add([]byte(`{"v":1,"slots":[[0,1.5,3,2],[7,0,0,1]]}`))
+	f.Add([]byte(`{"v":1,"slots":[[1e300,1,1,1]]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rep, ok := decodeLoad(data, 64)
+		if !ok && len(rep.Slots) > 0 {
+			t.Fatal("entries from a value that does not decode")
+		}
+		seen := map[int]bool{}
+		for _, s := range rep.Slots {
+			if s.Slot < 0 || s.Slot >= 64 || seen[s.Slot] || !(s.Rate >= 0) || math.IsInf(s.Rate, 1) || !(s.Age >= 0) || s.Roles < 0 {
+				t.Fatalf("entry %+v let through", s)
+			}
+			seen[s.Slot] = true
+		}
+		if ok {
+			again, ok2 := decodeLoad(rep.encode(), 64)
+			if !ok2 || len(again.Slots) != len(rep.Slots) {
+				t.Fatalf("re-encoded report does not decode alike: %s", rep.encode())
+			}
+		}
+	})
+}
+
+func TestLoadChanged(t *testing.T) {
+	base := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 50, Roles: 1}, {Slot: 2, Rate: 50, Roles: 1}}}
+	with := func(f func(*loadReport)) loadReport {
+		r := loadReport{Slots: slices.Clone(base.Slots)}
+		f(&r)
+		return r
+	}
+	for _, c := range []struct {
+		name string
+		next loadReport
+		want bool
+	}{
+		{"same", base, false},
+		{"a little", with(func(r *loadReport) { r.Slots[0].Rate = 54 }), false},
+		{"noticeably", with(func(r *loadReport) { r.Slots[0].Rate = 56 }), true},
+		{"another slot", with(func(r *loadReport) { r.Slots[1].Slot = 3 }), true},
+		{"a slot less", loadReport{Slots: base.Slots[:1]}, true},
+		{"roles", with(func(r *loadReport) { r.Slots[1].Roles = 2 }), true},
+		{"ages only", with(func(r *loadReport) { r.Slots[1].Age = 99 }), false},
+	} {
+		if got := loadChanged(base, c.next); got != c.want {
+			t.Errorf("%s: loadChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// AddLoad is on the holders' hot path: it must not allocate.
+func TestAddLoadAllocs(t *testing.T) {
+	r := &Rink{opts: options{slots: 1024}, load: newLoadAcc(1024)}
+	if n := testing.AllocsPerRun(1000, func() { r.AddLoad("BTC/ETH", 1.5) }); n != 0 {
+		t.Errorf("AddLoad allocates %v times per call", n)
+	}
+	if got := math.Float64frombits(r.load.acc[slotOf("BTC/ETH", 1024)].Load()); got != 1501.5 {
+		t.Errorf("accumulated %v, want 1501.5", got) // AllocsPerRun runs it once more to warm up
+	}
+}
+
+func BenchmarkAddLoad(b *testing.B) {
+	r := &Rink{opts: options{slots: 1024}, load: newLoadAcc(1024)}
+	roles := []string{"BTC/ETH", "partition:42", "tenant-7", "leader"}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			r.AddLoad(roles[i&3], 1)
+			i++
+		}
+	})
+}
+
+// Members report their load and awaited roles, observers see them, and a
+// member writes its load key at most once per interval, and not at all
+// while its figures hold still.
+func TestLoadReported(t *testing.T) {
+	name := rinkName(t)
+	opts := []Option{WithLoadInterval(100 * time.Millisecond), WithLoadWindow(time.Second), WithSlots(64)}
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+	ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	eventually(t, 10*time.Second, "both ranked", func() bool { return ob.State().Version > 0 && len(ob.State().Members) == 2 })
+	// One role of each member, awaited, and two more of a's.
+	var ra, rb []string
+	for i := 0; len(ra) < 3 || len(rb) < 1; i++ {
+		role := "role-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		switch o, _ := ob.Owner(role); {
+		case o == "a" && len(ra) < 3:
+			ra = append(ra, role)
+		case o == "b" && len(rb) < 1:
+			rb = append(rb, role)
+		}
+	}
+	for _, role := range ra {
+		if _, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.AwaitRoleContext(ctxTimeout(t, 10*time.Second), rb[0]); err != nil {
+		t.Fatal(err)
+	}
+	member := func(n string) MemberState {
+		for _, m := range ob.State().Members {
+			if m.Name == n {
+				return m
+			}
+		}
+		return MemberState{}
+	}
+	eventually(t, 10*time.Second, "awaited roles reported", func() bool { return member("a").Roles == 3 && member("b").Roles == 1 })
+
+	// a does three times b's work.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				a.AddLoad(ra[0], 2)
+				a.AddLoad(ra[1], 1)
+				b.AddLoad(rb[0], 1)
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "loads reported in the ratio of the work", func() bool {
+		la, lb := member("a").Load, member("b").Load
+		return lb > 0 && la/lb > 2.5 && la/lb < 3.5
+	})
+
+	// At most one write per interval.
+	cli := newClient(t)
+	key := newKeys(name).load("a")
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("load key of a: %v %v", resp, err)
+	}
+	v0, t0 := resp.Kvs[0].Version, time.Now()
+	eventually(t, 10*time.Second, "a second gone by", func() bool { return time.Since(t0) > time.Second })
+	resp, err = cli.Get(ctxTimeout(t, 5*time.Second), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("load key of a: %v %v", resp, err)
+	}
+	if n, most := resp.Kvs[0].Version-v0, int64(time.Since(t0)/(100*time.Millisecond))+1; n > most {
+		t.Errorf("%d writes of the load key in %v, want at most %d", n, time.Since(t0), most)
+	}
+
+	// Once the work stops and the rates have decayed, the summary stays
+	// still and nothing is written.
+	cancel()
+	<-done
+	eventually(t, 20*time.Second, "the load decayed", func() bool { return member("a").Load == 0 && member("b").Load == 0 })
+	resp, _ = cli.Get(ctxTimeout(t, 5*time.Second), key)
+	v1, t1 := resp.Kvs[0].Version, time.Now()
+	eventually(t, 10*time.Second, "a second gone by", func() bool { return time.Since(t1) > time.Second })
+	resp, _ = cli.Get(ctxTimeout(t, 5*time.Second), key)
+	if n := resp.Kvs[0].Version - v1; n != 0 {
+		t.Errorf("%d writes of a load key that did not change", n)
+	}
+}
