@@ -1,0 +1,246 @@
+package rink
+
+import (
+	"math"
+	"slices"
+)
+
+// Load balancing, the pure part. Once members report their load (see
+// load.go), the leader can balance by load rather than by slot count: it
+// estimates each slot's load, and rebalanceLoad moves loaded slots from the
+// most loaded members (by load per capacity) to the least loaded, one way,
+// so that a member holding one very hot slot can give away everything
+// else. Slot counts then drift from the count shares, and count balancing
+// must stop correcting them (see placeOrphans): in a rink balanced by load,
+// departures and promotions keep working as before (an heir takes all of
+// its predecessor's slots), and orphaned slots go to the least loaded
+// members.
+//
+// Like plan, it does no I/O and reads no clock.
+
+// loadPlanInput is what rebalanceLoad needs beside the current table.
+type loadPlanInput struct {
+	// Load is each slot's estimated load (S entries, none negative).
+	Load []float64
+	// Capacity gives members' capacities; a member it does not name has
+	// capacity 1.
+	Capacity map[string]float64
+	// Tolerance is how far above the mean a member's load per capacity may
+	// be: a round starts only when the most loaded member is above
+	// (1+Tolerance) times the mean, and then swaps until it is within
+	// (1+Tolerance/2) times the mean, or nothing helps any more.
+	Tolerance float64
+	// Budget bounds the slots a round moves (two per swap).
+	Budget int
+	// Frozen marks slots that must not move (moved in a recent round).
+	Frozen []bool
+}
+
+// memberLoads returns each member's load over its slots in table.
+func memberLoads(table []int, n int, load []float64) []float64 {
+	out := make([]float64, n)
+	for s, i := range table {
+		out[i] += load[s]
+	}
+	return out
+}
+
+// imbalance returns the most loaded member's load per capacity over the
+// mean load per capacity: 1 is perfect balance. It is 1 when there is no
+// load.
+func imbalance(m rankMap, load []float64, capacity map[string]float64) float64 {
+	if len(m.Members) == 0 {
+		return 1
+	}
+	loads := memberLoads(m.Table, len(m.Members), load)
+	total, caps, worst := 0.0, 0.0, 0.0
+	for i, name := range m.Members {
+		c := capacityOr1(capacity[name])
+		total += loads[i]
+		caps += c
+		worst = max(worst, loads[i]/c)
+	}
+	if total <= 0 {
+		return 1
+	}
+	return worst / (total / caps)
+}
+
+// imbalanceBound returns the least imbalance any table could reach: the
+// hottest slot on the member with the most capacity, beside the mean (or 1).
+func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) float64 {
+	total, caps, hot, top := 0.0, 0.0, 0.0, 0.0
+	for _, x := range load {
+		total += x
+		hot = max(hot, x)
+	}
+	for _, name := range m.Members {
+		c := capacityOr1(capacity[name])
+		caps += c
+		top = max(top, c)
+	}
+	if total <= 0 || caps == 0 {
+		return 1
+	}
+	return max(1, (hot/top)/(total/caps))
+}
+
+// rebalanceLoad returns the table after one round of load balancing, and
+// the slots it moved. The round:
+//
+//   - starts only if the most loaded member (by load per capacity) is more
+//     than 1+Tolerance times the mean;
+//   - then repeatedly moves one loaded slot from the most loaded member h
+//     to the member l whose load per capacity it raises least: of the
+//     moves that bring both within (1+Tolerance/2) times the mean, the one
+//     that moves the least load; if none does, the one that leaves the
+//     larger of the two lowest. A move is made only if it leaves l below
+//     h's load before the move, so the most loaded member's load never
+//     grows, and a slot moves at most once per round;
+//   - stops at (1+Tolerance/2) times the mean, when Budget slots have
+//     moved, or when no move lowers the most loaded member's load.
+//
+// Frozen slots, and slots without load, do not move.
+func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
+	n := len(cur.Members)
+	table = slices.Clone(cur.Table)
+	if n < 2 || len(in.Load) != len(table) || in.Budget < 1 {
+		return table, nil
+	}
+	caps := make([]float64, n)
+	capSum := 0.0
+	for i, name := range cur.Members {
+		caps[i] = capacityOr1(in.Capacity[name])
+		capSum += caps[i]
+	}
+	loads := memberLoads(table, n, in.Load)
+	total := 0.0
+	for _, x := range loads {
+		total += x
+	}
+	if !(total > 0) || math.IsInf(total, 0) {
+		return table, nil
+	}
+	mean := total / capSum
+	per := func(i int) float64 { return loads[i] / caps[i] }
+	most := func() (h int) {
+		for i := 1; i < n; i++ {
+			if per(i) > per(h) {
+				h = i
+			}
+		}
+		return h
+	}
+	if h := most(); per(h) <= mean*(1+in.Tolerance) {
+		return table, nil
+	}
+	aim := mean * (1 + in.Tolerance/2)
+	done := make([]bool, len(table)) // frozen, or moved in this round
+	if in.Frozen != nil {
+		copy(done, in.Frozen)
+	}
+	for len(moved) < in.Budget {
+		h := most()
+		if per(h) <= aim {
+			break
+		}
+		best, to, bestPeak, bestFits := -1, -1, per(h), false
+		for s, i := range table {
+			if i != h || done[s] || !(in.Load[s] > 0) {
+				continue
+			}
+			x := in.Load[s]
+			// The member the slot raises least, by load per capacity.
+			l := -1
+			for j := range caps {
+				if j != h && (l < 0 || (loads[j]+x)/caps[j] < (loads[l]+x)/caps[l]) {
+					l = j
+				}
+			}
+			hAfter, lAfter := (loads[h]-x)/caps[h], (loads[l]+x)/caps[l]
+			if lAfter >= per(h) {
+				continue // would not lower the larger of the two
+			}
+			peak := max(hAfter, lAfter)
+			fits := hAfter <= aim && lAfter <= aim
+			switch {
+			case fits && (!bestFits || x < in.Load[best]):
+				best, to, bestPeak, bestFits = s, l, peak, true
+			case !fits && !bestFits && peak < bestPeak:
+				best, to, bestPeak = s, l, peak
+			}
+		}
+		if best < 0 {
+			break
+		}
+		x := in.Load[best]
+		table[best] = to
+		loads[h] -= x
+		loads[to] += x
+		moved = append(moved, best)
+		done[best] = true
+	}
+	return table, moved
+}
+
+// placeOrphans returns a table in which every slot owned by one of members
+// keeps its owner, and every other slot (an orphan) goes to a member:
+// the orphans by load, most loaded first, each to the member whose load per
+// capacity it raises least, ties to the member with the fewest slots per
+// capacity, then the lower index. It is balance for a rink balanced by
+// load: live members' slots stay where the load rounds put them.
+func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) []int {
+	n, S := len(members), len(owners)
+	idx := make(map[string]int, n)
+	for i, name := range members {
+		idx[name] = i
+	}
+	table := make([]int, S)
+	loads := make([]float64, n)
+	count := make([]int, n)
+	caps := make([]float64, n)
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
+	}
+	var orphans []int
+	for s, o := range owners {
+		i, ok := idx[o]
+		if !ok {
+			orphans = append(orphans, s)
+			continue
+		}
+		table[s] = i
+		count[i]++
+		if s < len(load) {
+			loads[i] += load[s]
+		}
+	}
+	at := func(s int) float64 {
+		if s < len(load) {
+			return load[s]
+		}
+		return 0
+	}
+	slices.SortStableFunc(orphans, func(a, b int) int {
+		switch {
+		case at(a) > at(b):
+			return -1
+		case at(a) < at(b):
+			return 1
+		}
+		return 0
+	})
+	for _, s := range orphans {
+		best := 0
+		for i := 1; i < n; i++ {
+			bi, ii := (loads[best]+at(s))/caps[best], (loads[i]+at(s))/caps[i]
+			if ii < bi || ii == bi && float64(count[i])/caps[i] < float64(count[best])/caps[best] {
+				best = i
+			}
+		}
+		table[s] = best
+		loads[best] += at(s)
+		count[best]++
+	}
+	return table
+}

@@ -1,0 +1,251 @@
+package rink
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// rolesPerSlot is the load of a rink whose only signal is the awaited
+// roles: one unit per role, in its slot.
+func rolesPerSlot(S int, roles ...string) []float64 {
+	load := make([]float64, S)
+	for _, r := range roles {
+		load[slotOf(r, S)]++
+	}
+	return load
+}
+
+// owned counts each member's roles (load units) in a table.
+func owned(m rankMap, load []float64) []float64 {
+	return memberLoads(m.Table, len(m.Members), load)
+}
+
+func TestRebalanceLoadFewRoles(t *testing.T) {
+	const S = 1024
+	for _, c := range []struct {
+		members int
+		roles   int
+		want    []float64 // member loads, sorted
+	}{
+		{3, 3, []float64{1, 1, 1}},
+		{4, 10, []float64{2, 2, 3, 3}},
+		{2, 5, []float64{2, 3}},
+		{8, 8, []float64{1, 1, 1, 1, 1, 1, 1, 1}},
+	} {
+		t.Run(fmt.Sprintf("%d roles on %d members", c.roles, c.members), func(t *testing.T) {
+			var names, roles []string
+			for i := 0; i < c.members; i++ {
+				names = append(names, fmt.Sprint("m", i))
+			}
+			for i := 0; i < c.roles; i++ {
+				roles = append(roles, fmt.Sprint("pair-", i))
+			}
+			load := rolesPerSlot(S, roles...)
+			m := start(S, names...)
+			for round := 0; round < 3; round++ {
+				table, _ := rebalanceLoad(m, loadPlanInput{Load: load, Tolerance: 0.1, Budget: S / 20})
+				m.Table = table
+			}
+			got := owned(m, load)
+			slices.Sort(got)
+			if !slices.Equal(got, c.want) {
+				t.Errorf("roles per member %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestRebalanceLoadTable(t *testing.T) {
+	// Four slots per member, two members: a holds the hot slots.
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: []int{0, 0, 0, 0, 1, 1, 1, 1}}
+	for _, c := range []struct {
+		name   string
+		load   []float64
+		frozen []bool
+		budget int
+		tol    float64
+		want   []int
+	}{
+		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, []int{0, 1, 0, 0, 1, 1, 1, 1}},
+		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, []int{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, []int{1, 0, 0, 0, 1, 1, 1, 1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, moved := rebalanceLoad(m, loadPlanInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
+			if !slices.Equal(got, c.want) {
+				t.Errorf("table %v (moved %v), want %v", got, moved, c.want)
+			}
+		})
+	}
+}
+
+// zipfLoad returns per-slot loads for n roles whose loads follow a Zipf
+// law of exponent 1.1, in a random order.
+func zipfLoad(rng *rand.Rand, S, n int) []float64 {
+	load := make([]float64, S)
+	for k := 1; k <= n; k++ {
+		load[rng.IntN(S)] += 1 / math.Pow(float64(k), 1.1)
+	}
+	return load
+}
+
+// checkRound asserts rebalanceLoad's promises for one round.
+func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table []int, moved []int) {
+	t.Helper()
+	if len(table) != len(cur.Table) {
+		t.Fatalf("table of %d slots, want %d", len(table), len(cur.Table))
+	}
+	for s := range table {
+		if table[s] < 0 || table[s] >= len(cur.Members) {
+			t.Fatalf("slot %d owned by index %d", s, table[s])
+		}
+	}
+	if len(moved) > in.Budget {
+		t.Fatalf("moved %d slots, budget %d", len(moved), in.Budget)
+	}
+	inMoved := map[int]bool{}
+	for _, s := range moved {
+		if inMoved[s] {
+			t.Fatalf("slot %d moved twice in a round", s)
+		}
+		inMoved[s] = true
+		if in.Frozen != nil && in.Frozen[s] {
+			t.Fatalf("frozen slot %d moved", s)
+		}
+		if !(in.Load[s] > 0) {
+			t.Fatalf("slot %d without load moved", s)
+		}
+	}
+	for s := range table {
+		if (table[s] != cur.Table[s]) != inMoved[s] {
+			t.Fatalf("slot %d: owner %d -> %d, listed as moved: %v", s, cur.Table[s], table[s], inMoved[s])
+		}
+	}
+	next := cur
+	next.Table = table
+	if b, a := imbalance(cur, in.Load, in.Capacity), imbalance(next, in.Load, in.Capacity); a > b*(1+1e-9) {
+		t.Fatalf("imbalance grew from %.4f to %.4f", b, a)
+	}
+}
+
+// simulateLoad runs rounds of load balancing on a random rink with random
+// loads that change now and then, freezing each round's moves for three
+// rounds, and checks every round; with loads that hold still it must reach
+// the tolerance or the bound, and no slot may move back within 3 rounds.
+func simulateLoad(t testing.TB, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	S := []int{16, 64, 256, 1024}[rng.IntN(4)]
+	n := 2 + rng.IntN(7)
+	var names []string
+	caps := map[string]float64{}
+	for i := 0; i < n; i++ {
+		names = append(names, fmt.Sprint("m", i))
+		if seed%2 == 1 {
+			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
+		}
+	}
+	cur := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: names}
+	cur.Table = balance(make([]string, S), names, caps)
+	load := zipfLoad(rng, S, 1+rng.IntN(4*S))
+	tol := []float64{0.05, 0.1, 0.25}[rng.IntN(3)]
+	budget := max(2, S/20)
+	movedAt := map[int][]int{} // slot -> rounds it moved in
+	var lastOwner = map[int][]int{}
+	for round := 0; round < 30; round++ {
+		frozen := make([]bool, S)
+		for s, rs := range movedAt {
+			if len(rs) > 0 && round-rs[len(rs)-1] <= 3 {
+				frozen[s] = true
+			}
+		}
+		in := loadPlanInput{Load: load, Capacity: caps, Tolerance: tol, Budget: budget, Frozen: frozen}
+		table, moved := rebalanceLoad(cur, in)
+		checkRound(t, cur, in, table, moved)
+		for _, s := range moved {
+			if rs := movedAt[s]; len(rs) > 0 && round-rs[len(rs)-1] <= 3 {
+				t.Fatalf("seed %d: slot %d moved in round %d and again in round %d", seed, s, rs[len(rs)-1], round)
+			}
+			movedAt[s] = append(movedAt[s], round)
+			lastOwner[s] = append(lastOwner[s], cur.Table[s])
+		}
+		cur.Table = table
+		if round == 19 {
+			// Loads held still for 20 rounds: the rink is within the
+			// tolerance, or as close as the hottest slot allows, or
+			// no swap lowers the most loaded member.
+			if _, more := rebalanceLoad(cur, loadPlanInput{Load: load, Capacity: caps, Tolerance: tol, Budget: S}); len(more) > 0 && imbalance(cur, load, caps) > max(1+tol, imbalanceBound(cur, load, caps))*1.001 {
+				t.Fatalf("seed %d: after 20 rounds imbalance %.3f (bound %.3f, tolerance %v) and more swaps would help",
+					seed, imbalance(cur, load, caps), imbalanceBound(cur, load, caps), tol)
+			}
+			load = zipfLoad(rng, S, 1+rng.IntN(4*S)) // the hot set changes
+		}
+	}
+}
+
+func TestRebalanceLoadRandom(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		simulateLoad(t, seed)
+	}
+}
+
+func FuzzRebalanceLoad(f *testing.F) {
+	f.Add(uint64(1))
+	f.Add(uint64(42))
+	f.Fuzz(func(t *testing.T, seed uint64) { simulateLoad(t, seed) })
+}
+
+func TestPlaceOrphans(t *testing.T) {
+	// a is loaded, b is not, c is gone: c's slots go to b, the hot one
+	// first; a keeps its slots.
+	owners := []string{"a", "a", "c", "c", "b", "c", ""}
+	load := []float64{5, 5, 4, 1, 0, 0, 0}
+	got := placeOrphans(owners, []string{"a", "b"}, nil, load)
+	if want := []int{0, 0, 1, 1, 1, 1, 1}; !slices.Equal(got, want) {
+		t.Errorf("table %v, want %v", got, want)
+	}
+	// Without load the orphans spread by count per capacity.
+	got = placeOrphans([]string{"", "", "", "", "", ""}, []string{"a", "b"}, map[string]float64{"b": 2}, make([]float64, 6))
+	n := map[int]int{}
+	for _, i := range got {
+		n[i]++
+	}
+	if n[0] != 2 || n[1] != 4 {
+		t.Errorf("orphans without load: %v, want 2 to a and 4 to b", got)
+	}
+}
+
+func FuzzPlaceOrphans(f *testing.F) {
+	f.Add(uint64(3))
+	f.Fuzz(func(t *testing.T, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 2))
+		S, n := 1+rng.IntN(200), 1+rng.IntN(6)
+		var members []string
+		for i := 0; i < n; i++ {
+			members = append(members, fmt.Sprint("m", i))
+		}
+		owners := make([]string, S)
+		for s := range owners {
+			if k := rng.IntN(n + 2); k < n {
+				owners[s] = members[k]
+			} else if k == n {
+				owners[s] = "gone"
+			}
+		}
+		load := zipfLoad(rng, S, rng.IntN(3*S))
+		table := placeOrphans(owners, members, nil, load)
+		for s, o := range owners {
+			if table[s] < 0 || table[s] >= n {
+				t.Fatalf("slot %d given to index %d", s, table[s])
+			}
+			if slices.Contains(members, o) && members[table[s]] != o {
+				t.Fatalf("slot %d of live %s moved to %s", s, o, members[table[s]])
+			}
+		}
+	})
+}
