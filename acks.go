@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"sync"
 	"time"
 
@@ -246,6 +247,22 @@ func (v *ackView) del(k keys, key string) {
 	}
 }
 
+// noteLoad folds a load key's put or deletion into loads, and reports
+// whether it was one. A summary that does not decode counts as none.
+func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, deleted bool) bool {
+	key := string(kv.Key)
+	if !r.keys.isLoad(key) {
+		return false
+	}
+	name := r.keys.loadName(key)
+	if rep, ok := decodeLoad(kv.Value, r.opts.slots); ok && !deleted && validName(name, false) == "" {
+		loads[name] = rep
+	} else {
+		delete(loads, name)
+	}
+	return true
+}
+
 // compute computes the floor of the view, or nil while there is no map.
 //
 // An acknowledgement beyond the view's map (a version above the map's: an
@@ -304,13 +321,18 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 	defer wg.Wait()
 	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
 	var last []byte
+	loads := map[string]loadReport{} // members' load summaries, when balancing by load
 	follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
+		loadsChanged := false
 		if b.snapshot {
 			clear(v.members)
 			clear(v.acks)
+			clear(loads)
+			loadsChanged = true
 			v.lineage, v.version, v.floor = 0, 0, nil
 			for _, kv := range b.kvs {
 				v.put(r.keys, kv)
+				loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
 			}
 		}
 		for _, ev := range b.events {
@@ -318,6 +340,19 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 				v.put(r.keys, ev.Kv)
 			} else {
 				v.del(r.keys, string(ev.Kv.Key))
+			}
+			loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
+		}
+		if loadsChanged && r.opts.byLoad {
+			// The newest summaries replace any the run goroutine has not
+			// taken yet.
+			select {
+			case <-r.loadsCh:
+			default:
+			}
+			select {
+			case r.loadsCh <- maps.Clone(loads):
+			default:
 			}
 		}
 		f := v.compute()

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,6 +27,16 @@ type leadership struct {
 	refused string             // why the last planned map was not proclaimed (logged once)
 	// strangers: the members that speak none of our protocols (logged once)
 	strangers string
+
+	// Balancing by load (WithImbalanceTolerance; see loadplan.go).
+	reports   map[string]loadReport // members' load summaries, from the aggregator
+	est       []float64             // each slot's estimated load
+	estOK     []bool                // est holds a reported figure
+	estRate   bool                  // est is of rates (else of awaited roles)
+	round     int                   // load rounds so far
+	movedAt   map[int]int           // slot -> the round that last moved it
+	loadTimer *time.Timer           // next load round
+	roundDue  bool                  // a load round may run
 }
 
 type elected struct {
@@ -95,7 +106,10 @@ func (r *Rink) onElected(e elected) {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff()}
+	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{}}
+	if r.opts.byLoad {
+		st.lead.loadTimer = time.NewTimer(r.opts.loadEvery)
+	}
 	st.dirty = true
 	var ctx context.Context
 	ctx, st.lead.stopAgg = context.WithCancel(e.inc.ctx)
@@ -113,6 +127,9 @@ func (r *Rink) stopLeading() {
 	}
 	if st.lead.timer != nil {
 		st.lead.timer.Stop()
+	}
+	if st.lead.loadTimer != nil {
+		st.lead.loadTimer.Stop()
 	}
 	st.lead.stopAgg()
 	st.lead = nil
@@ -135,7 +152,10 @@ func (r *Rink) plan() {
 	for _, name := range st.cur.Members {
 		ranked[name] = true
 	}
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members)}
+	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members), ByLoad: r.opts.byLoad}
+	if in.ByLoad {
+		in.Load = r.estimate()
+	}
 	for _, name := range live {
 		if !ranked[name] {
 			if _, ok := l.since[name]; !ok {
@@ -177,6 +197,9 @@ func (r *Rink) plan() {
 	}
 
 	next := plan(st.cur, in)
+	if in.ByLoad && l.roundDue && next.sameAssignment(st.cur) {
+		r.loadRound(&next, in)
+	}
 	proto, strangers := rinkProtocol(st.members)
 	next.Schema = proto
 	if s := strings.Join(strangers, ","); s != l.strangers {
@@ -354,7 +377,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		live := deleteName(liveByAge(members), self)
-		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members)})
+		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: r.opts.byLoad || cur.ByLoad})
 		next.Version, next.Leader = version, cur.Leader
 		next.Schema = cur.Schema // a departure changes no protocol
 		if st.lead != nil {
@@ -436,3 +459,90 @@ func deleteName(names []string, name string) []string {
 	}
 	return out
 }
+
+// estimate returns each slot's estimated load, from the members' load
+// summaries: a slot's figure comes from its owner's summary once the owner
+// has held the slot for half a load window; until then (a slot that moved)
+// the previous figure stands. The figures are rates where any member
+// records load, and awaited roles otherwise. It returns nil while no
+// summary is known.
+func (r *Rink) estimate() []float64 {
+	st := &r.st
+	l := st.lead
+	if len(l.reports) == 0 {
+		return nil
+	}
+	S := r.opts.slots
+	rate := false
+	for _, rep := range l.reports {
+		for _, e := range rep.Slots {
+			rate = rate || e.Rate > 0
+		}
+	}
+	if l.est == nil || rate != l.estRate {
+		l.est, l.estOK, l.estRate = make([]float64, S), make([]bool, S), rate
+	}
+	mature := r.opts.loadWindow.Seconds() / 2
+	for name, rep := range l.reports {
+		for _, e := range rep.Slots {
+			if e.Slot >= S || st.cur.owner(e.Slot) != name || l.estOK[e.Slot] && e.Age < mature {
+				continue
+			}
+			v := float64(e.Roles)
+			if rate {
+				v = e.Rate
+			}
+			l.est[e.Slot], l.estOK[e.Slot] = v, true
+		}
+	}
+	return slices.Clone(l.est)
+}
+
+// loadRound runs one round of load balancing on next (see rebalanceLoad),
+// once every ranked member that owns slots has reported its load, and
+// starts the timer of the next round.
+func (r *Rink) loadRound(next *rankMap, in planInput) {
+	st := &r.st
+	l := st.lead
+	l.roundDue = false
+	l.loadTimer = time.NewTimer(r.opts.loadEvery)
+	if in.Load == nil {
+		return
+	}
+	owns := map[string]bool{}
+	for s := range next.Table {
+		owns[next.owner(s)] = true
+	}
+	for name := range owns {
+		if _, ok := l.reports[name]; !ok {
+			return // its load is unknown yet
+		}
+	}
+	frozen := make([]bool, len(next.Table))
+	for s, at := range l.movedAt {
+		if l.round-at < loadFreeze {
+			frozen[s] = true
+		} else {
+			delete(l.movedAt, s)
+		}
+	}
+	before := imbalance(*next, in.Load, in.Capacity)
+	table, moved := rebalanceLoad(*next, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: max(1, len(next.Table)*loadBudgetPercent/100), Frozen: frozen})
+	l.round++
+	if len(moved) == 0 {
+		return
+	}
+	next.Table = table
+	for _, s := range moved {
+		l.movedAt[s] = l.round
+	}
+	r.log.Info("balancing by load", zap.Int("slots", len(moved)), zap.Float64("imbalance", before),
+		zap.Float64("expected", imbalance(*next, in.Load, in.Capacity)))
+}
+
+// A load round moves at most loadBudgetPercent of the slots, and a slot it
+// moved stays put for loadFreeze rounds.
+const (
+	loadBudgetPercent = 5
+	loadFreeze        = 3
+)

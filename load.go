@@ -79,9 +79,9 @@ func (l *loadAcc) noteRole(role string, s int) {
 	l.mu.Unlock()
 }
 
-// loadReport is a member's load summary: per slot it holds that carries
-// load or awaited roles, the slot's rate, how long the member has held it,
-// and its awaited roles.
+// loadReport is a member's load summary: per slot it holds, the slot's
+// rate, how long the member has held it, and its awaited roles. A slot it
+// does not list it did not hold when it wrote the summary.
 type loadReport struct {
 	Slots []slotLoad
 }
@@ -181,9 +181,7 @@ func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []in
 		if m.rate[s] < 0.5/window.Seconds() {
 			m.rate[s] = 0 // less than half a unit per window: idle
 		}
-		if m.rate[s] > 0 || roles[s] > 0 {
-			rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: m.rate[s], Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
-		}
+		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: m.rate[s], Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
 	}
 	return rep
 }

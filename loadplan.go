@@ -244,3 +244,54 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 	}
 	return table
 }
+
+// fillNewcomers gives every member of table that owns no slot its share of
+// the slots by capacity (S·c/Σc, rounded down), as count balancing would:
+// one slot at a time from the member with the most slots per capacity,
+// its least loaded slot (ties to the highest-numbered). So a scale-out in a
+// rink balanced by load moves what it moves in one balanced by count, and
+// load rounds move load afterwards. It changes table in place.
+func fillNewcomers(table []int, members []string, capacity map[string]float64, load []float64) {
+	n, S := len(members), len(table)
+	count := make([]int, n)
+	for _, i := range table {
+		count[i]++
+	}
+	caps := make([]float64, n)
+	total := 0.0
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
+		total += caps[i]
+	}
+	at := func(s int) float64 {
+		if s < len(load) {
+			return load[s]
+		}
+		return 0
+	}
+	for i := range members {
+		if count[i] > 0 {
+			continue
+		}
+		want := int(math.Floor(float64(S) * caps[i] / total))
+		for ; count[i] < want; count[i]++ {
+			donor := -1
+			for j := range members {
+				if j != i && count[j] > 1 && (donor < 0 || float64(count[j])/caps[j] > float64(count[donor])/caps[donor]) {
+					donor = j
+				}
+			}
+			if donor < 0 {
+				break
+			}
+			cold := -1
+			for s := S - 1; s >= 0; s-- {
+				if table[s] == donor && (cold < 0 || at(s) < at(cold)) {
+					cold = s
+				}
+			}
+			table[cold] = i
+			count[donor]--
+		}
+	}
+}

@@ -249,3 +249,55 @@ func FuzzPlaceOrphans(f *testing.F) {
 		}
 	})
 }
+
+// In a rink balanced by load, planning keeps live members' slots except
+// what newcomers take (their count share), gives every orphan a live
+// member, and planning again moves nothing.
+func TestPlanByLoadRandomHistories(t *testing.T) {
+	for seed := uint64(0); seed < 200; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 3))
+		S := []int{8, 64, 1024}[seed%3]
+		cur := rankMap{Schema: schemaVersion, Slots: S}
+		var live []string
+		next := 0
+		for step := 0; step < 40; step++ {
+			load := zipfLoad(rng, S, rng.IntN(2*S))
+			in := planInput{Ready: map[string]bool{}, ByLoad: true, Load: load}
+			switch op := rng.IntN(10); {
+			case op < 4 || len(live) == 0:
+				live = append(live, fmt.Sprintf("m%d", next))
+				next++
+			case op < 7:
+				i := rng.IntN(len(live))
+				live = slices.Delete(slices.Clone(live), i, i+1)
+			default:
+				for _, w := range cur.Waiting {
+					in.Ready[w.Name] = true
+				}
+			}
+			in.Live = slices.Clone(live)
+			n := plan(cur, in)
+			if len(n.Members) > 0 && (len(n.Table) != S || !n.ByLoad) {
+				t.Fatalf("seed %d step %d: table of %d slots, byLoad %v", seed, step, len(n.Table), n.ByLoad)
+			}
+			had := renamed(cur, n)
+			newcomer := map[string]bool{}
+			for _, name := range n.Members {
+				if counts(had)[name] == 0 {
+					newcomer[name] = true
+				}
+			}
+			for s := 0; s < S && len(n.Members) > 0; s++ {
+				before, after := had.owner(s), n.owner(s)
+				if before != after && slices.Contains(n.Members, before) && !newcomer[after] {
+					t.Fatalf("seed %d step %d: slot %d of live %s moved to %s", seed, step, s, before, after)
+				}
+			}
+			if again := plan(n, in); !again.sameAssignment(n) {
+				t.Fatalf("seed %d step %d: planning again moved slots", seed, step)
+			}
+			n.Version = cur.Version + 1
+			cur = n
+		}
+	}
+}

@@ -113,9 +113,12 @@ func (r *Rink) run(first *incarnation) {
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		var timer, quiet <-chan time.Time
+		var timer, quiet, loadTimer <-chan time.Time
 		if st.lead != nil && st.lead.timer != nil {
 			timer = st.lead.timer.C
+		}
+		if st.lead != nil && st.lead.loadTimer != nil {
+			loadTimer = st.lead.loadTimer.C
 		}
 		if st.quietTimer != nil {
 			quiet = st.quietTimer.C
@@ -134,6 +137,14 @@ func (r *Rink) run(first *incarnation) {
 		case <-timer:
 			st.lead.timer = nil
 			st.dirty = true
+		case <-loadTimer:
+			st.lead.loadTimer = nil
+			st.lead.roundDue = true
+			st.dirty = true
+		case reps := <-r.loadsCh:
+			if st.lead != nil {
+				st.lead.reports = reps
+			}
 		case <-quiet:
 			st.quietTimer = nil
 			r.sendAck() // withheld meanwhile

@@ -60,6 +60,9 @@ type State struct {
 	// used (members refuse it too, and hold no roles meanwhile); the state
 	// shows the last usable map, and Owner answers nothing.
 	MapError string
+	// ByLoad reports that the leader balances the rink by load (see
+	// WithImbalanceTolerance), not by slot count.
+	ByLoad bool
 
 	table   []int
 	changed chan struct{}
@@ -288,6 +291,7 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 	if cur.Version > 0 {
 		s.Protocol = cur.Schema
 	}
+	s.ByLoad = cur.ByLoad
 	s.Leader = elect[lowestKey(elect)].value
 	count := make([]int, len(cur.Members))
 	for _, i := range cur.Table {

@@ -49,6 +49,8 @@ type options struct {
 	capacity    float64
 	loadEvery   time.Duration
 	loadWindow  time.Duration
+	byLoad      bool    // the leader balances by load (WithImbalanceTolerance)
+	tolerance   float64 // how far above the mean load a member may be
 	log         *zap.Logger
 	joinTimeout time.Duration
 	events      func(Event)
@@ -188,6 +190,29 @@ func WithLoadWindow(d time.Duration) Option {
 			return
 		}
 		o.loadWindow = d
+	}
+}
+
+// WithImbalanceTolerance makes the rink's leader balance the slots by load
+// rather than by count, with the given tolerance (at least 0.01; 0.1 is
+// ten percent): when the most loaded member's load per capacity exceeds
+// the mean by more than the tolerance, the leader moves loaded slots from
+// the most to the least loaded members, at most 5 % of the slots per load
+// interval, until every member is within half the tolerance or no move
+// helps; a slot it moved stays put for three intervals. The load is what
+// the members report (see AddLoad), or, where nobody records load, the
+// roles they await: a handful of roles ends one per member. Moves go
+// through the same barrier as every other: a role never has two holders.
+// Off by default: without it the leader balances slot counts (by capacity).
+// Give every member the same option, since any member may lead.
+func WithImbalanceTolerance(t float64) Option {
+	return func(o *options) {
+		o.use("WithImbalanceTolerance")
+		if !(t >= 0.01) || math.IsInf(t, 1) {
+			o.fail("imbalance tolerance %v: want a finite number of at least 0.01", t)
+			return
+		}
+		o.byLoad, o.tolerance = true, t
 	}
 }
 

@@ -38,6 +38,11 @@ type rankMap struct {
 	// Table maps each slot to the index of its owner in Members. It has
 	// Slots entries when Members is non-empty and none otherwise.
 	Table slotTable `json:"table,omitempty"`
+	// ByLoad says that the leader balances the table by load (see
+	// loadplan.go), not by slot count: planning keeps every live member's
+	// slots. Members of 636d84c do not know the field, and their leaders
+	// balance by count.
+	ByLoad bool `json:"byLoad,omitempty"`
 }
 
 // slotTable is a map's slot table. It decodes with a fast path for the
@@ -212,7 +217,7 @@ func (m rankMap) index(name string) int {
 // sameAssignment reports whether two maps rank, order and assign alike and
 // list the same waiting members; versions, leader and times are ignored.
 func (m rankMap) sameAssignment(o rankMap) bool {
-	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) {
+	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad {
 		return false
 	}
 	for i := range m.Waiting {
@@ -239,6 +244,13 @@ type planInput struct {
 	// Capacity gives members' capacities (see WithCapacity); a member it
 	// does not name has capacity 1.
 	Capacity map[string]float64
+	// ByLoad plans a table balanced by load: live members keep their
+	// slots, orphans go by Load (see placeOrphans), and members without
+	// slots take their share of the slots (see fillNewcomers); load rounds
+	// (rebalanceLoad) do the rest.
+	ByLoad bool
+	// Load is each slot's estimated load, when ByLoad (nil: none known).
+	Load []float64
 }
 
 // plan derives the map that follows cur. It is deterministic, and it moves as
@@ -333,7 +345,13 @@ func plan(cur rankMap, in planInput) rankMap {
 	for _, name := range still {
 		next.Waiting = append(next.Waiting, waiter{Name: name, Since: in.Since[name]})
 	}
-	if len(members) > 0 {
+	switch {
+	case len(members) == 0:
+	case in.ByLoad:
+		next.Table = placeOrphans(owners, members, in.Capacity, in.Load)
+		fillNewcomers(next.Table, members, in.Capacity, in.Load)
+		next.ByLoad = true
+	default:
 		next.Table = balance(owners, members, in.Capacity)
 	}
 	return next

@@ -87,6 +87,9 @@ type Rink struct {
 	// run goroutine).
 	load    *loadAcc
 	loadInc atomic.Pointer[incarnation]
+	// loadsCh carries the members' load summaries from the leader's
+	// aggregator to the run goroutine (the newest only).
+	loadsCh chan map[string]loadReport
 
 	st state // owned by the run goroutine
 
@@ -144,6 +147,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		proclaimedCh: make(chan proclaimResult),
 		ackCh:        make(chan ackReq, 1),
 		load:         newLoadAcc(o.slots),
+		loadsCh:      make(chan map[string]loadReport, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

@@ -325,6 +325,7 @@ type statusJSON struct {
 	Leader   string        `json:"leader"`
 	Slots    int           `json:"slots"`
 	Protocol int           `json:"protocol"`
+	ByLoad   bool          `json:"byLoad"`
 	Members  []memberJSON  `json:"members"`
 	Waiting  []waitingJSON `json:"waiting"`
 	Joining  []string      `json:"joining"`
@@ -356,7 +357,7 @@ type waitingJSON struct {
 }
 
 func toJSON(s rink.State) statusJSON {
-	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, MapError: s.MapError,
+	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, ByLoad: s.ByLoad, MapError: s.MapError,
 		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...)}
 	for _, m := range s.Members {
 		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...), m.Capacity, m.Load, m.Roles})
@@ -383,8 +384,12 @@ func statusCmd(g *globals) *cobra.Command {
 				return g.json(cmd.OutOrStdout(), toJSON(s))
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %d slots\n",
-				s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots)
+			balance := "by count"
+			if s.ByLoad {
+				balance = "by load"
+			}
+			fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %d slots balanced %s\n",
+				s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots, balance)
 			if s.MapError != "" {
 				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
 			}

@@ -1,0 +1,150 @@
+package rink
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// With a handful of roles, slot hashing is luck; balancing by load (the
+// awaited roles, when nobody records load) ends with one role per member,
+// or within one of it, with every acquisition and release checked.
+func TestFewRolesFairShares(t *testing.T) {
+	for _, c := range []struct{ members, roles int }{{3, 3}, {4, 10}} {
+		t.Run(fmt.Sprintf("%d roles on %d members", c.roles, c.members), func(t *testing.T) {
+			h := &history{}
+			name := rinkName(t)
+			opts := []Option{h.hook(), WithImbalanceTolerance(0.1), WithLoadInterval(100 * time.Millisecond), WithLoadWindow(200 * time.Millisecond), WithSlots(64)}
+			var ms []*Rink
+			for i := 0; i < c.members; i++ {
+				ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
+				if i == 0 {
+					eventually(t, 10*time.Second, "m0 ranked", func() bool { return ms[0].Rank().Index == 0 })
+				}
+			}
+			ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ob.Close()
+			eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == c.members })
+			// Every member runs a loop per role, as a service would.
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			var roles []string
+			for i := 0; i < c.roles; i++ {
+				roles = append(roles, fmt.Sprint("pair-", i))
+			}
+			running := 0
+			for _, m := range ms {
+				for _, role := range roles {
+					running++
+					go func() {
+						defer func() { done <- struct{}{} }()
+						for {
+							rctx, err := m.AwaitRoleContext(ctx, role)
+							if err != nil {
+								return
+							}
+							select {
+							case <-rctx.Done():
+							case <-ctx.Done():
+								return
+							}
+						}
+					}()
+				}
+			}
+			defer func() {
+				cancel()
+				for ; running > 0; running-- {
+					<-done
+				}
+			}()
+			want := []int{}
+			for i := 0; i < c.members; i++ {
+				want = append(want, c.roles/c.members)
+				if i >= c.members-c.roles%c.members {
+					want[i]++
+				}
+			}
+			eventually(t, 20*time.Second, fmt.Sprintf("roles per member %v", want), func() bool {
+				got := map[string]int{}
+				for _, role := range roles {
+					for _, m := range ms {
+						if _, ok := m.Get(role); ok {
+							got[m.Member()]++
+						}
+					}
+				}
+				var n []int
+				for _, m := range ms {
+					n = append(n, got[m.Member()])
+				}
+				slices.Sort(n)
+				return slices.Equal(n, want)
+			})
+			if !ob.State().ByLoad {
+				t.Error("the map does not say it is balanced by load")
+			}
+			h.check(t)
+		})
+	}
+}
+
+// A skewed load reported with AddLoad is balanced within the tolerance.
+func TestBalancedByLoad(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	opts := []Option{h.hook(), WithImbalanceTolerance(0.1), WithLoadInterval(100 * time.Millisecond), WithLoadWindow(300 * time.Millisecond), WithSlots(64)}
+	var ms []*Rink
+	for i := 0; i < 3; i++ {
+		ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
+		if i == 0 {
+			eventually(t, 10*time.Second, "m0 ranked", func() bool { return ms[0].Rank().Index == 0 })
+		}
+	}
+	ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == 3 })
+	// 30 roles with loads 1..30, recorded by whoever holds each.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for i := 1; i <= 30; i++ {
+				for _, m := range ms {
+					m.AddLoad(fmt.Sprint("role-", i), float64(i)) // counted by the holder only
+				}
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	eventually(t, 30*time.Second, "loads within the tolerance", func() bool {
+		s := ob.State()
+		total, worst := 0.0, 0.0
+		for _, m := range s.Members {
+			total += m.Load
+			worst = max(worst, m.Load)
+		}
+		return total > 0 && worst/(total/3) <= 1.1
+	})
+	h.check(t)
+	_ = math.Abs
+}
