@@ -37,6 +37,7 @@ type leadership struct {
 	movedAt   map[int]int           // slot -> the round that last moved it
 	loadTimer *time.Timer           // next load round
 	roundDue  bool                  // a load round may run
+	more      bool                  // the last round spent its budget: go on with the next
 }
 
 type elected struct {
@@ -527,8 +528,10 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 		}
 	}
 	before := imbalance(*next, in.Load, in.Capacity)
-	table, moved := rebalanceLoad(*next, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: max(1, len(next.Table)*loadBudgetPercent/100), Frozen: frozen})
+	budget := max(1, len(next.Table)*loadBudgetPercent/100)
+	table, moved := rebalanceLoad(*next, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
 	l.round++
+	l.more = len(moved) >= budget
 	if len(moved) == 0 {
 		return
 	}

@@ -157,44 +157,57 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 type loadMeter struct {
 	rate  []float64
 	since []time.Time // when the slot was first seen held; zero when not held
+	ticks []int       // ticks the slot has been held
 }
 
 func newLoadMeter(slots int) *loadMeter {
-	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots)}
+	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots), ticks: make([]int, slots)}
 }
 
 // tick folds in the units added over the last interval, for the slots held
 // now, and returns the report. A slot not held has no rate: its load is its
-// holder's to report.
+// holder's to report. The average starts at zero when a slot is gained, so
+// for a slot held k ticks it is divided by 1 − decay^k, the weight its
+// ticks carry: the rate reported is unbiased from the first tick on (the
+// units of that tick alone), and a slot that just moved shows its load at
+// once rather than after a window.
 func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []int32, interval, window time.Duration) loadReport {
 	decay := math.Exp(-interval.Seconds() / window.Seconds())
 	var rep loadReport
 	for s := range m.rate {
 		if !held[s] {
-			m.rate[s], m.since[s] = 0, time.Time{}
+			m.rate[s], m.since[s], m.ticks[s] = 0, time.Time{}, 0
 			continue
 		}
 		if m.since[s].IsZero() {
 			m.since[s] = now
 		}
+		m.ticks[s]++
 		m.rate[s] = m.rate[s]*decay + (1-decay)*units[s]/interval.Seconds()
-		if m.rate[s] < 0.5/window.Seconds() {
-			m.rate[s] = 0 // less than half a unit per window: idle
+		rate := m.rate[s]
+		if w := 1 - math.Pow(decay, float64(m.ticks[s])); w > 0 && w < 1 {
+			rate /= w
 		}
-		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: m.rate[s], Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
+		if rate < 0.5/window.Seconds() {
+			rate = 0 // less than half a unit per window: idle
+		}
+		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
 	}
 	return rep
 }
 
 // loadChanged reports whether next differs noticeably from last: another
-// set of slots, or a slot whose rate (or roles) moved by more than
-// loadChange of the larger total.
+// set of slots, a total rate that moved by more than loadChange of the
+// larger total, or a slot whose rate (or roles) did.
 func loadChanged(last, next loadReport) bool {
 	if len(last.Slots) != len(next.Slots) {
 		return true
 	}
 	lr, lroles := last.total()
 	nr, nroles := next.total()
+	if math.Abs(lr-nr) > loadChange*max(lr, nr) {
+		return true // many small changes add up
+	}
 	for i := range next.Slots {
 		a, b := last.Slots[i], next.Slots[i]
 		if a.Slot != b.Slot ||

@@ -39,6 +39,18 @@ func TestLoadMeter(t *testing.T) {
 	if rep.Slots[0].Slot != 1 || m.rate[0] != 0 || !m.since[0].IsZero() {
 		t.Errorf("after slot 0 was released: %+v, rate %v", rep, m.rate[0])
 	}
+	// A slot just gained shows its rate from the first tick on.
+	fresh := newLoadMeter(S)
+	rep = fresh.tick(t0, []float64{10, 0, 0, 0}, held, roles, 100*time.Millisecond, time.Minute)
+	if len(rep.Slots) == 0 || rep.Slots[0].Slot != 1 && math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
+		t.Errorf("first tick: %+v", rep)
+	}
+	held[0] = true
+	rep = fresh.tick(t0.Add(100*time.Millisecond), []float64{10, 0, 0, 0}, held, roles, 100*time.Millisecond, time.Minute)
+	if rep.Slots[0].Slot != 0 || math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
+		t.Errorf("a slot gained a tick ago reports %+v, want a rate of 100", rep.Slots[0])
+	}
+	held[0] = false
 	// Without units the rate decays e-fold per window.
 	before := m.rate[3]
 	for i := 62; i < 72; i++ {

@@ -34,6 +34,9 @@ type loadPlanInput struct {
 	Budget int
 	// Frozen marks slots that must not move (moved in a recent round).
 	Frozen []bool
+	// Continue runs the round even within the tolerance: the previous
+	// round spent its budget before reaching (1+Tolerance/2).
+	Continue bool
 }
 
 // memberLoads returns each member's load over its slots in table.
@@ -89,7 +92,8 @@ func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) floa
 // the slots it moved. The round:
 //
 //   - starts only if the most loaded member (by load per capacity) is more
-//     than 1+Tolerance times the mean;
+//     than 1+Tolerance times the mean, or if Continue says that the round
+//     before ran out of budget;
 //   - then repeatedly moves one loaded slot from the most loaded member h
 //     to the member l whose load per capacity it raises least: of the
 //     moves that bring both within (1+Tolerance/2) times the mean, the one
@@ -131,7 +135,7 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 		}
 		return h
 	}
-	if h := most(); per(h) <= mean*(1+in.Tolerance) {
+	if h := most(); per(h) <= mean*(1+in.Tolerance) && !in.Continue {
 		return table, nil
 	}
 	aim := mean * (1 + in.Tolerance/2)

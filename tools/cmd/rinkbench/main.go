@@ -57,6 +57,12 @@ var scenarios = []struct {
 	{"steady-cost", "8 members holding 10,000 roles and recording load: etcd requests per second, renewals, keys, load writes", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.SteadyCost(env, cfg.hold)
 	}},
+	{"load", "8 members, -load-roles roles with a Zipf load (exponent 1.1), balanced by load: imbalance by count, after, bound; rounds, moves", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.LoadBalance(env, nil, cfg.loadRoles, bench.NextLoadSeed())
+	}},
+	{"load-capacity", "as load, with capacities 1,1,1,1,2,2,4,4", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.LoadBalance(env, []float64{1, 1, 1, 1, 2, 2, 4, 4}, cfg.loadRoles, bench.NextLoadSeed())
+	}},
 	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles)
 	}},
@@ -72,6 +78,7 @@ type config struct {
 	noFsync   bool
 
 	scaleMembers, scaleRoles int
+	loadRoles                int
 }
 
 func main() {
@@ -85,6 +92,7 @@ func main() {
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
 	flag.IntVar(&cfg.scaleMembers, "scale-members", 1000, "members of the scale scenario's breadth part")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
+	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
 	flag.Parse()
 	if err := run(os.Stdout, os.Stderr, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rinkbench:", err)
@@ -109,7 +117,10 @@ type jsonResult struct {
 }
 
 func run(out, errOut io.Writer, cfg config) error {
-	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 {
+	if cfg.loadRoles == 0 {
+		cfg.loadRoles = 10000 // a config made in code, as by the tests
+	}
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 {
 		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -scale-members at least 2, -hold above 0")
 	}
 	want := map[string]bool{}

@@ -15,7 +15,7 @@ import (
 func TestAllScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000, loadRoles: 1000}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	seen := map[string]bool{}
@@ -51,6 +51,8 @@ var wantFigures = map[string][]string{
 	"handover":        {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
 	"handover-leader": {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
 	"rolling":         {"role_acquisitions", "gap_worst_ms", "join_to_leave_max_ms"},
+	"load":            {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
+	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 }
 
 func TestBadFlags(t *testing.T) {
