@@ -268,3 +268,129 @@ func ExampleWithEvents() {
 	fmt.Println("first acquisition has a token:", <-acquired > 0)
 	// Output: first acquisition has a token: true
 }
+
+func ExampleWithCapacity() {
+	cliA, name := exampleClient("capacity")
+	defer cliA.Close()
+	cliB, _ := exampleClient("unused")
+	defer cliB.Close()
+
+	small, err := rink.New(cliA, name, rink.WithMemberName("small"), rink.WithRebalanceDelay(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer small.Shutdown(context.Background())
+	for small.Rank().Index < 0 {
+		<-small.Rank().Changed()
+	}
+	// A replica with three times the CPU takes three times the slots.
+	big, err := rink.New(cliB, name, rink.WithMemberName("big"), rink.WithCapacity(3), rink.WithRebalanceDelay(0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer big.Shutdown(context.Background())
+
+	ob, err := rink.NewObserver(cliA, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ob.Close()
+	for s := ob.State(); len(s.Members) < 2; s = ob.State() {
+		<-s.Changed()
+	}
+	for _, m := range ob.State().Members {
+		fmt.Printf("%s: capacity %v, %d slots\n", m.Name, m.Capacity, m.Slots)
+	}
+	// Output:
+	// small: capacity 1, 256 slots
+	// big: capacity 3, 768 slots
+}
+
+func ExampleRink_AddLoad() {
+	cli, name := exampleClient("load")
+	defer cli.Close()
+	r, err := rink.New(cli, name, rink.WithMemberName("a"), rink.WithLoadInterval(100*time.Millisecond), rink.WithLoadWindow(time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	ctx := r.AwaitRole("BTC/ETH")
+
+	ob, err := rink.NewObserver(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ob.Close()
+	// Each order handled for the role counts one unit; the member
+	// reports the rate in its load summary, once per load interval.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for s := ob.State(); len(s.Members) == 0 || s.Members[0].Load == 0; s = ob.State() {
+		select {
+		case <-tick.C:
+			if ctx.Err() == nil {
+				r.AddLoad("BTC/ETH", 1)
+			}
+		case <-s.Changed():
+		}
+	}
+	m := ob.State().Members[0]
+	fmt.Printf("%s reports load: %v, awaited roles: %d\n", m.Name, m.Load > 0, m.Roles)
+	// Output: a reports load: true, awaited roles: 1
+}
+
+func ExampleWithImbalanceTolerance() {
+	var members []*rink.Rink
+	var name string
+	for i := 0; i < 3; i++ {
+		cli, n := exampleClient("fair")
+		defer cli.Close()
+		if i == 0 {
+			name = n
+		}
+		r, err := rink.New(cli, name, rink.WithMemberName(fmt.Sprint("m", i)), rink.WithRebalanceDelay(0),
+			rink.WithImbalanceTolerance(0.1), rink.WithLoadInterval(100*time.Millisecond), rink.WithLoadWindow(200*time.Millisecond))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer r.Shutdown(context.Background())
+		for r.Rank().Index < 0 {
+			<-r.Rank().Changed()
+		}
+		members = append(members, r)
+	}
+	// Every member awaits three trading pairs; by hashing alone one member
+	// could own two. Balanced by the roles awaited, each ends with one.
+	pairs := []string{"BTC/ETH", "ETH/USDT", "SOL/USDC"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, r := range members {
+		for _, pair := range pairs {
+			go func() {
+				for ctx.Err() == nil {
+					if held, err := r.AwaitRoleContext(ctx, pair); err == nil {
+						<-held.Done()
+					}
+				}
+			}()
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		held := map[string]int{}
+		for _, r := range members {
+			for _, pair := range pairs {
+				if _, ok := r.Get(pair); ok {
+					held[r.Member()]++
+				}
+			}
+		}
+		if len(held) == 3 && held["m0"] == 1 && held["m1"] == 1 && held["m2"] == 1 {
+			fmt.Println("one pair per member")
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Println("not balanced")
+	// Output: one pair per member
+}
