@@ -1,7 +1,11 @@
 package rink
 
 import (
+	"context"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -65,4 +69,72 @@ func TestHandoverStartsRolesInUseFirst(t *testing.T) {
 			h.check(t)
 		})
 	}
+}
+
+// A slot that somebody begins to await while the heir starts its slots
+// (an acquisition wakes a goroutine that awaits another role at once) is
+// started all the same: the pass for the slots nobody awaited must not
+// skip it.
+func TestAwaitedMidAcquisitionStarted(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	var b *Rink
+	var armed atomic.Bool
+	var low string
+	hook := WithEvents(func(e Event) {
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
+		if e.Kind != EventAcquired || e.Member != "b" || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// The first slot b starts is the awaited one; await a role of a
+		// lower slot now, before the run goroutine goes on.
+		go b.AwaitRoleContext(context.Background(), low)
+		slot := slotOf(low, DefaultSlots)
+		for b.slots[slot].Load() == nil {
+			runtime.Gosched()
+		}
+	})
+	a := join(t, newClient(t), name, WithMemberName("a"), hook)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	var err error
+	b, err = New(newClient(t), name, WithMemberName("b"), WithSessionTTL(2*time.Second), WithRebalanceDelay(time.Second), hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown(ctxTimeout(t, 10*time.Second)) })
+	// Roles of two slots a will hand to b: b awaits the higher one; the
+	// hook awaits the lower one once b starts the higher.
+	var hi string
+	for i := 0; hi == "" || low == ""; i++ {
+		role := fmt.Sprint("role-", i)
+		switch s := slotOf(role, DefaultSlots); {
+		case s == DefaultSlots-1:
+			hi = role
+		case s == DefaultSlots-12:
+			low = role
+		}
+	}
+	armed.Store(true)
+	if _, err := b.AwaitRoleContext(ctxTimeout(t, 10*time.Second), hi); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the role awaited mid-acquisition is held", func() bool {
+		_, ok := b.Get(low)
+		return ok
+	})
+	// It was started in the same pass as the slots after it, not later
+	// by luck (the next event the run goroutine handles, such as the
+	// leader's next floor, would start it too).
+	var order []int
+	for _, e := range h.snapshot() {
+		if e.Kind == EventAcquired && e.Member == "b" {
+			order = append(order, e.Slot)
+		}
+	}
+	if i := slices.Index(order, slotOf(low, DefaultSlots)); i < 0 || i == len(order)-1 {
+		t.Errorf("slot %d started last of b's %d (at %d): skipped by the pass that should have taken it", slotOf(low, DefaultSlots), len(order), i)
+	}
+	h.check(t)
 }

@@ -621,10 +621,12 @@ func (r *Rink) tryAcquire() {
 	if !ok {
 		return
 	}
-	// Slots somebody awaits first: their roles wait for nobody's else.
-	for _, awaited := range [2]bool{true, false} {
+	// Slots somebody awaits first: their roles wait for nobody's else. The
+	// second pass takes every slot left, whether or not somebody began to
+	// await it meanwhile (an acquisition wakes goroutines that may).
+	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (r.slots[s].Load() != nil) == awaited && r.free(s, others) {
+			if (!first || r.slots[s].Load() != nil) && r.free(s, others) {
 				st.pending.del(s)
 				r.acquire(s)
 			}
