@@ -38,6 +38,8 @@ type leadership struct {
 	loadTimer *time.Timer           // next load round
 	roundDue  bool                  // a load round may run
 	more      bool                  // the last round spent its budget: go on with the next
+	// modeLogged: a map balanced the other way was logged once
+	modeLogged bool
 }
 
 type elected struct {
@@ -154,6 +156,11 @@ func (r *Rink) plan() {
 		ranked[name] = true
 	}
 	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members), ByLoad: r.opts.byLoad}
+	if st.cur.ByLoad != r.opts.byLoad && !l.modeLogged {
+		l.modeLogged = true
+		r.log.Warn("the rink's map is balanced another way than this leader's options say: proclaiming this leader's way (give every member the same WithImbalanceTolerance)",
+			zap.Bool("mapByLoad", st.cur.ByLoad), zap.Bool("leaderByLoad", r.opts.byLoad))
+	}
 	if in.ByLoad {
 		in.Load = r.estimate()
 	}
@@ -378,7 +385,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		live := deleteName(liveByAge(members), self)
-		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: r.opts.byLoad || cur.ByLoad})
+		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})
 		next.Version, next.Leader = version, cur.Leader
 		next.Schema = cur.Schema // a departure changes no protocol
 		if st.lead != nil {

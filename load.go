@@ -20,10 +20,12 @@ import (
 // load interval, and only when the summary changed noticeably, so a rink
 // costs O(members) keys and at most one write per member per interval.
 // The key sorts before the acknowledgement keys, outside the range members
-// follow: only observers (and, later, the leader) read it.
+// follow: only observers and the leader's acknowledgement aggregator read
+// it (the leader balances by load with WithImbalanceTolerance).
 //
-// When no AddLoad has been called, a member still reports how many distinct
-// roles it awaits (AwaitRole, AwaitRoleContext) in each slot it holds.
+// Beside the load a member reports how many distinct roles it has awaited
+// (AwaitRole, AwaitRoleContext) in each slot it holds: every role this
+// Rink was ever asked for counts, up to maxTrackedRoles.
 
 // loadChange is the share of a member's total load (or roles) by which a
 // slot's figure must change before a new summary is written.
@@ -31,6 +33,10 @@ const loadChange = 0.05
 
 // maxTrackedRoles bounds the distinct role names a member counts per slot.
 const maxTrackedRoles = 1 << 20
+
+// maxRate bounds a slot's rate in a summary: larger ones are dropped, so
+// that no sum of them can overflow.
+const maxRate = 1e15
 
 // loadAcc is the per-slot accumulator AddLoad adds to, and the awaited
 // roles. AddLoad touches only acc; the reporter goroutine owns the rest of
@@ -113,7 +119,7 @@ func (l loadReport) encode() []byte {
 		b = append(b, '[')
 		b = strconv.AppendInt(b, int64(s.Slot), 10)
 		b = append(b, ',')
-		b = strconv.AppendFloat(b, s.Rate, 'g', 4, 64)
+		b = strconv.AppendFloat(b, min(max(s.Rate, 0), maxRate), 'g', 4, 64)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(s.Age), 10)
 		b = append(b, ',')
@@ -142,7 +148,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 		}
 		s, rate, age, roles := e[0], e[1], e[2], e[3]
 		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
-			!(rate >= 0) || math.IsInf(rate, 1) || !(age >= 0) || math.IsInf(age, 1) ||
+			!(rate >= 0) || rate > maxRate || !(age >= 0) || math.IsInf(age, 1) ||
 			roles != math.Trunc(roles) || roles < 0 || roles > maxTrackedRoles {
 			continue
 		}
@@ -183,7 +189,14 @@ func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []in
 			m.since[s] = now
 		}
 		m.ticks[s]++
-		m.rate[s] = m.rate[s]*decay + (1-decay)*units[s]/interval.Seconds()
+		u := units[s]
+		if math.IsInf(u, 0) || math.IsNaN(u) {
+			u = 0 // AddLoad's sums overflowed: a figure nobody can use
+		}
+		m.rate[s] = m.rate[s]*decay + (1-decay)*u/interval.Seconds()
+		if math.IsInf(m.rate[s], 0) || math.IsNaN(m.rate[s]) {
+			m.rate[s] = 0
+		}
 		rate := m.rate[s]
 		if w := 1 - math.Pow(decay, float64(m.ticks[s])); w > 0 && w < 1 {
 			rate /= w

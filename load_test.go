@@ -67,6 +67,15 @@ func TestLoadCodec(t *testing.T) {
 	if !ok || len(got.Slots) != 2 || got.Slots[0].Rate != 123.5 || got.Slots[0].Age != 61 || got.Slots[0].Roles != 3 || got.Slots[1].Slot != 1023 {
 		t.Fatalf("round trip of %s: %+v, %v", rep.encode(), got, ok)
 	}
+	// A rate that overflowed is written as the largest one kept, and read.
+	if got, ok := decodeLoad(loadReport{Slots: []slotLoad{{Slot: 1, Rate: math.Inf(1)}}}.encode(), 4); !ok || len(got.Slots) != 1 {
+		t.Errorf("an infinite rate made a summary that does not decode: %s", loadReport{Slots: []slotLoad{{Slot: 1, Rate: math.Inf(1)}}}.encode())
+	}
+	// Sums of AddLoad that overflow count for nothing.
+	m := newLoadMeter(2)
+	if rep := m.tick(time.Now(), []float64{math.Inf(1), 1}, []bool{true, true}, []int32{0, 0}, time.Second, time.Minute); rep.Slots[0].Rate != 0 || math.IsInf(m.rate[0], 0) {
+		t.Errorf("an overflowed sum gave rate %v", rep.Slots[0].Rate)
+	}
 	for _, c := range []struct {
 		value string
 		ok    bool
@@ -79,6 +88,7 @@ func TestLoadCodec(t *testing.T) {
 		{`{"v":1,"slots":[[1024,1,1,1],[-1,1,1,1],[0.5,1,1,1]]}`, true, 0}, // out of range, not whole
 		{`{"v":1,"slots":[[1,-1,1,1],[2,1,-1,1],[3,1,1,-1],[4,1,1]]}`, true, 0},
 		{`{"v":1,"slots":[[1,1e999,1,1]]}`, false, 0}, // does not decode
+		{`{"v":1,"slots":[[1,1e16,1,1]]}`, true, 0},   // above maxRate
 		{`{"v":1,"slots":[[1,2,3,4,"later"]]}`, false, 0},
 		{`{"v":1,"slots":[[1,2,3,4,5]]}`, true, 1}, // later fields are ignored
 	} {

@@ -102,7 +102,9 @@ func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) floa
 //     h's load before the move, so the most loaded member's load never
 //     grows, and a slot moves at most once per round;
 //   - stops at (1+Tolerance/2) times the mean, when Budget slots have
-//     moved, or when no move lowers the most loaded member's load.
+//     moved, when the most loaded member has one slot left (a member
+//     without slots would take a count share back, see fillNewcomers), or
+//     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
 func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
@@ -118,11 +120,15 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 		capSum += caps[i]
 	}
 	loads := memberLoads(table, n, in.Load)
+	count := make([]int, n)
+	for _, i := range table {
+		count[i]++
+	}
 	total := 0.0
 	for _, x := range loads {
 		total += x
 	}
-	if !(total > 0) || math.IsInf(total, 0) {
+	if !(total > 0) || math.IsInf(total, 0) || math.IsInf(capSum, 0) {
 		return table, nil
 	}
 	mean := total / capSum
@@ -145,8 +151,8 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 	}
 	for len(moved) < in.Budget {
 		h := most()
-		if per(h) <= aim {
-			break
+		if per(h) <= aim || count[h] < 2 {
+			break // (a member keeps a slot: one left empty would take a count share back)
 		}
 		best, to, bestPeak, bestFits := -1, -1, per(h), false
 		for s, i := range table {
@@ -181,6 +187,8 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 		table[best] = to
 		loads[h] -= x
 		loads[to] += x
+		count[h]--
+		count[to]++
 		moved = append(moved, best)
 		done[best] = true
 	}

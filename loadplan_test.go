@@ -109,6 +109,16 @@ func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table []int, moved 
 	if len(moved) > in.Budget {
 		t.Fatalf("moved %d slots, budget %d", len(moved), in.Budget)
 	}
+	had, has := map[int]int{}, map[int]int{}
+	for s := range table {
+		had[cur.Table[s]]++
+		has[table[s]]++
+	}
+	for i := range cur.Members {
+		if had[i] > 0 && has[i] == 0 {
+			t.Fatalf("member %d owned %d slots and none after the round", i, had[i])
+		}
+	}
 	inMoved := map[int]bool{}
 	for _, s := range moved {
 		if inMoved[s] {
@@ -298,6 +308,43 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 			}
 			n.Version = cur.Version + 1
 			cur = n
+		}
+	}
+}
+
+// A round never takes a member's last slot: planning would give the member
+// a count share back at once, outside the budget and the freeze. Planning
+// after rounds is a fixed point.
+func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: []int{0, 1, 1, 1, 1}, ByLoad: true}
+	caps := map[string]float64{"b": 4}
+	load := []float64{3, 0, 0, 0, 0}
+	table, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
+	if len(moved) != 0 || !slices.Equal(table, m.Table) {
+		t.Errorf("moved %v: table %v", moved, table)
+	}
+	for seed := uint64(0); seed < 400; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 5))
+		S := []int{8, 16, 64, 1024}[seed%4]
+		n := 2 + rng.IntN(4)
+		var names []string
+		caps := map[string]float64{}
+		for i := 0; i < n; i++ {
+			names = append(names, fmt.Sprint("m", i))
+			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
+		}
+		in := planInput{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
+		cur := plan(rankMap{Schema: schemaVersion, Slots: S}, in)
+		for _, name := range names {
+			in.Ready[name] = true
+		}
+		cur = plan(cur, in)
+		for round := 0; round < 10; round++ {
+			table, _ := rebalanceLoad(cur, loadPlanInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
+			cur.Table = table
+			if again := plan(cur, in); !again.sameAssignment(cur) {
+				t.Fatalf("seed %d round %d: planning after the round moved slots", seed, round)
+			}
 		}
 	}
 }

@@ -28,6 +28,8 @@ const (
 	MinSessionTTL = 2 * time.Second
 	// MaxSlots is the largest slot count accepted.
 	MaxSlots = 65536
+	// MaxCapacity is the largest capacity accepted (see WithCapacity).
+	MaxCapacity = 1e9
 	// DefaultLoadInterval is how often a member may write its load summary
 	// (see WithLoadInterval).
 	DefaultLoadInterval = 10 * time.Second
@@ -68,8 +70,9 @@ func (o *options) use(name string) { o.given = append(o.given, name) }
 // the instant the change happens. What fn must respect:
 //
 //   - It may be called concurrently: fences come from the goroutine that
-//     renews the lease while the main goroutine works (and one fn may serve
-//     several Rinks). It must be safe for concurrent use.
+//     renews the lease, and load summaries from the one that writes them,
+//     while the main goroutine works (and one fn may serve several Rinks).
+//     It must be safe for concurrent use.
 //   - It must not block: it runs on the path that starts roles (a handover
 //     of 1,000 slots calls it 1,000 times before the last role starts) and
 //     on the path that fences and rejoins.
@@ -145,7 +148,8 @@ func WithSlots(n int) Option {
 	}
 }
 
-// WithCapacity sets this member's capacity (default 1; positive and finite):
+// WithCapacity sets this member's capacity (default 1; above 0, at most
+// MaxCapacity):
 // the leader gives each ranked member a share of the slots in proportion
 // to its capacity, within one slot of S·c/Σc for S slots, and moves as few
 // slots as that allows, as it does with equal capacities. Give a replica
@@ -155,8 +159,8 @@ func WithSlots(n int) Option {
 func WithCapacity(c float64) Option {
 	return func(o *options) {
 		o.use("WithCapacity")
-		if !(c > 0) || math.IsInf(c, 1) {
-			o.fail("capacity %v: want a positive, finite number", c)
+		if !(c > 0) || c > MaxCapacity {
+			o.fail("capacity %v: want a positive number of at most %g", c, float64(MaxCapacity))
 			return
 		}
 		o.capacity = c

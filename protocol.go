@@ -81,16 +81,26 @@ func metaOf(value []byte) (protocols []int, capacity float64) {
 	case ownValue:
 		return ownProtocols, 1
 	}
-	var m memberMeta
+	// The capacity is read apart from the protocols, so that a capacity
+	// this build cannot read does not cost the protocols (members of
+	// 636d84c do not read it at all).
+	var m struct {
+		Protocols []int           `json:"protocols"`
+		Capacity  json.RawMessage `json:"capacity"`
+	}
 	if json.Unmarshal(value, &m) != nil {
 		return []int{2}, 1
 	}
+	var c float64
+	if json.Unmarshal(m.Capacity, &c) != nil || c > MaxCapacity {
+		c = 1
+	}
 	if len(m.Protocols) == 0 {
-		return []int{2}, capacityOr1(m.Capacity)
+		return []int{2}, capacityOr1(c)
 	}
 	out := slices.Clone(m.Protocols)
 	slices.Sort(out)
-	return slices.Compact(out), capacityOr1(m.Capacity)
+	return slices.Compact(out), capacityOr1(c)
 }
 
 // rinkProtocol returns the protocol the leader proclaims in: the highest

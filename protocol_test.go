@@ -43,9 +43,16 @@ func TestCapacityOf(t *testing.T) {
 		{`{"protocols":[2],"capacity":0}`, 1},
 		{`{"protocols":[2],"capacity":-3}`, 1},
 		{`{"protocols":[2],"capacity":1e999}`, 1}, // does not decode
+		{`{"protocols":[2],"capacity":1e12}`, 1},  // above MaxCapacity
 	} {
 		if _, got := metaOf([]byte(c.value)); got != c.want {
 			t.Errorf("metaOf(%q) capacity = %v, want %v", c.value, got, c.want)
+		}
+	}
+	// A capacity this build cannot read costs nothing else.
+	for _, v := range []string{`{"protocols":[2,3],"capacity":"2"}`, `{"protocols":[2,3],"capacity":1e999}`, `{"protocols":[2,3],"capacity":{"x":1}}`} {
+		if p, c := metaOf([]byte(v)); !slices.Equal(p, []int{2, 3}) || c != 1 {
+			t.Errorf("metaOf(%s) = %v, %v; want [2 3], 1", v, p, c)
 		}
 	}
 	if memberValue(1) != ownValue || strings.Contains(memberValue(1), "capacity") {

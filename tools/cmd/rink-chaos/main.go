@@ -51,6 +51,7 @@ func main() {
 	flag.DurationVar(&cfg.Epoch, "epoch", 0, "storm: heal and check liveness after every epoch of operations (default: once, at the end)")
 	flag.DurationVar(&cfg.Slack, "slack", 5*time.Second, "storm: slack added to TTL + delay for the liveness bound")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for etcd data and member logs (default: a new temporary one)")
+	flag.Float64Var(&cfg.Balance, "balance", 0, "storm: members balance by load with this tolerance (e.g. 0.1) and record a skewed load; 0 balances by count")
 	flag.Parse()
 	if *ops != "" {
 		cfg.Ops = strings.Split(*ops, ",")

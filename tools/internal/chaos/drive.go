@@ -114,6 +114,7 @@ type Config struct {
 	Restore bool          // also draw "snapshot-restore", which restarts the etcd cluster
 	Slack   time.Duration // added to TTL + Delay for the liveness bound; 0: 5 s
 	Epoch   time.Duration // heal and check liveness after every Epoch of operations; 0: once, at the end
+	Balance float64       // storm: members balance by load with this tolerance (0: by count)
 }
 
 // Fault is one injected fault.

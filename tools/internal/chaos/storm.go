@@ -232,7 +232,7 @@ func (r *run) startWorker(name string) (*proc, error) {
 	proxies, eps := r.newProxies()
 	w := WorkerConfig{Endpoints: strings.Join(eps, ","), Rink: "chaos", Name: name, Roles: r.cfg.Roles,
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
-		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began}
+		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance}
 	p, err := r.start("worker", base, w)
 	if err != nil {
 		for _, x := range proxies {

@@ -38,6 +38,20 @@ type WorkerConfig struct {
 	// driver's start), so that it lines up with the driver's operations.
 	Verbose bool
 	Origin  int64
+	// Balance, if above zero, makes the member balance by load with this
+	// tolerance (rink.WithImbalanceTolerance, load interval 500 ms, window
+	// 2 s) and record a skewed load on every action (see roleWeight).
+	Balance float64
+}
+
+// roleWeight is the load a worker records per action on a role when
+// balancing by load: partition:i weighs 64/(1+i%64), the rest 1.
+func roleWeight(role string) float64 {
+	var i int
+	if _, err := fmt.Sscanf(role, "partition:%d", &i); err == nil && i >= 0 {
+		return 64 / float64(1+i%64)
+	}
+	return 1
 }
 
 // JoinedLine is what a worker with Announce prints when rink.New returns.
@@ -59,6 +73,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer cli.Close()
 	opts := []rink.Option{rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay)}
+	if cfg.Balance > 0 {
+		opts = append(opts, rink.WithImbalanceTolerance(cfg.Balance), rink.WithLoadInterval(500*time.Millisecond), rink.WithLoadWindow(2*time.Second))
+	}
 	if cfg.Verbose {
 		enc := zap.NewDevelopmentEncoderConfig()
 		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
@@ -135,6 +152,9 @@ func hold(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
 				if err := log.Write(cfg.Name, Act, role, token); err != nil {
 					t.Stop()
 					return err
+				}
+				if cfg.Balance > 0 {
+					r.AddLoad(role, roleWeight(role))
 				}
 			case <-ctx.Done():
 			}

@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&cfg.Delay, "delay", time.Second, "rebalance delay")
 	flag.DurationVar(&cfg.Every, "every", 50*time.Millisecond, "how often to act on each held role")
 	flag.StringVar(&cfg.Log, "log", "", "log file to append records to (required)")
+	flag.Float64Var(&cfg.Balance, "balance", 0, "balance by load with this tolerance, recording a skewed load (0: by count)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
