@@ -25,7 +25,8 @@ func TestEventKindString(t *testing.T) {
 		{EventMapApplied, "map-applied"},
 		{EventRankChanged, "rank-changed"},
 		{EventLoadReported, "load-reported"},
-		{EventLoadReported + 1, "EventKind(7)"},
+		{EventLoadBalanced, "load-balanced"},
+		{EventLoadBalanced + 1, "EventKind(8)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

@@ -29,6 +29,12 @@ const (
 	// EventLoadReported: this member wrote its load summary (see AddLoad).
 	// Load and Roles are set.
 	EventLoadReported
+	// EventLoadBalanced: this member, the rink's leader, ran a round of
+	// balancing by load (see WithImbalanceTolerance). Imbalance is the
+	// imbalance it estimates after the round, and Moved the slots the
+	// round moves (0 when the rink was within the tolerance, or no move
+	// helped); the map that moves them is proclaimed next.
+	EventLoadBalanced
 )
 
 // eventKindNames are the names String gives the kinds of Event.
@@ -40,11 +46,12 @@ var eventKindNames = [...]string{
 	EventMapApplied:   "map-applied",
 	EventRankChanged:  "rank-changed",
 	EventLoadReported: "load-reported",
+	EventLoadBalanced: "load-balanced",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
 // "acquired", "released", "fenced", "rejoined", "map-applied",
-// "rank-changed" or "load-reported". A value that is not one of the kinds prints as
+// "rank-changed", "load-reported" or "load-balanced". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {
@@ -87,6 +94,12 @@ type Event struct {
 	// Roles is, for a load summary, how many distinct roles this member
 	// awaits in the slots it holds.
 	Roles int
+	// Imbalance is, for a round of balancing by load, the most loaded
+	// member's load per capacity over the mean, as the leader estimates it
+	// after the round (1 is perfect balance).
+	Imbalance float64
+	// Moved is, for a round of balancing by load, how many slots it moves.
+	Moved int
 }
 
 func (r *Rink) emit(e Event) {

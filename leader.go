@@ -156,7 +156,7 @@ func (r *Rink) plan() {
 		ranked[name] = true
 	}
 	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members), ByLoad: r.opts.byLoad}
-	if st.cur.ByLoad != r.opts.byLoad && !l.modeLogged {
+	if st.cur.ByLoad != r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
 		l.modeLogged = true
 		r.log.Warn("the rink's map is balanced another way than this leader's options say: proclaiming this leader's way (give every member the same WithImbalanceTolerance)",
 			zap.Bool("mapByLoad", st.cur.ByLoad), zap.Bool("leaderByLoad", r.opts.byLoad))
@@ -540,9 +540,11 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 	l.round++
 	l.more = len(moved) >= budget
 	if len(moved) == 0 {
+		r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: before})
 		return
 	}
 	next.Table = table
+	r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: imbalance(*next, in.Load, in.Capacity), Moved: len(moved)})
 	for _, s := range moved {
 		l.movedAt[s] = l.round
 	}

@@ -95,7 +95,7 @@ type loadReport struct {
 type slotLoad struct {
 	Slot  int
 	Rate  float64 // units per second, decayed over the load window
-	Age   float64 // seconds held, as of the report
+	Age   float64 // seconds held, as of the report (to a tenth)
 	Roles int     // distinct roles awaited in the slot
 }
 
@@ -109,7 +109,7 @@ func (l loadReport) total() (rate float64, roles int) {
 }
 
 // encode renders the report as JSON: {"v":1,"slots":[[slot,rate,age,roles],...]},
-// with rates to 4 significant digits and ages in whole seconds.
+// with rates to 4 significant digits and ages in seconds, to a tenth.
 func (l loadReport) encode() []byte {
 	b := []byte(`{"v":1,"slots":[`)
 	for i, s := range l.Slots {
@@ -121,7 +121,7 @@ func (l loadReport) encode() []byte {
 		b = append(b, ',')
 		b = strconv.AppendFloat(b, min(max(s.Rate, 0), maxRate), 'g', 4, 64)
 		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(s.Age), 10)
+		b = strconv.AppendFloat(b, s.Age, 'f', -1, 64)
 		b = append(b, ',')
 		b = strconv.AppendInt(b, int64(s.Roles), 10)
 		b = append(b, ']')
@@ -204,7 +204,7 @@ func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []in
 		if rate < 0.5/window.Seconds() {
 			rate = 0 // less than half a unit per window: idle
 		}
-		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Floor(now.Sub(m.since[s]).Seconds()), Roles: int(roles[s])})
+		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Round(now.Sub(m.since[s]).Seconds()*10) / 10, Roles: int(roles[s])})
 	}
 	return rep
 }

@@ -22,7 +22,7 @@ func TestLoadMeter(t *testing.T) {
 	for i := 1; i <= 60; i++ {
 		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, held, roles, 100*time.Millisecond, time.Second)
 	}
-	want := []slotLoad{{Slot: 0, Rate: 100, Age: 5}, {Slot: 1, Roles: 2, Age: 5}, {Slot: 3, Rate: 10, Age: 5}} // every held slot
+	want := []slotLoad{{Slot: 0, Rate: 100, Age: 5.9}, {Slot: 1, Roles: 2, Age: 5.9}, {Slot: 3, Rate: 10, Age: 5.9}} // every held slot
 	if len(rep.Slots) != len(want) {
 		t.Fatalf("report %+v, want slots like %+v", rep, want)
 	}

@@ -25,6 +25,9 @@
 // | rink_map_apply_seconds | histogram | time this member took to apply a map |
 // | rink_member_load | gauge | this member's load rate over the slots it holds, units per second (rink.Rink.AddLoad), as last reported |
 // | rink_member_awaited_roles | gauge | distinct roles this member awaits in the slots it holds, as last reported |
+// | rink_load_imbalance | gauge | while this member leads and balances by load: the most loaded member's load per capacity over the mean, as estimated after its last round |
+// | rink_load_rounds_total | counter | rounds of balancing by load this member ran as the rink's leader |
+// | rink_load_moves_total | counter | slots those rounds moved |
 package rinkprom
 
 import (
@@ -38,8 +41,9 @@ import (
 // Metrics turns rink events into Prometheus metrics. Pass its Observe
 // method to rink.WithEvents and register it with a Prometheus registry.
 type Metrics struct {
-	index, size, waiting, leader, held, load, roles             *prometheus.GaugeVec
+	index, size, waiting, leader, held, load, roles, imbalance  *prometheus.GaugeVec
 	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
+	rounds, moves                                               *prometheus.CounterVec
 	handoverWait, mapApply                                      *prometheus.HistogramVec
 
 	seen sync.Map // member label pairs whose series exist
@@ -64,6 +68,9 @@ func New() *Metrics {
 		held:         gauge("slots_held", "Slots this member holds; a role is held with its slot."),
 		load:         gauge("member_load", "This member's load rate over the slots it holds, units per second, as last reported."),
 		roles:        gauge("member_awaited_roles", "Distinct roles this member awaits in the slots it holds, as last reported."),
+		imbalance:    gauge("load_imbalance", "While this member leads and balances by load: the most loaded member's load per capacity over the mean, after its last round."),
+		rounds:       counter("load_rounds_total", "Rounds of balancing by load this member ran as the rink's leader."),
+		moves:        counter("load_moves_total", "Slots this member's rounds of balancing by load moved."),
 		acquisitions: counter("acquisitions_total", "Slots this member started holding."),
 		releases:     counter("releases_total", "Slots this member stopped holding."),
 		handovers:    counter("handovers_total", "Acquisitions of a slot another member owned before."),
@@ -84,8 +91,8 @@ func New() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.load, m.roles,
-		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied,
+	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.load, m.roles, m.imbalance,
+		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
 		m.handoverWait, m.mapApply}
 }
 
@@ -109,7 +116,7 @@ func (m *Metrics) Observe(e rink.Event) {
 	if _, loaded := m.seen.LoadOrStore([2]string{e.Rink, e.Member}, true); !loaded {
 		// Every series of a member exists from its first event on, at 0,
 		// so that rates and alerts see zeros rather than gaps.
-		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied} {
+		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves} {
 			c.With(l)
 		}
 		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.load, m.roles} {
@@ -145,6 +152,10 @@ func (m *Metrics) Observe(e rink.Event) {
 	case rink.EventLoadReported:
 		m.load.With(l).Set(e.Load)
 		m.roles.With(l).Set(float64(e.Roles))
+	case rink.EventLoadBalanced:
+		m.imbalance.With(l).Set(e.Imbalance)
+		m.rounds.With(l).Inc()
+		m.moves.With(l).Add(float64(e.Moved))
 	}
 }
 

@@ -148,4 +148,14 @@ func TestLoadGauges(t *testing.T) {
 	if got := gauge(t, reg, "rink_member_awaited_roles", "a"); got != 3 {
 		t.Errorf("rink_member_awaited_roles = %v, want 3", got)
 	}
+	m.Observe(rink.Event{Kind: rink.EventLoadBalanced, Rink: "r", Member: "a", Slot: -1, Imbalance: 1.04, Moved: 7})
+	m.Observe(rink.Event{Kind: rink.EventLoadBalanced, Rink: "r", Member: "a", Slot: -1, Imbalance: 1.02})
+	for _, c := range []struct {
+		metric string
+		want   float64
+	}{{"rink_load_imbalance", 1.02}, {"rink_load_rounds_total", 2}, {"rink_load_moves_total", 7}} {
+		if got := gauge(t, reg, c.metric, "a"); got != c.want {
+			t.Errorf("%s = %v, want %v", c.metric, got, c.want)
+		}
+	}
 }
