@@ -22,6 +22,7 @@ var memberPackages = []string{
 	"symbols/trader",
 	"partitions/worker",
 	"peerindex/peer",
+	"hotkeys/shard",
 }
 
 // allowed reports whether the copyable code may import path: the standard

@@ -63,6 +63,9 @@ var scenarios = []struct {
 	{"load-capacity", "as load, with capacities 1,1,1,1,2,2,4,4", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.LoadBalance(env, []float64{1, 1, 1, 1, 2, 2, 4, 4}, cfg.loadRoles, bench.NextLoadSeed())
 	}},
+	{"load-shift", "as load, with the hot set drawn anew every -shift-every, -shifts times: imbalance p95 over time, most slots moved per round, oscillations", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.LoadShift(env, cfg.loadRoles, cfg.shiftEvery, cfg.shifts, bench.NextLoadSeed())
+	}},
 	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles)
 	}},
@@ -79,6 +82,8 @@ type config struct {
 
 	scaleMembers, scaleRoles int
 	loadRoles                int
+	shiftEvery               time.Duration
+	shifts                   int
 }
 
 func main() {
@@ -93,6 +98,8 @@ func main() {
 	flag.IntVar(&cfg.scaleMembers, "scale-members", 1000, "members of the scale scenario's breadth part")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
 	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
+	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
+	flag.IntVar(&cfg.shifts, "shifts", 10, "how many hot sets the load-shift scenario draws")
 	flag.Parse()
 	if err := run(os.Stdout, os.Stderr, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rinkbench:", err)
@@ -120,7 +127,10 @@ func run(out, errOut io.Writer, cfg config) error {
 	if cfg.loadRoles == 0 {
 		cfg.loadRoles = 10000 // a config made in code, as by the tests
 	}
-	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 {
+	if cfg.shiftEvery == 0 {
+		cfg.shiftEvery, cfg.shifts = time.Minute, 10
+	}
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 || cfg.shiftEvery < time.Second || cfg.shifts < 1 {
 		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -scale-members at least 2, -hold above 0")
 	}
 	want := map[string]bool{}

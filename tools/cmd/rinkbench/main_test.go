@@ -15,7 +15,7 @@ import (
 func TestAllScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000, loadRoles: 1000}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000, loadRoles: 1000, shiftEvery: 3 * time.Second, shifts: 2}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	seen := map[string]bool{}
@@ -53,6 +53,7 @@ var wantFigures = map[string][]string{
 	"rolling":         {"role_acquisitions", "gap_worst_ms", "join_to_leave_max_ms"},
 	"load":            {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
+	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
 }
 
 func TestBadFlags(t *testing.T) {

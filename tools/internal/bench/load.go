@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
@@ -49,112 +51,14 @@ func zipfWeights(seed uint64, n int) []float64 {
 // within max(1 + tolerance, bound), and how many it made in all; how many
 // slots moved, the share of the load that moved, and overlaps.
 func LoadBalance(env Env, caps []float64, nroles int, seed uint64) (Sample, error) {
-	const members = 8
-	if caps == nil {
-		caps = []float64{1, 1, 1, 1, 1, 1, 1, 1}
-	}
-	rs := roles(nroles)
-	w := zipfWeights(seed, nroles)
-	rec := &recorder{}
-	name := nextRink("load")
-	opts := []rink.Option{rink.WithRebalanceDelay(0), rink.WithImbalanceTolerance(LoadTolerance),
-		rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(LoadWindow)}
-	var ms []*member
-	defer func() { stopAll(ms) }()
-	for i := 0; i < members; i++ {
-		m, err := join(env.Endpoints, name, fmt.Sprintf("m%d", i), rec, append(opts, rink.WithCapacity(caps[i]))...)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, m)
-		if i == 0 {
-			if err := until(10*time.Second, "first member ranked", func() bool { return m.r.Rank().Index == 0 }); err != nil {
-				return nil, err
-			}
-		}
-	}
-	ob, err := rink.NewObserver(ms[0].cli, name, rink.WithLogger(zap.NewNop()))
+	lr, err := startLoadRink(env, caps, nroles, zipfWeights(seed, nroles), LoadInterval, LoadWindow)
 	if err != nil {
 		return nil, err
 	}
-	defer ob.Close()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var loops sync.WaitGroup
-	defer func() { cancel(); loops.Wait() }()
-	for _, m := range ms {
-		for _, role := range rs {
-			loops.Add(1)
-			go func() {
-				defer loops.Done()
-				for {
-					rctx, err := m.r.AwaitRoleContext(ctx, role)
-					if err != nil {
-						return
-					}
-					select {
-					case <-rctx.Done():
-					case <-ctx.Done():
-						return
-					}
-				}
-			}()
-		}
-		loops.Add(1)
-		go func() {
-			defer loops.Done()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-				for i, role := range rs {
-					m.r.AddLoad(role, 1000*w[i]) // counted by the holder only
-				}
-			}
-		}()
-	}
-
-	// The load per member, from the roles' true weights and the owners.
-	imb := func(s rink.State) float64 {
-		load := map[string]float64{}
-		total, capSum, worst := 0.0, 0.0, 0.0
-		for i, role := range rs {
-			if o, ok := s.Owner(role); ok {
-				load[o] += w[i]
-			}
-			total += w[i]
-		}
-		for _, m := range s.Members {
-			capSum += m.Capacity
-		}
-		for _, m := range s.Members {
-			worst = max(worst, load[m.Name]/m.Capacity)
-		}
-		return worst / (total / capSum)
-	}
-	if err := until(time.Minute, "every member ranked and every role held", func() bool {
-		s := ob.State()
-		if len(s.Members) != members || len(s.Waiting) > 0 || len(s.Joining) > 0 {
-			return false
-		}
-		for _, role := range rs[:100] {
-			held := false
-			for _, m := range ms {
-				if _, ok := m.r.Get(role); ok {
-					held = true
-					break
-				}
-			}
-			if !held {
-				return false
-			}
-		}
-		return true
-	}); err != nil {
+	defer lr.stop()
+	ob, rec, rs, w, imb := lr.ob, lr.rec, lr.roles, *lr.weights.Load(), lr.imbalance
+	caps = lr.caps
+	if err := until(time.Minute, "every member ranked and every role held", lr.settled); err != nil {
 		return nil, err
 	}
 	start := ob.State()
@@ -212,4 +116,250 @@ func LoadBalance(env Env, caps []float64, nroles int, seed uint64) (Sample, erro
 	s["load_moved_fraction"] = movedLoad / total
 	s["overlaps"] = float64(overlaps(rec.snapshot()))
 	return s, nil
+}
+
+// loadRink is the load scenarios' rink: 8 members balancing by load, every
+// role awaited by every member, and a load recorded by the holders from
+// weights that can change.
+type loadRink struct {
+	ms      []*member
+	ob      *rink.Observer
+	rec     *recorder
+	roles   []string
+	caps    []float64
+	weights atomic.Pointer[[]float64]
+	stop    func()
+
+	mu     sync.Mutex
+	rounds []rink.Event // the leaders' EventLoadBalanced
+}
+
+func startLoadRink(env Env, caps []float64, nroles int, w []float64, interval, window time.Duration) (*loadRink, error) {
+	const members = 8
+	if caps == nil {
+		caps = []float64{1, 1, 1, 1, 1, 1, 1, 1}
+	}
+	lr := &loadRink{rec: &recorder{}, roles: roles(nroles), caps: caps}
+	lr.weights.Store(&w)
+	name := nextRink("load")
+	opts := []rink.Option{rink.WithRebalanceDelay(0), rink.WithImbalanceTolerance(LoadTolerance),
+		rink.WithLoadInterval(interval), rink.WithLoadWindow(window)}
+	var cleanups []func()
+	lr.stop = func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}
+	cleanups = append(cleanups, func() { stopAll(lr.ms) })
+	for i := 0; i < members; i++ {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: env.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			lr.stop()
+			return nil, err
+		}
+		events := func(e rink.Event) {
+			lr.rec.observe(e)
+			if e.Kind == rink.EventLoadBalanced {
+				lr.mu.Lock()
+				lr.rounds = append(lr.rounds, e)
+				lr.mu.Unlock()
+			}
+		}
+		r, err := rink.New(cli, name, append(opts, rink.WithMemberName(fmt.Sprintf("m%d", i)), rink.WithCapacity(caps[i]), rink.WithEvents(events))...)
+		if err != nil {
+			cli.Close()
+			lr.stop()
+			return nil, err
+		}
+		m := &member{r: r, cli: cli}
+		lr.ms = append(lr.ms, m)
+		if i == 0 {
+			if err := until(10*time.Second, "first member ranked", func() bool { return m.r.Rank().Index == 0 }); err != nil {
+				lr.stop()
+				return nil, err
+			}
+		}
+	}
+	ob, err := rink.NewObserver(lr.ms[0].cli, name, rink.WithLogger(zap.NewNop()))
+	if err != nil {
+		lr.stop()
+		return nil, err
+	}
+	lr.ob = ob
+	cleanups = append(cleanups, func() { ob.Close() })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	cleanups = append(cleanups, func() { cancel(); loops.Wait() })
+	for _, m := range lr.ms {
+		for _, role := range lr.roles {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				for {
+					rctx, err := m.r.AwaitRoleContext(ctx, role)
+					if err != nil {
+						return
+					}
+					select {
+					case <-rctx.Done():
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			every := min(100*time.Millisecond, interval/5)
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+				w := *lr.weights.Load()
+				for i, role := range lr.roles {
+					m.r.AddLoad(role, 10000*w[i]*every.Seconds()) // counted by the holder only
+				}
+			}
+		}()
+	}
+	return lr, nil
+}
+
+// imbalance is the most loaded member's load per capacity over the mean,
+// from the roles' true weights and the owners in s.
+func (lr *loadRink) imbalance(s rink.State) float64 {
+	w := *lr.weights.Load()
+	load := map[string]float64{}
+	total, capSum, worst := 0.0, 0.0, 0.0
+	for i, role := range lr.roles {
+		if o, ok := s.Owner(role); ok {
+			load[o] += w[i]
+		}
+		total += w[i]
+	}
+	for _, m := range s.Members {
+		capSum += m.Capacity
+	}
+	for _, m := range s.Members {
+		worst = max(worst, load[m.Name]/m.Capacity)
+	}
+	return worst / (total / capSum)
+}
+
+// settled reports whether every member is ranked and a sample of roles is
+// held.
+func (lr *loadRink) settled() bool {
+	s := lr.ob.State()
+	if len(s.Members) != len(lr.ms) || len(s.Waiting) > 0 || len(s.Joining) > 0 {
+		return false
+	}
+	for _, role := range lr.roles[:min(100, len(lr.roles))] {
+		held := false
+		for _, m := range lr.ms {
+			if _, ok := m.r.Get(role); ok {
+				held = true
+				break
+			}
+		}
+		if !held {
+			return false
+		}
+	}
+	return true
+}
+
+// The load-shift scenario's members follow load faster: a hot set that
+// changes at once is found within about a second.
+const (
+	ShiftInterval = 250 * time.Millisecond
+	ShiftWindow   = time.Second
+)
+
+// LoadShift runs the load rink with the hot set drawn anew every period,
+// shifts times, and reports: the 95th percentile over time of the true
+// imbalance (sampled every 250 ms), the most slots a round moved, how
+// often a slot moved back to an owner it had left within 3 rounds of the
+// leader (oscillations), and overlaps.
+func LoadShift(env Env, nroles int, period time.Duration, shifts int, seed uint64) (Sample, error) {
+	lr, err := startLoadRink(env, nil, nroles, zipfWeights(seed, nroles), ShiftInterval, ShiftWindow)
+	if err != nil {
+		return nil, err
+	}
+	defer lr.stop()
+	if err := until(time.Minute, "every member ranked and every role held", lr.settled); err != nil {
+		return nil, err
+	}
+	// One role per slot, to follow each slot's owner by version.
+	bySlot := map[int]string{}
+	for _, role := range lr.roles {
+		if _, ok := bySlot[slotOf(role)]; !ok {
+			bySlot[slotOf(role)] = role
+		}
+	}
+	type move struct {
+		round    int
+		from, to string
+	}
+	rounds := func() int {
+		lr.mu.Lock()
+		defer lr.mu.Unlock()
+		return len(lr.rounds)
+	}
+	last := map[int]move{}
+	owner := map[int]string{}
+	for s, role := range bySlot {
+		owner[s], _ = lr.ob.Owner(role)
+	}
+	version := lr.ob.State().Version
+	var samples []float64
+	oscillations := 0
+	began := time.Now()
+	end := began.Add(time.Duration(shifts) * period)
+	next := began.Add(period)
+	for shift := 1; time.Now().Before(end); {
+		time.Sleep(250 * time.Millisecond)
+		if time.Now().After(next) && shift < shifts {
+			w := zipfWeights(seed*1000+uint64(shift), nroles)
+			lr.weights.Store(&w)
+			shift++
+			next = next.Add(period)
+		}
+		st := lr.ob.State()
+		samples = append(samples, lr.imbalance(st))
+		if st.Version == version {
+			continue
+		}
+		version = st.Version
+		round := rounds()
+		for s, role := range bySlot {
+			o, _ := st.Owner(role)
+			if o == owner[s] {
+				continue
+			}
+			if m, ok := last[s]; ok && m.from == o && round-m.round <= 3 {
+				oscillations++
+			}
+			last[s] = move{round: round, from: owner[s], to: o}
+			owner[s] = o
+		}
+	}
+	slices.Sort(samples)
+	maxMoved := 0
+	lr.mu.Lock()
+	for _, e := range lr.rounds {
+		maxMoved = max(maxMoved, e.Moved)
+	}
+	lr.mu.Unlock()
+	return Sample{
+		"imbalance_p95":             samples[min(len(samples)-1, int(0.95*float64(len(samples))))],
+		"slots_moved_per_round_max": float64(maxMoved),
+		"oscillations":              float64(oscillations),
+		"overlaps":                  float64(overlaps(lr.rec.snapshot())),
+	}, nil
 }
