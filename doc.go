@@ -52,7 +52,18 @@
 // leaves and nobody waits, the member with the highest index moves into its
 // index and the leaver's slots are spread over the survivors; nothing else
 // moves. Slot tables stay balanced: every member owns floor(S/n) or
-// ceil(S/n) of the S slots.
+// ceil(S/n) of the S slots, or, with WithCapacity, its share S·c/Σc rounded
+// down or up.
+//
+// # Load
+//
+// Holders may record the work each role costs (AddLoad); members publish a
+// decaying rate per slot, which Observers, rinkctl and rinkprom show. With
+// WithImbalanceTolerance the leader balances by that load (or, where
+// nobody records load, by the roles the members await) instead of by slot
+// count: once per load interval it moves loaded slots from the most to the
+// least loaded members, a few per cent of the slots at a time, through the
+// same handover barrier as every other move.
 //
 // # Guarantees
 //
