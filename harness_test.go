@@ -289,3 +289,33 @@ var testLogLevel = func() zapcore.Level {
 	}
 	return zapcore.WarnLevel
 }()
+
+// holdLoop awaits role on m until ctx ends, holding it each time until the
+// holding ends: the loop per role a service runs.
+func holdLoop(ctx context.Context, m *Rink, role string) {
+	for {
+		rctx, err := m.AwaitRoleContext(ctx, role)
+		if err != nil {
+			return
+		}
+		select {
+		case <-rctx.Done():
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
+	}
+}

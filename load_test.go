@@ -222,18 +222,11 @@ func TestLoadReported(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				a.AddLoad(ra[0], 2)
-				a.AddLoad(ra[1], 1)
-				b.AddLoad(rb[0], 1)
-			}
-		}
+		every(ctx, 5*time.Millisecond, func() {
+			a.AddLoad(ra[0], 2)
+			a.AddLoad(ra[1], 1)
+			b.AddLoad(rb[0], 1)
+		})
 	}()
 	defer func() { cancel(); <-done }()
 	eventually(t, 10*time.Second, "loads reported in the ratio of the work", func() bool {

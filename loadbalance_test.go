@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,53 +19,24 @@ func TestFewRolesFairShares(t *testing.T) {
 		t.Run(fmt.Sprintf("%d roles on %d members", c.roles, c.members), func(t *testing.T) {
 			h := &history{}
 			name := rinkName(t)
-			opts := []Option{h.hook(), WithImbalanceTolerance(0.1), WithLoadInterval(100 * time.Millisecond), WithLoadWindow(200 * time.Millisecond), WithSlots(64)}
-			var ms []*Rink
-			for i := 0; i < c.members; i++ {
-				ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
-				if i == 0 {
-					eventually(t, 10*time.Second, "m0 ranked", func() bool { return ms[0].Rank().Index == 0 })
-				}
-			}
-			ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ob.Close()
-			eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == c.members })
+			ms, ob := loadBalancedRink(t, name, c.members, 200*time.Millisecond, h.hook())
 			// Every member runs a loop per role, as a service would.
 			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
+			var loops sync.WaitGroup
 			var roles []string
 			for i := 0; i < c.roles; i++ {
 				roles = append(roles, fmt.Sprint("pair-", i))
 			}
-			running := 0
 			for _, m := range ms {
 				for _, role := range roles {
-					running++
+					loops.Add(1)
 					go func() {
-						defer func() { done <- struct{}{} }()
-						for {
-							rctx, err := m.AwaitRoleContext(ctx, role)
-							if err != nil {
-								return
-							}
-							select {
-							case <-rctx.Done():
-							case <-ctx.Done():
-								return
-							}
-						}
+						defer loops.Done()
+						holdLoop(ctx, m, role)
 					}()
 				}
 			}
-			defer func() {
-				cancel()
-				for ; running > 0; running-- {
-					<-done
-				}
-			}()
+			defer func() { cancel(); loops.Wait() }()
 			want := []int{}
 			for i := 0; i < c.members; i++ {
 				want = append(want, c.roles/c.members)
@@ -100,39 +72,19 @@ func TestFewRolesFairShares(t *testing.T) {
 func TestBalancedByLoad(t *testing.T) {
 	h := &history{}
 	name := rinkName(t)
-	opts := []Option{h.hook(), WithImbalanceTolerance(0.1), WithLoadInterval(100 * time.Millisecond), WithLoadWindow(300 * time.Millisecond), WithSlots(64)}
-	var ms []*Rink
-	for i := 0; i < 3; i++ {
-		ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
-		if i == 0 {
-			eventually(t, 10*time.Second, "m0 ranked", func() bool { return ms[0].Rank().Index == 0 })
-		}
-	}
-	ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ob.Close()
-	eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == 3 })
+	ms, ob := loadBalancedRink(t, name, 3, 300*time.Millisecond, h.hook())
 	// 30 roles with loads 1..30, recorded by whoever holds each.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		every(ctx, 5*time.Millisecond, func() {
 			for i := 1; i <= 30; i++ {
 				for _, m := range ms {
 					m.AddLoad(fmt.Sprint("role-", i), float64(i)) // counted by the holder only
 				}
 			}
-		}
+		})
 	}()
 	defer func() { cancel(); <-done }()
 	// Judged by the roles' true loads, not by what the members report.
@@ -166,4 +118,26 @@ func TestBalancedByLoad(t *testing.T) {
 		t.Error("no EventLoadBalanced reports a slot moved")
 	}
 	h.check(t)
+}
+
+// loadBalancedRink starts n members m0.. of a rink of 64 slots balanced by
+// load (tolerance 0.1, load interval 100 ms, the given window), and an
+// observer that sees them all ranked; the test's end closes them.
+func loadBalancedRink(t *testing.T, name string, n int, window time.Duration, opts ...Option) ([]*Rink, *Observer) {
+	t.Helper()
+	opts = append(opts, WithImbalanceTolerance(0.1), WithLoadInterval(100*time.Millisecond), WithLoadWindow(window), WithSlots(64))
+	var ms []*Rink
+	for i := 0; i < n; i++ {
+		ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
+		if i == 0 {
+			eventually(t, 10*time.Second, "m0 ranked", func() bool { return ms[0].Rank().Index == 0 })
+		}
+	}
+	ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ob.Close() })
+	eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == n })
+	return ms, ob
 }

@@ -502,17 +502,7 @@ func TestRollingDeploy(t *testing.T) {
 			loops.Add(1)
 			go func() {
 				defer loops.Done()
-				for {
-					rctx, err := m.AwaitRoleContext(ctx, role)
-					if err != nil {
-						return
-					}
-					select {
-					case <-rctx.Done():
-					case <-ctx.Done():
-						return
-					}
-				}
+				holdLoop(ctx, m, role)
 			}()
 		}
 	}

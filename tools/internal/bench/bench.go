@@ -261,3 +261,33 @@ func settled(rec *recorder, ms []*member) func() bool {
 func nextRink(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), rinkSeq.Add(1))
 }
+
+// holdLoop awaits role on r until ctx ends, holding it each time until the
+// holding ends: the loop per role a service runs.
+func holdLoop(ctx context.Context, r *rink.Rink, role string) {
+	for {
+		rctx, err := r.AwaitRoleContext(ctx, role)
+		if err != nil {
+			return
+		}
+		select {
+		case <-rctx.Done():
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	tick := time.NewTicker(d)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
+	}
+}

@@ -59,16 +59,22 @@ func newFloorProbe(env Env) (*floorProbe, error) {
 // measure makes n puts one after the other and returns, for each, the time
 // from the start of the put to the other client's watch delivering it.
 func (p *floorProbe) measure(n int) ([]time.Duration, error) {
-	var out []time.Duration
-	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return p.samples(n, func(ctx context.Context, i int) (time.Duration, error) {
 		began := time.Now()
 		resp, err := p.writer.Put(ctx, p.key, fmt.Sprint(i))
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("floor: put: %w", err)
+			return 0, fmt.Errorf("floor: put: %w", err)
 		}
-		d, err := p.seen(ctx, resp.Header.Revision, began)
+		return p.seen(ctx, resp.Header.Revision, began)
+	})
+}
+
+// samples takes n samples of one, each bounded by 10 s.
+func (p *floorProbe) samples(n int, one func(ctx context.Context, i int) (time.Duration, error)) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		d, err := one(ctx, i)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -90,24 +96,19 @@ var departValue = `{"schema":2,"version":9,"slots":1024,"leader":"m0","members":
 // watch delivering it. The rink's own figures do not depend on it: it
 // shows what the departure's transaction alone costs beside a put.
 func (p *floorProbe) measureDepart(n int) ([]time.Duration, error) {
-	var out []time.Duration
 	members := p.key + "/members/"
 	member := members + "m1"
-	for i := 0; i < n; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return p.samples(n, func(ctx context.Context, i int) (time.Duration, error) {
 		created, err := p.writer.Put(ctx, member, "{}", clientv3.WithLease(p.lease))
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("floor: put: %w", err)
+			return 0, fmt.Errorf("floor: put: %w", err)
 		}
 		cur, err := p.writer.Put(ctx, p.key, fmt.Sprint(i))
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("floor: put: %w", err)
+			return 0, fmt.Errorf("floor: put: %w", err)
 		}
 		if _, err := p.seen(ctx, cur.Header.Revision, time.Now()); err != nil {
-			cancel()
-			return nil, err
+			return 0, err
 		}
 		began := time.Now()
 		resp, err := p.writer.Txn(ctx).
@@ -123,17 +124,10 @@ func (p *floorProbe) measureDepart(n int) ([]time.Duration, error) {
 			err = fmt.Errorf("a guard failed")
 		}
 		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("floor: departure transaction: %w", err)
+			return 0, fmt.Errorf("floor: departure transaction: %w", err)
 		}
-		d, err := p.seen(ctx, resp.Header.Revision, began)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
+		return p.seen(ctx, resp.Header.Revision, began)
+	})
 }
 
 // seen waits until the watch delivers revision rev and returns the time

@@ -196,36 +196,19 @@ func startLoadRink(env Env, caps []float64, nroles int, w []float64, interval, w
 			loops.Add(1)
 			go func() {
 				defer loops.Done()
-				for {
-					rctx, err := m.r.AwaitRoleContext(ctx, role)
-					if err != nil {
-						return
-					}
-					select {
-					case <-rctx.Done():
-					case <-ctx.Done():
-						return
-					}
-				}
+				holdLoop(ctx, m.r, role)
 			}()
 		}
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
-			every := min(100*time.Millisecond, interval/5)
-			tick := time.NewTicker(every)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
+			d := min(100*time.Millisecond, interval/5)
+			every(ctx, d, func() {
 				w := *lr.weights.Load()
 				for i, role := range lr.roles {
-					m.r.AddLoad(role, 10000*w[i]*every.Seconds()) // counted by the holder only
+					m.r.AddLoad(role, 10000*w[i]*d.Seconds()) // counted by the holder only
 				}
-			}
+			})
 		}()
 	}
 	return lr, nil

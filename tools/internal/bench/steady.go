@@ -72,17 +72,7 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 			loops.Add(1)
 			go func() {
 				defer loops.Done()
-				for {
-					rctx, err := m.r.AwaitRoleContext(ctx, role)
-					if err != nil {
-						return
-					}
-					select {
-					case <-rctx.Done():
-					case <-ctx.Done():
-						return
-					}
-				}
+				holdLoop(ctx, m.r, role)
 			}()
 		}
 	}
@@ -90,18 +80,11 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 		loops.Add(1)
 		go func() {
 			defer loops.Done()
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
+			every(ctx, 10*time.Millisecond, func() {
 				for i, role := range rs {
 					m.r.AddLoad(role, 1/float64(1+i%100)) // dropped where m does not hold the role
 				}
-			}
+			})
 		}()
 	}
 	loadWrites := func() (float64, error) {
