@@ -155,14 +155,14 @@ func (r *Rink) plan() {
 	for _, name := range st.cur.Members {
 		ranked[name] = true
 	}
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members), ByLoad: r.opts.byLoad}
-	if st.cur.ByLoad != r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
+	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members)}
+	if st.cur.ByLoad && !r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
 		l.modeLogged = true
-		r.log.Warn("the rink's map is balanced another way than this leader's options say: proclaiming this leader's way (give every member the same WithImbalanceTolerance)",
-			zap.Bool("mapByLoad", st.cur.ByLoad), zap.Bool("leaderByLoad", r.opts.byLoad))
+		r.log.Warn("the rink's map is balanced by load, and this leader balances by count: proclaiming a map balanced by count (give every member the same WithImbalanceTolerance)")
 	}
-	if in.ByLoad {
+	if r.opts.byLoad {
 		in.Load = r.estimate()
+		in.ByLoad = r.loadSeen(in.Load)
 	}
 	for _, name := range live {
 		if !ranked[name] {
@@ -506,6 +506,38 @@ func (r *Rink) estimate() []float64 {
 	return slices.Clone(l.est)
 }
 
+// loadSeen reports whether the leader balances by load: when some slot
+// carries load (a rate, or an awaited role). With none, it balances by
+// count, as without WithImbalanceTolerance, so that a rink whose members
+// use only ranks and slots keeps even slot counts. A map balanced by load
+// stays so until every member owning slots has reported none: a leader
+// just elected keeps its predecessor's load moves while the summaries
+// come in.
+func (r *Rink) loadSeen(est []float64) bool {
+	for _, v := range est {
+		if v > 0 {
+			return true
+		}
+	}
+	return r.st.cur.ByLoad && !r.allReported(r.st.cur)
+}
+
+// allReported reports whether every member owning slots in m has
+// reported its load.
+func (r *Rink) allReported(m rankMap) bool {
+	seen := make([]bool, len(m.Members))
+	for _, i := range m.Table {
+		if i < 0 || i >= len(seen) || seen[i] {
+			continue
+		}
+		seen[i] = true
+		if _, ok := r.st.lead.reports[m.Members[i]]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // loadRound runs one round of load balancing on next (see rebalanceLoad),
 // once every ranked member that owns slots has reported its load, and
 // starts the timer of the next round.
@@ -517,14 +549,8 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 	if in.Load == nil {
 		return
 	}
-	owns := map[string]bool{}
-	for s := range next.Table {
-		owns[next.owner(s)] = true
-	}
-	for name := range owns {
-		if _, ok := l.reports[name]; !ok {
-			return // its load is unknown yet
-		}
+	if !r.allReported(*next) {
+		return // some member's load is unknown yet
 	}
 	frozen := make([]bool, len(next.Table))
 	for s, at := range l.movedAt {

@@ -141,3 +141,83 @@ func loadBalancedRink(t *testing.T, name string, n int, window time.Duration, op
 	eventually(t, 10*time.Second, "all ranked", func() bool { return len(ob.State().Members) == n })
 	return ms, ob
 }
+
+// By default a rink balances by load only once it sees some: members that
+// use ranks and slots alone, and await no role, keep even slot counts
+// through a scale-in, and the map switches to load balancing when roles
+// are awaited.
+func TestDefaultBalancesByCountWithoutLoad(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	opts := []Option{WithLoadInterval(100 * time.Millisecond), WithLoadWindow(200 * time.Millisecond), WithSlots(64), h.hook()}
+	var ms []*Rink
+	for i := 0; i < 4; i++ {
+		ms = append(ms, join(t, newClient(t), name, append(opts, WithMemberName(fmt.Sprint("m", i)))...))
+	}
+	ob, err := NewObserver(newClient(t), name, WithLogger(zap.NewNop()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	even := func(n int) func() bool {
+		return func() bool {
+			st := ob.State()
+			if len(st.Members) != n || st.ByLoad {
+				return false
+			}
+			for _, m := range st.Members {
+				if m.Slots < 64/n || m.Slots > (64+n-1)/n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 10*time.Second, "4 members with 16 slots each, balanced by count", even(4))
+	// A scale-in: m3's heir takes its slots, then the counts even out
+	// again, after every member has reported that it carries no load.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ms[3].Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ms = ms[:3]
+	eventually(t, 10*time.Second, "3 members with 21 or 22 slots each, balanced by count", even(3))
+	// Awaited roles are load: the leader balances by them from now on.
+	loopCtx, stop := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	defer func() { stop(); loops.Wait() }()
+	for _, m := range ms {
+		for i := 0; i < 3; i++ {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				holdLoop(loopCtx, m, fmt.Sprint("pair-", i))
+			}()
+		}
+	}
+	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return ob.State().ByLoad })
+	h.check(t)
+}
+
+// Balancing by load is on by default, at 10 %; a tolerance of 0 turns it
+// off.
+func TestImbalanceToleranceDefault(t *testing.T) {
+	for _, c := range []struct {
+		opts   []Option
+		byLoad bool
+		tol    float64
+	}{
+		{nil, true, DefaultImbalanceTolerance},
+		{[]Option{WithImbalanceTolerance(0.25)}, true, 0.25},
+		{[]Option{WithImbalanceTolerance(0)}, false, 0},
+	} {
+		o, err := parseOptions(c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.byLoad != c.byLoad || o.tolerance != c.tol {
+			t.Errorf("%d options: byLoad %v tolerance %v, want %v %v", len(c.opts), o.byLoad, o.tolerance, c.byLoad, c.tol)
+		}
+	}
+}

@@ -144,6 +144,7 @@ func (r *Rink) run(first *incarnation) {
 		case reps := <-r.loadsCh:
 			if st.lead != nil {
 				st.lead.reports = reps
+				st.dirty = true // load seen, or gone: the balance may change
 			}
 		case <-quiet:
 			st.quietTimer = nil

@@ -36,6 +36,10 @@ const (
 	// DefaultLoadWindow is the window of the rates a member reports (see
 	// WithLoadWindow).
 	DefaultLoadWindow = time.Minute
+	// DefaultImbalanceTolerance is how far above the mean load per
+	// capacity a member may be before the leader moves slots by load (see
+	// WithImbalanceTolerance).
+	DefaultImbalanceTolerance = 0.1
 )
 
 // Option configures a Rink. Options are validated by New (and NewContext).
@@ -197,26 +201,31 @@ func WithLoadWindow(d time.Duration) Option {
 	}
 }
 
-// WithImbalanceTolerance makes the rink's leader balance the slots by load
-// rather than by count, with the given tolerance (at least 0.01; 0.1 is
-// ten percent): when the most loaded member's load per capacity exceeds
-// the mean by more than the tolerance, the leader moves loaded slots from
-// the most to the least loaded members, at most 5 % of the slots per load
-// interval, until every member is within half the tolerance or no move
-// helps; a slot it moved stays put for three intervals. The load is what
-// the members report (see AddLoad), or, where nobody records load, the
-// roles they await: a handful of roles ends one per member. Moves go
-// through the same barrier as every other: a role never has two holders.
-// Off by default: without it the leader balances slot counts (by capacity).
-// Give every member the same option, since any member may lead.
+// WithImbalanceTolerance sets how far above the mean load per capacity a
+// member may be before the rink's leader moves slots by load (default
+// DefaultImbalanceTolerance, 10 %; otherwise at least 0.01; 0 turns load
+// balancing off). When the most loaded member exceeds the mean by more
+// than the tolerance, the leader moves loaded slots from the most to the
+// least loaded members, at most 5 % of the slots per load interval, until
+// every member is within half the tolerance or no move helps; a slot it
+// moved stays put for three intervals. The load is what the members report
+// (see AddLoad), or, where nobody records load, the roles they await: a
+// handful of roles ends one per member. Moves go through the same barrier
+// as every other: a role never has two holders.
+//
+// The leader balances by load only while some slot carries load (a rate,
+// or an awaited role); until then, and with a tolerance of 0, it balances
+// slot counts (by capacity), so that members that use only ranks and slots
+// keep even shares. Give every member the same option, since any member
+// may lead.
 func WithImbalanceTolerance(t float64) Option {
 	return func(o *options) {
 		o.use("WithImbalanceTolerance")
-		if !(t >= 0.01) || math.IsInf(t, 1) {
-			o.fail("imbalance tolerance %v: want a finite number of at least 0.01", t)
+		if t != 0 && !(t >= 0.01) || math.IsInf(t, 1) {
+			o.fail("imbalance tolerance %v: want 0 (off) or a finite number of at least 0.01", t)
 			return
 		}
-		o.byLoad, o.tolerance = true, t
+		o.byLoad, o.tolerance = t != 0, t
 	}
 }
 
@@ -270,6 +279,8 @@ func parseOptions(opts []Option) (options, error) {
 		capacity:   1,
 		loadEvery:  DefaultLoadInterval,
 		loadWindow: DefaultLoadWindow,
+		byLoad:     true,
+		tolerance:  DefaultImbalanceTolerance,
 		log:        zap.NewNop(),
 	}
 	for _, opt := range opts {

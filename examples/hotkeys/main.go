@@ -66,7 +66,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 		return err
 	}
 	defer closeAll()
-	for _, tol := range []float64{0, 0.1} {
+	for _, tol := range []float64{-1, 0.1} {
 		if err := serve(ctx, out, cfg, first, tol); err != nil {
 			return err
 		}
@@ -74,8 +74,8 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	return nil
 }
 
-// serve runs one rink of cfg.members members with the given tolerance (0:
-// balanced by count) under the skewed traffic, and prints each member's
+// serve runs one rink of cfg.members members with the given tolerance
+// (negative: balanced by count) under the skewed traffic, and prints each member's
 // share of the work in the last two seconds.
 func serve(ctx context.Context, out io.Writer, cfg config, first *clientv3.Client, tol float64) error {
 	name, how := "hotkeys-count", "balanced by slot count"

@@ -21,10 +21,12 @@ import (
 type Config struct {
 	// Rink is the rink's name; every member of the service uses the same.
 	Rink string
-	// Tolerance, if above zero, makes the rink's leader balance the keys
-	// by load (rink.WithImbalanceTolerance): it moves keys from the most
-	// to the least loaded members until all are within Tolerance/2 of the
-	// mean. Zero balances the number of keys (slots) per member.
+	// Tolerance is how far above the mean load a member may be before the
+	// rink's leader moves keys from the most to the least loaded members
+	// (rink.WithImbalanceTolerance): it moves them until all are within
+	// Tolerance/2 of the mean. Zero keeps rink's default, 10 %; a negative
+	// value turns load balancing off, to balance the number of keys
+	// (slots) per member only.
 	Tolerance float64
 	// LoadInterval is how often members report their load and the leader
 	// may move keys (rink.WithLoadInterval; 0: rink's default, 10 s).
@@ -47,8 +49,11 @@ var ErrNotOwner = errors.New("shard: this member does not hold the key")
 // cfg implies, so that a caller may set the member name, TTL and logger.
 func Start(cli *clientv3.Client, cfg Config, opts ...rink.Option) (*Shard, error) {
 	var o []rink.Option
-	if cfg.Tolerance > 0 {
+	switch {
+	case cfg.Tolerance > 0:
 		o = append(o, rink.WithImbalanceTolerance(cfg.Tolerance))
+	case cfg.Tolerance < 0:
+		o = append(o, rink.WithImbalanceTolerance(0))
 	}
 	if cfg.LoadInterval > 0 {
 		o = append(o, rink.WithLoadInterval(cfg.LoadInterval))

@@ -75,6 +75,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	opts := []rink.Option{rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay)}
 	if cfg.Balance > 0 {
 		opts = append(opts, rink.WithImbalanceTolerance(cfg.Balance), rink.WithLoadInterval(500*time.Millisecond), rink.WithLoadWindow(2*time.Second))
+	} else {
+		opts = append(opts, rink.WithImbalanceTolerance(0))
 	}
 	if cfg.Verbose {
 		enc := zap.NewDevelopmentEncoderConfig()
