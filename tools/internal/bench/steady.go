@@ -53,6 +53,8 @@ const (
 // role i gets 1/(1+i%100) units every 10 ms), with a load interval of
 // SteadyLoadInterval, and the scenario reports how often members wrote
 // their load summaries: load_writes_per_member_per_interval (at most 1).
+// It measures once the leader's load rounds are done (settle_s after every
+// role is held), and its maps in the time measured: maps_per_s.
 func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	const members, nroles = 8, 10000
 	ttl := rink.DefaultSessionTTL
@@ -115,6 +117,18 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	}); err != nil {
 		return nil, err
 	}
+	// Steady: the load rounds are done (no new map for five load
+	// intervals, or two minutes gone), so that what follows is the cost
+	// of a rink at rest: keep-alives and load summaries.
+	settleFrom := time.Now()
+	last, lastAt := ms[0].r.Rank().Version, time.Now()
+	for time.Since(lastAt) < 5*SteadyLoadInterval && time.Since(settleFrom) < 2*time.Minute {
+		time.Sleep(100 * time.Millisecond)
+		if v := ms[0].r.Rank().Version; v != last {
+			last, lastAt = v, time.Now()
+		}
+	}
+	settle := lastAt.Sub(settleFrom).Seconds()
 	before, err := requestCounts()
 	if err != nil {
 		return nil, err
@@ -123,7 +137,7 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	began := time.Now()
+	began, versionBefore := time.Now(), ms[0].r.Rank().Version
 	time.Sleep(hold)
 	after, err := requestCounts()
 	if err != nil {
@@ -134,11 +148,12 @@ func SteadyCost(env Env, hold time.Duration) (Sample, error) {
 		return nil, err
 	}
 	secs := time.Since(began).Seconds()
+	maps := float64(ms[0].r.Rank().Version-versionBefore) / secs
 	resp, err := ms[0].cli.Get(context.Background(), "rink/"+name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, err
 	}
-	s := Sample{"keys": float64(resp.Count)}
+	s := Sample{"keys": float64(resp.Count), "settle_s": settle, "maps_per_s": maps}
 	total := 0.0
 	for k, v := range after {
 		rate := (v - before[k]) / secs
