@@ -162,49 +162,60 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 // is pure: the reporter goroutine feeds it.
 type loadMeter struct {
 	rate  []float64
-	since []time.Time // when the slot was first seen held; zero when not held
-	ticks []int       // ticks the slot has been held
+	since []time.Time // when the slot was gained; zero when not held
 }
 
 func newLoadMeter(slots int) *loadMeter {
-	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots), ticks: make([]int, slots)}
+	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots)}
 }
 
-// tick folds in the units added over the last interval, for the slots held
-// now, and returns the report. A slot not held has no rate: its load is its
-// holder's to report. The average starts at zero when a slot is gained, so
-// for a slot held k ticks it is divided by 1 − decay^k, the weight its
-// ticks carry: the rate reported is unbiased from the first tick on (the
-// units of that tick alone), and a slot that just moved shows its load at
-// once rather than after a window.
-func (m *loadMeter) tick(now time.Time, units []float64, held []bool, roles []int32, interval, window time.Duration) loadReport {
-	decay := math.Exp(-interval.Seconds() / window.Seconds())
+// tick folds in the units added since the last tick, for the slots held
+// now (gained at the times in since; zero: not held), and returns the
+// report. A slot not held has no rate: its load is its holder's to
+// report. The average is a continuous-time one over the window, and
+// starts at zero when a slot is gained; the units of the first tick cover
+// only the time since the slot was gained, so the rate reported is
+// divided by 1 − e^(−held/window), the weight the time held carries: it is
+// unbiased from the first tick on, and a slot that just moved shows its
+// load at once rather than after a window.
+func (m *loadMeter) tick(now time.Time, units []float64, since []time.Time, roles []int32, interval, window time.Duration) loadReport {
 	var rep loadReport
 	for s := range m.rate {
-		if !held[s] {
-			m.rate[s], m.since[s], m.ticks[s] = 0, time.Time{}, 0
+		if since[s].IsZero() || since[s].After(now) {
+			m.rate[s], m.since[s] = 0, time.Time{}
 			continue
 		}
-		if m.since[s].IsZero() {
-			m.since[s] = now
-		}
-		m.ticks[s]++
 		u := units[s]
 		if math.IsInf(u, 0) || math.IsNaN(u) {
 			u = 0 // AddLoad's sums overflowed: a figure nobody can use
 		}
-		m.rate[s] = m.rate[s]*decay + (1-decay)*u/interval.Seconds()
+		dt := interval
+		if !since[s].Equal(m.since[s]) {
+			// Gained since the last tick (or gained anew): the units cover
+			// the time since then.
+			m.rate[s], m.since[s] = 0, since[s]
+			dt = min(interval, now.Sub(since[s]))
+		}
+		held := now.Sub(m.since[s])
+		if dt < interval/100 {
+			// Gained a moment ago: too short a time to tell a rate from.
+			m.since[s] = now
+			rep.Slots = append(rep.Slots, slotLoad{Slot: s, Roles: int(roles[s])})
+			continue
+		}
+		decay := math.Exp(-dt.Seconds() / window.Seconds())
+		m.rate[s] = m.rate[s]*decay + (1-decay)*u/dt.Seconds()
 		if math.IsInf(m.rate[s], 0) || math.IsNaN(m.rate[s]) {
 			m.rate[s] = 0
 		}
 		rate := m.rate[s]
-		if w := 1 - math.Pow(decay, float64(m.ticks[s])); w > 0 && w < 1 {
+		if w := 1 - math.Exp(-held.Seconds()/window.Seconds()); w > 0 && w < 1 {
 			rate /= w
 		}
 		if rate < 0.5/window.Seconds() {
 			rate = 0 // less than half a unit per window: idle
 		}
-		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Round(now.Sub(m.since[s]).Seconds()*10) / 10, Roles: int(roles[s])})
+		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Round(held.Seconds()*10) / 10, Roles: int(roles[s])})
 	}
 	return rep
 }
@@ -240,7 +251,7 @@ func (r *Rink) reportLoad() {
 	S := r.opts.slots
 	meter := newLoadMeter(S)
 	units := make([]float64, S)
-	held := make([]bool, S)
+	since := make([]time.Time, S)
 	roles := make([]int32, S)
 	var last loadReport
 	var lastInc *incarnation
@@ -255,13 +266,15 @@ func (r *Rink) reportLoad() {
 		}
 		for s := range units {
 			units[s] = math.Float64frombits(r.load.acc[s].Swap(0))
-			st := r.slots[s].Load()
-			held[s] = st != nil && st.ctx != nil && st.ctx.Err() == nil
+			since[s] = time.Time{}
+			if st := r.slots[s].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
+				since[s] = st.at
+			}
 		}
 		r.load.mu.Lock()
 		copy(roles, r.load.count)
 		r.load.mu.Unlock()
-		rep := meter.tick(now, units, held, roles, interval, window)
+		rep := meter.tick(now, units, since, roles, interval, window)
 		inc := r.loadInc.Load()
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
 			continue

@@ -14,15 +14,15 @@ func TestLoadMeter(t *testing.T) {
 	const S = 4
 	m := newLoadMeter(S)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	held := []bool{true, true, false, true}
+	since := []time.Time{t0, t0, {}, t0}
 	roles := []int32{0, 2, 5, 0}
 	var rep loadReport
 	// 10 units per 100 ms in slot 0 (100/s), 1 per 100 ms in slot 3: with a
 	// window of 1 s the rates approach 100 and 10.
 	for i := 1; i <= 60; i++ {
-		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, held, roles, 100*time.Millisecond, time.Second)
+		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
 	}
-	want := []slotLoad{{Slot: 0, Rate: 100, Age: 5.9}, {Slot: 1, Roles: 2, Age: 5.9}, {Slot: 3, Rate: 10, Age: 5.9}} // every held slot
+	want := []slotLoad{{Slot: 0, Rate: 100, Age: 6}, {Slot: 1, Roles: 2, Age: 6}, {Slot: 3, Rate: 10, Age: 6}} // every held slot
 	if len(rep.Slots) != len(want) {
 		t.Fatalf("report %+v, want slots like %+v", rep, want)
 	}
@@ -34,27 +34,44 @@ func TestLoadMeter(t *testing.T) {
 	}
 	// The units of a slot not held count for nothing (slot 2), and a slot
 	// that stops being held loses its rate and its age.
-	held[0] = false
-	rep = m.tick(t0.Add(61*100*time.Millisecond), []float64{10, 0, 7, 1}, held, roles, 100*time.Millisecond, time.Second)
+	since[0] = time.Time{}
+	rep = m.tick(t0.Add(61*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
 	if rep.Slots[0].Slot != 1 || m.rate[0] != 0 || !m.since[0].IsZero() {
 		t.Errorf("after slot 0 was released: %+v, rate %v", rep, m.rate[0])
 	}
-	// A slot just gained shows its rate from the first tick on.
+	// A slot gained shows its rate from the first tick on, whenever in
+	// the interval it was gained: 100/s gained 30 ms before a tick of
+	// 100 ms adds 3 units by then.
 	fresh := newLoadMeter(S)
-	rep = fresh.tick(t0, []float64{10, 0, 0, 0}, held, roles, 100*time.Millisecond, time.Minute)
-	if len(rep.Slots) == 0 || rep.Slots[0].Slot != 1 && math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
-		t.Errorf("first tick: %+v", rep)
+	t1 := t0.Add(time.Second)
+	since = []time.Time{t1.Add(-30 * time.Millisecond), {}, {}, {}}
+	rep = fresh.tick(t1, []float64{3, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	if len(rep.Slots) != 1 || math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
+		t.Errorf("first tick after gaining a slot 30 ms ago: %+v, want a rate of 100", rep)
 	}
-	held[0] = true
-	rep = fresh.tick(t0.Add(100*time.Millisecond), []float64{10, 0, 0, 0}, held, roles, 100*time.Millisecond, time.Minute)
-	if rep.Slots[0].Slot != 0 || math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
-		t.Errorf("a slot gained a tick ago reports %+v, want a rate of 100", rep.Slots[0])
+	for i := 1; i <= 3; i++ {
+		rep = fresh.tick(t1.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+		if math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
+			t.Errorf("tick %d after gaining the slot: %+v, want a rate of 100", i, rep.Slots[0])
+		}
 	}
-	held[0] = false
+	// A slot gained again between two ticks starts again.
+	since[0] = t1.Add(350 * time.Millisecond)
+	rep = fresh.tick(t1.Add(400*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	if math.Abs(rep.Slots[0].Rate-100) > 1e-6 || rep.Slots[0].Age != 0.1 {
+		t.Errorf("a slot gained anew 50 ms ago: %+v, want a rate of 100 and an age of 0.1", rep.Slots[0])
+	}
+	// Gained a moment ago: no rate yet.
+	since[0] = t1.Add(500*time.Millisecond - 100*time.Microsecond)
+	rep = fresh.tick(t1.Add(500*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	if rep.Slots[0].Rate != 0 || math.IsInf(fresh.rate[0], 0) {
+		t.Errorf("a slot gained 100 µs ago: %+v", rep.Slots[0])
+	}
 	// Without units the rate decays e-fold per window.
+	since = []time.Time{{}, {}, {}, t0}
 	before := m.rate[3]
 	for i := 62; i < 72; i++ {
-		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), make([]float64, S), held, roles, 100*time.Millisecond, time.Second)
+		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), make([]float64, S), since, roles, 100*time.Millisecond, time.Second)
 	}
 	if got := m.rate[3] / before; math.Abs(got-math.Exp(-1)) > 0.01 {
 		t.Errorf("after one window without load the rate is %.3f of what it was, want 1/e", got)
@@ -73,7 +90,8 @@ func TestLoadCodec(t *testing.T) {
 	}
 	// Sums of AddLoad that overflow count for nothing.
 	m := newLoadMeter(2)
-	if rep := m.tick(time.Now(), []float64{math.Inf(1), 1}, []bool{true, true}, []int32{0, 0}, time.Second, time.Minute); rep.Slots[0].Rate != 0 || math.IsInf(m.rate[0], 0) {
+	now := time.Now()
+	if rep := m.tick(now, []float64{math.Inf(1), 1}, []time.Time{now.Add(-time.Second), now.Add(-time.Second)}, []int32{0, 0}, time.Second, time.Minute); rep.Slots[0].Rate != 0 || math.IsInf(m.rate[0], 0) {
 		t.Errorf("an overflowed sum gave rate %v", rep.Slots[0].Rate)
 	}
 	for _, c := range []struct {

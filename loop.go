@@ -733,9 +733,10 @@ func (r *Rink) acquire(s int) {
 	token := max(st.gainRev[s], st.inc.createRev, st.inc.boundRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	st.held[s] = cancel
-	r.emit(Event{Kind: EventAcquired, Slot: s, Token: token, From: st.gainFrom[s], Wait: time.Since(st.gainAt[s])})
+	now := time.Now()
+	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: st.gainFrom[s], Wait: now.Sub(st.gainAt[s])})
 	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
-	r.swapSlot(s, &slotState{ctx: rc, changed: make(chan struct{})})
+	r.swapSlot(s, &slotState{ctx: rc, at: now, changed: make(chan struct{})})
 }
 
 // release stops holding slot s.

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 // Roles are not tracked one by one. A role hashes to a slot, and this member
@@ -17,6 +18,7 @@ import (
 // there was none.
 type slotState struct {
 	ctx     context.Context // non-nil while held
+	at      time.Time       // when the slot was gained, while held
 	changed chan struct{}   // closed when this state is replaced
 	// used is set once Get or AwaitRole has handed out ctx: somebody acts
 	// on the slot's roles, so a shutdown releases the slot last.

@@ -83,28 +83,33 @@ func LoadBalance(env Env, caps []float64, nroles int, seed uint64) (Sample, erro
 	s["imbalance_bound"] = max(1, (hot/top)/(total/capSum))
 
 	// Settled: no new map for four load intervals (or a minute gone). The
-	// rounds to converge are the maps until the imbalance first came within
-	// the target, max(1 + tolerance, bound); rounds_total counts them all.
+	// rounds to converge are the leader's load rounds that moved slots
+	// until the imbalance first came within the target, max(1 +
+	// tolerance, bound); rounds_total counts them all. (A map that only
+	// says the rink is now balanced by load is not a round.)
 	target := max(1+LoadTolerance, s["imbalance_bound"]) * 1.005
-	last, lastAt, rounds := start.Version, time.Now(), 0.0
+	last, lastAt := start.Version, time.Now()
+	var within time.Time
 	if imb(start) <= target {
-		rounds = 0
-	} else {
-		rounds = -1
+		within = began
 	}
 	for time.Since(lastAt) < 4*LoadInterval && time.Since(began) < time.Minute {
 		time.Sleep(100 * time.Millisecond)
 		if st := ob.State(); st.Version != last {
 			last, lastAt = st.Version, time.Now()
-			if rounds < 0 && imb(st) <= target {
-				rounds = float64(st.Version - start.Version)
+			if within.IsZero() && imb(st) <= target {
+				within = lastAt
 			}
 		}
 	}
 	end := ob.State()
+	rounds, all := lr.movingRounds(began, within), lr.movingRounds(began, time.Now())
+	if within.IsZero() {
+		rounds = -1
+	}
 	s["imbalance_after"] = imb(end)
-	s["rounds"] = rounds // -1: never within the target
-	s["rounds_total"] = float64(end.Version - start.Version)
+	s["rounds"] = float64(rounds) // -1: never within the target
+	s["rounds_total"] = float64(all)
 	moved, movedLoad := 0, 0.0
 	for _, e := range rec.snapshot() {
 		if e.Kind == rink.EventAcquired && e.Time.After(began) {
@@ -116,6 +121,20 @@ func LoadBalance(env Env, caps []float64, nroles int, seed uint64) (Sample, erro
 	s["load_moved_fraction"] = movedLoad / total
 	s["overlaps"] = float64(overlaps(rec.snapshot()))
 	return s, nil
+}
+
+// movingRounds counts the leaders' load rounds that moved slots between
+// from and to.
+func (lr *loadRink) movingRounds(from, to time.Time) int {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	n := 0
+	for _, e := range lr.rounds {
+		if e.Moved > 0 && !e.Time.Before(from) && !e.Time.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // loadRink is the load scenarios' rink: 8 members balancing by load, every
