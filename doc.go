@@ -58,12 +58,14 @@
 // # Load
 //
 // Holders may record the work each role costs (AddLoad); members publish a
-// decaying rate per slot, which Observers, rinkctl and rinkprom show. With
-// WithImbalanceTolerance the leader balances by that load (or, where
-// nobody records load, by the roles the members await) instead of by slot
-// count: once per load interval it moves loaded slots from the most to the
-// least loaded members, a few per cent of the slots at a time, through the
-// same handover barrier as every other move.
+// decaying rate per slot, which Observers, rinkctl and rinkprom show. The
+// leader balances by that load (or, where nobody records load, by the
+// roles the members await) instead of by slot count, whenever some slot
+// carries load: once per load interval it moves loaded slots from the most
+// to the least loaded members, a few per cent of the slots at a time,
+// through the same handover barrier as every other move, until the most
+// loaded member is within the tolerance (WithImbalanceTolerance, 10 % by
+// default; 0 turns it off) of the mean.
 //
 // # Guarantees
 //
