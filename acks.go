@@ -97,8 +97,8 @@ func boundIn(name string, top, floor int64, complete bool, lagging map[string]in
 // is the only sender, so after draining the buffer there is room.
 func (r *Rink) sendAck() {
 	st := &r.st
-	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() {
-		return // a quiet time withholds acknowledgements (see hush)
+	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() || len(st.draining) > 0 {
+		return // a quiet time (see hush) and a drain (see drain.go) withhold acknowledgements
 	}
 	select {
 	case <-r.ackCh:

@@ -26,7 +26,9 @@ func TestEventKindString(t *testing.T) {
 		{EventRankChanged, "rank-changed"},
 		{EventLoadReported, "load-reported"},
 		{EventLoadBalanced, "load-balanced"},
-		{EventLoadBalanced + 1, "EventKind(8)"},
+		{EventDrained, "drained"},
+		{EventDrainTimedOut, "drain-timed-out"},
+		{EventDrainTimedOut + 1, "EventKind(10)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

@@ -35,23 +35,34 @@ const (
 	// round moves (0 when the rink was within the tolerance, or no move
 	// helped); the map that moves them is proclaimed next.
 	EventLoadBalanced
+	// EventDrained: this member gave a slot away once every function that
+	// Run or Watch ran on it had returned (see WithDrainTimeout). Slot and
+	// Wait (how long the drain took) are set.
+	EventDrained
+	// EventDrainTimedOut: this member gave a slot away when the drain
+	// timeout passed, with functions still running on it. Slot and Wait
+	// are set.
+	EventDrainTimedOut
 )
 
 // eventKindNames are the names String gives the kinds of Event.
 var eventKindNames = [...]string{
-	EventAcquired:     "acquired",
-	EventReleased:     "released",
-	EventFenced:       "fenced",
-	EventRejoined:     "rejoined",
-	EventMapApplied:   "map-applied",
-	EventRankChanged:  "rank-changed",
-	EventLoadReported: "load-reported",
-	EventLoadBalanced: "load-balanced",
+	EventAcquired:      "acquired",
+	EventReleased:      "released",
+	EventFenced:        "fenced",
+	EventRejoined:      "rejoined",
+	EventMapApplied:    "map-applied",
+	EventRankChanged:   "rank-changed",
+	EventLoadReported:  "load-reported",
+	EventLoadBalanced:  "load-balanced",
+	EventDrained:       "drained",
+	EventDrainTimedOut: "drain-timed-out",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
 // "acquired", "released", "fenced", "rejoined", "map-applied",
-// "rank-changed", "load-reported" or "load-balanced". A value that is not one of the kinds prints as
+// "rank-changed", "load-reported", "load-balanced", "drained" or
+// "drain-timed-out". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {
@@ -80,7 +91,8 @@ type Event struct {
 	From string
 	// Wait is, for an acquisition, how long this member waited between the
 	// map that gave it the slot and holding it (for the previous holder to
-	// let go); for a map, how long applying it took.
+	// let go); for a map, how long applying it took; for a drain, how long
+	// it waited.
 	Wait time.Duration
 	// Version is the version of an applied map.
 	Version int64

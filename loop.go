@@ -72,6 +72,11 @@ type state struct {
 	joins    int     // incarnations so far
 	pending  slotSet // owned but not yet held
 
+	// Slots given away while functions still ran on them (see drain.go):
+	// the acknowledgement waits for them, at most until drainTimer.
+	draining   map[int]drainEntry
+	drainTimer *time.Timer
+
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
 }
@@ -113,7 +118,10 @@ func (r *Rink) run(first *incarnation) {
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		var timer, quiet, loadTimer <-chan time.Time
+		var timer, quiet, loadTimer, drained <-chan time.Time
+		if st.drainTimer != nil {
+			drained = st.drainTimer.C
+		}
 		if st.lead != nil && st.lead.timer != nil {
 			timer = st.lead.timer.C
 		}
@@ -146,6 +154,11 @@ func (r *Rink) run(first *incarnation) {
 				st.lead.reports = reps
 				st.dirty = true // load seen, or gone: the balance may change
 			}
+		case <-drained:
+			st.drainTimer = nil
+			r.onDrained()
+		case <-r.drainCh:
+			r.onDrained()
 		case <-quiet:
 			st.quietTimer = nil
 			r.sendAck() // withheld meanwhile
@@ -737,6 +750,7 @@ func (r *Rink) acquire(s int) {
 	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: st.gainFrom[s], Wait: now.Sub(st.gainAt[s])})
 	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
 	r.swapSlot(s, &slotState{ctx: rc, at: now, changed: make(chan struct{})})
+	r.notifySets(s)
 }
 
 // release stops holding slot s.
@@ -744,11 +758,14 @@ func (r *Rink) release(s int, cause error) {
 	st := &r.st
 	st.held[s](cause)
 	st.held[s] = nil
-	if cur := r.slots[s].Load(); cur != nil && cur.ctx != nil {
+	cur := r.slots[s].Load()
+	if cur != nil && cur.ctx != nil {
 		cause = context.Cause(cur.ctx) // a fence's cause, if it came first
 	}
 	r.emit(Event{Kind: EventReleased, Slot: s, Cause: cause})
+	r.startDrain(s, cur, cause)
 	r.swapSlot(s, nil)
+	r.notifySets(s)
 }
 
 func (r *Rink) swapSlot(s int, next *slotState) {
@@ -789,6 +806,7 @@ func (r *Rink) onLost() {
 	st.inc, st.selfSeen = nil, false
 	r.stopLeading()
 	r.reconcile() // the contexts are already cancelled through old.ctx
+	r.dropDrains()
 	r.startRejoin(old)
 }
 
@@ -948,6 +966,7 @@ func (r *Rink) shutdown(cause error) {
 	case st.inc != nil && cause == nil:
 		r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
+		r.awaitDrains(ctx)
 		err = r.leave(ctx, st.inc, ErrShutdown)
 	}
 	releaseAll()

@@ -55,8 +55,9 @@ type options struct {
 	capacity    float64
 	loadEvery   time.Duration
 	loadWindow  time.Duration
-	byLoad      bool    // the leader balances by load (WithImbalanceTolerance)
-	tolerance   float64 // how far above the mean load a member may be
+	drain       time.Duration // how long a given-away slot waits for Run and Watch (WithDrainTimeout)
+	byLoad      bool          // the leader balances by load (WithImbalanceTolerance)
+	tolerance   float64       // how far above the mean load a member may be
 	log         *zap.Logger
 	joinTimeout time.Duration
 	events      func(Event)
@@ -226,6 +227,28 @@ func WithImbalanceTolerance(t float64) Option {
 			return
 		}
 		o.byLoad, o.tolerance = t != 0, t
+	}
+}
+
+// WithDrainTimeout lets the work that Run and Watch handlers run on a role
+// finish before the role's heir starts it, for at most d (default 0: the
+// heir starts as soon as the context is cancelled, as with AwaitRole).
+// When a new map moves a slot away, or a graceful Shutdown hands it over,
+// this member cancels the slot's context at once and then waits until
+// every such function on the slot has returned, or d has passed, before
+// it lets the heir start (EventDrained, or EventDrainTimedOut and a log
+// line; fencing tokens still protect a function that outlives its drain).
+// Shutdown waits within its context. A drain holds back every slot given
+// away in the same map, not the slots kept or gained. A fence does not
+// drain.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithDrainTimeout")
+		if d < 0 {
+			o.fail("drain timeout %v: want a duration of at least 0", d)
+			return
+		}
+		o.drain = d
 	}
 }
 

@@ -22,6 +22,8 @@ var (
 	ErrInvalidOption = errors.New("rink: invalid option")
 	// ErrInvalidRole is returned for an empty role name.
 	ErrInvalidRole = errors.New("rink: invalid role")
+	// ErrNilFunc is returned by Run and Watch when given a nil function.
+	ErrNilFunc = errors.New("rink: nil function")
 	// ErrMemberExists is returned by New when a live member already uses
 	// the member name and its lease did not end within the join timeout.
 	ErrMemberExists = errors.New("rink: member name in use by a live member")
@@ -90,6 +92,14 @@ type Rink struct {
 	// loadsCh carries the members' load summaries from the leader's
 	// aggregator to the run goroutine (the newest only).
 	loadsCh chan map[string]loadReport
+	// Role sets (see Watch): the list, and a copy the run goroutine reads.
+	setsMu  sync.Mutex
+	sets    []*RoleSet
+	setsPub atomic.Pointer[[]*RoleSet]
+
+	// drainCh tells the run goroutine that the last function on a
+	// given-away slot returned (see drain.go).
+	drainCh chan struct{}
 
 	st state // owned by the run goroutine
 
@@ -148,6 +158,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		ackCh:        make(chan ackReq, 1),
 		load:         newLoadAcc(o.slots),
 		loadsCh:      make(chan map[string]loadReport, 1),
+		drainCh:      make(chan struct{}, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

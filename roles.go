@@ -23,6 +23,9 @@ type slotState struct {
 	// used is set once Get or AwaitRole has handed out ctx: somebody acts
 	// on the slot's roles, so a shutdown releases the slot last.
 	used atomic.Bool
+	// runners counts the functions that Run and Watch run on the
+	// holding (see drain.go).
+	runners atomic.Int32
 }
 
 // handOut returns the held context and marks the slot used.
@@ -123,6 +126,16 @@ func (r *Rink) AwaitRole(role string) context.Context {
 // ErrInvalidRole for an empty role, ErrShutdown once the rink is shutting
 // down, or ctx's error.
 func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Context, error) {
+	st, err := r.awaitSlot(ctx, role)
+	if err != nil {
+		return nil, err
+	}
+	return st.handOut(), nil
+}
+
+// awaitSlot waits until this member holds role's slot and returns the
+// slot's state.
+func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 	if role == "" {
 		return nil, ErrInvalidRole
 	}
@@ -143,7 +156,7 @@ func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Conte
 			}
 		}
 		if st.ctx != nil && st.ctx.Err() == nil {
-			return st.handOut(), nil
+			return st, nil
 		}
 		select {
 		case <-st.changed:

@@ -28,6 +28,8 @@
 // | rink_load_imbalance | gauge | while this member leads and balances by load: the most loaded member's load per capacity over the mean, as estimated after its last round |
 // | rink_load_rounds_total | counter | rounds of balancing by load this member ran as the rink's leader |
 // | rink_load_moves_total | counter | slots those rounds moved |
+// | rink_drain_seconds | histogram | time a given-away slot waited for the functions Run and Watch ran on it (rink.WithDrainTimeout) |
+// | rink_drain_timeouts_total | counter | drains that ran out of time, handing a slot over with work still running on it |
 package rinkprom
 
 import (
@@ -43,8 +45,8 @@ import (
 type Metrics struct {
 	index, size, waiting, leader, held, load, roles, imbalance  *prometheus.GaugeVec
 	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
-	rounds, moves                                               *prometheus.CounterVec
-	handoverWait, mapApply                                      *prometheus.HistogramVec
+	rounds, moves, drainTimeouts                                *prometheus.CounterVec
+	handoverWait, mapApply, drain                               *prometheus.HistogramVec
 
 	seen sync.Map // member label pairs whose series exist
 }
@@ -61,22 +63,28 @@ func New() *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "rink", Name: name, Help: help}, labels)
 	}
 	return &Metrics{
-		index:        gauge("member_index", "This member's index; -1 while waiting or out of the rink."),
-		size:         gauge("size", "Ranked members in the newest map this member applied."),
-		waiting:      gauge("member_waiting", "1 while the map lists this member as waiting to be ranked."),
-		leader:       gauge("member_leader", "1 while this member is the rink's leader."),
-		held:         gauge("slots_held", "Slots this member holds; a role is held with its slot."),
-		load:         gauge("member_load", "This member's load rate over the slots it holds, units per second, as last reported."),
-		roles:        gauge("member_awaited_roles", "Distinct roles this member awaits in the slots it holds, as last reported."),
-		imbalance:    gauge("load_imbalance", "While this member leads and balances by load: the most loaded member's load per capacity over the mean, after its last round."),
-		rounds:       counter("load_rounds_total", "Rounds of balancing by load this member ran as the rink's leader."),
-		moves:        counter("load_moves_total", "Slots this member's rounds of balancing by load moved."),
-		acquisitions: counter("acquisitions_total", "Slots this member started holding."),
-		releases:     counter("releases_total", "Slots this member stopped holding."),
-		handovers:    counter("handovers_total", "Acquisitions of a slot another member owned before."),
-		fences:       counter("fences_total", "Times this member dropped every holding at once."),
-		rejoins:      counter("rejoins_total", "Times this member joined again with a new session."),
-		applied:      counter("maps_applied_total", "Map versions this member applied."),
+		index:         gauge("member_index", "This member's index; -1 while waiting or out of the rink."),
+		size:          gauge("size", "Ranked members in the newest map this member applied."),
+		waiting:       gauge("member_waiting", "1 while the map lists this member as waiting to be ranked."),
+		leader:        gauge("member_leader", "1 while this member is the rink's leader."),
+		held:          gauge("slots_held", "Slots this member holds; a role is held with its slot."),
+		load:          gauge("member_load", "This member's load rate over the slots it holds, units per second, as last reported."),
+		roles:         gauge("member_awaited_roles", "Distinct roles this member awaits in the slots it holds, as last reported."),
+		imbalance:     gauge("load_imbalance", "While this member leads and balances by load: the most loaded member's load per capacity over the mean, after its last round."),
+		rounds:        counter("load_rounds_total", "Rounds of balancing by load this member ran as the rink's leader."),
+		moves:         counter("load_moves_total", "Slots this member's rounds of balancing by load moved."),
+		acquisitions:  counter("acquisitions_total", "Slots this member started holding."),
+		releases:      counter("releases_total", "Slots this member stopped holding."),
+		handovers:     counter("handovers_total", "Acquisitions of a slot another member owned before."),
+		fences:        counter("fences_total", "Times this member dropped every holding at once."),
+		rejoins:       counter("rejoins_total", "Times this member joined again with a new session."),
+		applied:       counter("maps_applied_total", "Map versions this member applied."),
+		drainTimeouts: counter("drain_timeouts_total", "Drains that ran out of time, handing a slot over with work still running on it."),
+		drain: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "rink", Name: "drain_seconds",
+			Help:    "Time a given-away slot waited for the functions Run and Watch ran on it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1ms .. 65s
+		}, labels),
 		handoverWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "rink", Name: "handover_wait_seconds",
 			Help:    "Time from the map that gave this member a slot to holding it.",
@@ -93,7 +101,7 @@ func New() *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.load, m.roles, m.imbalance,
 		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
-		m.handoverWait, m.mapApply}
+		m.handoverWait, m.mapApply, m.drainTimeouts, m.drain}
 }
 
 // Describe implements prometheus.Collector.
@@ -156,6 +164,11 @@ func (m *Metrics) Observe(e rink.Event) {
 		m.imbalance.With(l).Set(e.Imbalance)
 		m.rounds.With(l).Inc()
 		m.moves.With(l).Add(float64(e.Moved))
+	case rink.EventDrained:
+		m.drain.With(l).Observe(e.Wait.Seconds())
+	case rink.EventDrainTimedOut:
+		m.drain.With(l).Observe(e.Wait.Seconds())
+		m.drainTimeouts.With(l).Inc()
 	}
 }
 

@@ -159,3 +159,29 @@ func TestLoadGauges(t *testing.T) {
 		}
 	}
 }
+
+// TestDrainMetrics: drains feed the histogram, and timed-out ones the
+// counter.
+func TestDrainMetrics(t *testing.T) {
+	m := rinkprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	m.Observe(rink.Event{Kind: rink.EventDrained, Rink: "r", Member: "a", Slot: 3, Wait: 20 * time.Millisecond})
+	m.Observe(rink.Event{Kind: rink.EventDrainTimedOut, Rink: "r", Member: "a", Slot: 4, Wait: time.Second})
+	if got := gauge(t, reg, "rink_drain_timeouts_total", "a"); got != 1 {
+		t.Errorf("rink_drain_timeouts_total = %v, want 1", got)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "rink_drain_seconds" {
+			if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 2 {
+				t.Errorf("rink_drain_seconds has %d samples, want 2", n)
+			}
+			return
+		}
+	}
+	t.Error("no rink_drain_seconds")
+}

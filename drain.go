@@ -1,0 +1,217 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Draining. With WithDrainTimeout, a member that gives a slot away (a new
+// map moves it, or a graceful Shutdown hands it over) cancels the slot's
+// context at once, as always, and then lets the heir start only once the
+// work that Run and Watch handlers run on the slot has returned, or the
+// drain timeout has passed. The heir starts a slot when the previous owner
+// has acknowledged a map that took the slot away, so a draining member
+// withholds its acknowledgement; on Shutdown it delays its departure.
+//
+// One acknowledgement covers every slot a map takes away, so a slow drain
+// holds back the heirs of all the slots this member gives away in the same
+// map (and in maps that follow before it drains), by at most the drain
+// timeout. The slots it keeps and the slots it gains do not wait. A fence
+// does not drain: the lease's expiry, not this member, lets heirs start.
+
+// drainEntry is a slot given away while work ran on it.
+type drainEntry struct {
+	st              *slotState
+	since, deadline time.Time
+}
+
+// enter counts one more function running on the slot's holding. It
+// reports false, counting nothing, when the holding has already ended:
+// release cancels the context before it reads the count, and enter counts
+// before it reads the context, so a release either sees the function or
+// the function sees the release.
+func (st *slotState) enter() bool {
+	st.runners.Add(1)
+	if st.ctx.Err() != nil {
+		st.runners.Add(-1)
+		return false
+	}
+	return true
+}
+
+// leave counts a function done, and tells the run goroutine when it was
+// the last one on a holding that has ended.
+func (st *slotState) leave(r *Rink) {
+	if st.runners.Add(-1) == 0 && st.ctx.Err() != nil {
+		select {
+		case r.drainCh <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// startDrain notes that slot s was given away (with cause) while
+// functions ran on its holding cur.
+func (r *Rink) startDrain(s int, cur *slotState, cause error) {
+	if r.opts.drain <= 0 || cur == nil || cur.runners.Load() == 0 ||
+		!errors.Is(cause, ErrRoleMoved) && !errors.Is(cause, ErrShutdown) {
+		return
+	}
+	st := &r.st
+	now := time.Now()
+	if st.draining == nil {
+		st.draining = map[int]drainEntry{}
+	}
+	st.draining[s] = drainEntry{st: cur, since: now, deadline: now.Add(r.opts.drain)}
+	r.armDrainTimer(now)
+}
+
+// armDrainTimer sets the drain timer to the earliest deadline.
+func (r *Rink) armDrainTimer(now time.Time) {
+	st := &r.st
+	if st.drainTimer != nil {
+		st.drainTimer.Stop()
+		st.drainTimer = nil
+	}
+	var first time.Time
+	for _, e := range st.draining {
+		if first.IsZero() || e.deadline.Before(first) {
+			first = e.deadline
+		}
+	}
+	if !first.IsZero() {
+		st.drainTimer = time.NewTimer(first.Sub(now))
+	}
+}
+
+// checkDrains ends the drains whose functions have all returned, or whose
+// time is up, and reports whether none is left.
+func (r *Rink) checkDrains() bool {
+	st := &r.st
+	if len(st.draining) == 0 {
+		return true
+	}
+	now := time.Now()
+	for s, e := range st.draining {
+		switch {
+		case e.st.runners.Load() == 0:
+			r.emit(Event{Kind: EventDrained, Time: now, Slot: s, Wait: now.Sub(e.since)})
+		case !now.Before(e.deadline):
+			r.log.Warn("drain timed out: handing the slot over while work still runs on it (fencing tokens still protect)",
+				zap.Int("slot", s), zap.Int32("functions", e.st.runners.Load()), zap.Duration("timeout", r.opts.drain))
+			r.emit(Event{Kind: EventDrainTimedOut, Time: now, Slot: s, Wait: now.Sub(e.since)})
+		default:
+			continue
+		}
+		delete(st.draining, s)
+	}
+	r.armDrainTimer(now)
+	return len(st.draining) == 0
+}
+
+// onDrained runs when a function on a given-away slot returned or a drain
+// deadline passed: the acknowledgement withheld meanwhile goes out once
+// every drain has ended.
+func (r *Rink) onDrained() {
+	if r.checkDrains() {
+		r.sendAck()
+	}
+}
+
+// dropDrains forgets every drain: the incarnation that withheld its
+// acknowledgement has ended.
+func (r *Rink) dropDrains() {
+	st := &r.st
+	clear(st.draining)
+	if st.drainTimer != nil {
+		st.drainTimer.Stop()
+		st.drainTimer = nil
+	}
+}
+
+// awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.
+func (r *Rink) awaitDrains(ctx context.Context) {
+	for !r.checkDrains() {
+		var timer <-chan time.Time
+		if r.st.drainTimer != nil {
+			timer = r.st.drainTimer.C
+		}
+		select {
+		case <-r.drainCh:
+		case <-timer:
+			r.st.drainTimer = nil
+		case <-ctx.Done():
+			r.log.Warn("shutdown: leaving before the drains ended (the context ended)", zap.Int("slots", len(r.st.draining)))
+			r.dropDrains()
+			return
+		}
+	}
+}
+
+// Run runs fn with the role's context each time this member holds role,
+// until ctx ends (it returns ctx's error) or the rink shuts down (it
+// returns ErrShutdown). fn's context is the role's (see AwaitRole), also
+// cancelled when ctx ends. fn should return soon after its context is
+// cancelled; with WithDrainTimeout the heir starts the role only once fn
+// has returned (or the drain timeout has passed), so fn may finish what
+// it is doing first. If fn returns while the role is still held, Run
+// waits for the holding to end before it runs fn again; an error fn
+// returns is logged. Run returns ErrInvalidRole for an empty role and
+// ErrNilFunc for a nil fn.
+//
+// Run costs a goroutine, the caller's, per role: for many roles use Watch.
+func (r *Rink) Run(ctx context.Context, role string, fn func(roleCtx context.Context) error) error {
+	if fn == nil {
+		return ErrNilFunc
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		st, err := r.awaitSlot(ctx, role)
+		if err != nil {
+			return err
+		}
+		if !st.enter() {
+			continue
+		}
+		rc := st.handOut()
+		err = r.runOnce(ctx, st, rc, fn)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			r.log.Warn("Run: the role's function failed", zap.String("role", role), zap.Error(err))
+		}
+		select {
+		case <-rc.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// runOnce runs fn on one holding, counted on st while it runs, with a
+// context that also ends when ctx does.
+func (r *Rink) runOnce(ctx context.Context, st *slotState, rc context.Context, fn func(context.Context) error) error {
+	defer st.leave(r)
+	fnCtx, cancel := context.WithCancelCause(rc)
+	defer cancel(nil)
+	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	defer stop()
+	return fn(runContext{Context: fnCtx, role: rc})
+}
+
+// runContext is the context Run gives fn: the role's, ended also by Run's
+// context, and as exact as the role's about a fence (see roleContext).
+type runContext struct {
+	context.Context
+	role context.Context
+}
+
+func (c runContext) Err() error {
+	if err := c.role.Err(); err != nil {
+		return err
+	}
+	return c.Context.Err()
+}

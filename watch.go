@@ -1,0 +1,277 @@
+package rink
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Handler receives the assignments of a RoleSet (see Watch). Its functions
+// run on the set's own goroutine, one at a time, in the order the changes
+// happened: keep them short, or hand the work to goroutines of your own.
+type Handler struct {
+	// Assigned is called when this member starts holding role, with the
+	// role's context (cancelled the moment the role is lost, as AwaitRole's
+	// is). Required.
+	Assigned func(ctx context.Context, role string)
+	// Revoked is called when this member stops holding role (its context
+	// is cancelled by then), when role is removed from the set, and when
+	// the set is closed. With WithDrainTimeout the role's heir starts once
+	// Revoked has returned, so Revoked may finish the role's work first:
+	// flush, hand over state, close connections. Optional.
+	Revoked func(role string)
+}
+
+// RoleSet is a set of roles whose assignments to this member a Handler
+// receives (see Watch). Its methods are safe for concurrent use.
+type RoleSet struct {
+	r *Rink
+	h Handler
+
+	bits []atomic.Uint64 // slots with roles in the set, read by the run goroutine
+
+	mu      sync.Mutex
+	bySlot  map[int][]string // the set's roles by slot
+	queue   []int            // slots to look at again
+	closed  bool
+	wake    chan struct{}
+	stopped chan struct{}
+}
+
+// Watch calls h.Assigned for each of roles (and those added later with
+// Add) when this member starts holding it, and h.Revoked when it stops:
+// the callbacks of client-go's leader election and of Kafka's rebalance
+// listener, for any number of roles, at no cost for the roles this member
+// does not hold (a map entry per role, no goroutine). A role already held
+// is assigned at once. Watch returns ErrNilFunc when h.Assigned is nil and
+// ErrInvalidRole for an empty role. Close the set when done with it.
+func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
+	if h.Assigned == nil {
+		return nil, ErrNilFunc
+	}
+	if slices.Contains(roles, "") {
+		return nil, ErrInvalidRole
+	}
+	s := &RoleSet{r: r, h: h, bits: make([]atomic.Uint64, (r.opts.slots+63)/64), bySlot: map[int][]string{},
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	r.setsMu.Lock()
+	r.sets = append(r.sets, s)
+	r.publishSets()
+	r.setsMu.Unlock()
+	if err := s.Add(roles...); err != nil {
+		return nil, err
+	}
+	go s.dispatch()
+	return s, nil
+}
+
+// Add adds roles to the set; those this member holds are assigned at
+// once. It returns ErrInvalidRole for an empty role (adding none), and
+// ErrShutdown once the set is closed.
+func (s *RoleSet) Add(roles ...string) error {
+	if slices.Contains(roles, "") {
+		return ErrInvalidRole
+	}
+	r := s.r
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrShutdown
+	}
+	for _, role := range roles {
+		slot := slotOf(role, r.opts.slots)
+		if slices.Contains(s.bySlot[slot], role) {
+			continue
+		}
+		r.load.noteRole(role, slot)
+		s.bySlot[slot] = append(s.bySlot[slot], role)
+		s.bits[slot/64].Or(1 << (slot % 64))
+		s.queue = append(s.queue, slot)
+	}
+	s.signal()
+	return nil
+}
+
+// Remove removes roles from the set; h.Revoked is called for those that
+// were assigned.
+func (s *RoleSet) Remove(roles ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, role := range roles {
+		slot := slotOf(role, s.r.opts.slots)
+		rs := s.bySlot[slot]
+		i := slices.Index(rs, role)
+		if i < 0 {
+			continue
+		}
+		rs = slices.Delete(rs, i, i+1)
+		if len(rs) == 0 {
+			delete(s.bySlot, slot)
+			s.bits[slot/64].And(^uint64(1 << (slot % 64)))
+		} else {
+			s.bySlot[slot] = rs
+		}
+		s.queue = append(s.queue, slot)
+	}
+	s.signal()
+}
+
+// Held returns the roles of the set that this member holds right now.
+func (s *RoleSet) Held() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var held []string
+	for slot, rs := range s.bySlot {
+		if st := s.r.slots[slot].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
+			held = append(held, rs...)
+		}
+	}
+	slices.Sort(held)
+	return held
+}
+
+// Close stops the set: h.Revoked is called for every role still assigned,
+// and Close returns once the handler's functions have returned.
+func (s *RoleSet) Close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		s.signal()
+	}
+	s.mu.Unlock()
+	<-s.stopped
+	r := s.r
+	r.setsMu.Lock()
+	if i := slices.Index(r.sets, s); i >= 0 {
+		r.sets = slices.Delete(r.sets, i, i+1)
+		r.publishSets()
+	}
+	r.setsMu.Unlock()
+}
+
+func (s *RoleSet) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// has reports whether the set has roles in slot (for the run goroutine).
+func (s *RoleSet) has(slot int) bool { return s.bits[slot/64].Load()&(1<<(slot%64)) != 0 }
+
+// changed queues slot, whose holding began or ended (run goroutine).
+func (s *RoleSet) changed(slot int) {
+	s.mu.Lock()
+	s.queue = append(s.queue, slot)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// dispatch is the set's goroutine: it calls the handler as the slots of
+// the set's roles are gained and lost.
+func (s *RoleSet) dispatch() {
+	defer close(s.stopped)
+	r := s.r
+	active := map[int]*slotState{} // holdings counted as running on (see enter)
+	assigned := map[int][]string{} // roles Assigned was called for, by slot
+	revoke := func(slot int, roles []string) {
+		if s.h.Revoked != nil {
+			for _, role := range roles {
+				s.h.Revoked(role)
+			}
+		}
+	}
+	end := func(slot int) {
+		revoke(slot, assigned[slot])
+		active[slot].leave(r)
+		delete(active, slot)
+		delete(assigned, slot)
+	}
+	for {
+		select {
+		case <-s.wake:
+		case <-r.done:
+		}
+		s.mu.Lock()
+		queue, closed := s.queue, s.closed
+		s.queue = nil
+		s.mu.Unlock()
+		select {
+		case <-r.done:
+			closed = true // the rink has stopped: every holding has ended
+		default:
+		}
+		if closed {
+			for slot := range active {
+				end(slot)
+			}
+			return
+		}
+		slices.Sort(queue)
+		for _, slot := range slices.Compact(queue) {
+			cur := r.slots[slot].Load()
+			held := cur != nil && cur.ctx != nil && cur.ctx.Err() == nil
+			if a := active[slot]; a != nil && (a != cur || !held) {
+				end(slot) // the holding ended
+			}
+			s.mu.Lock()
+			want := slices.Clone(s.bySlot[slot])
+			s.mu.Unlock()
+			if !held {
+				if len(want) > 0 && cur == nil {
+					// Awaited: the run goroutine starts it among the first.
+					r.slots[slot].CompareAndSwap(nil, &slotState{changed: make(chan struct{})})
+				}
+				continue
+			}
+			if active[slot] == nil {
+				if len(want) == 0 || !cur.enter() {
+					continue // (ended meanwhile: its release queues the slot again)
+				}
+				active[slot] = cur
+			}
+			var gone []string
+			keep := assigned[slot][:0:0]
+			for _, role := range assigned[slot] {
+				if slices.Contains(want, role) {
+					keep = append(keep, role)
+				} else {
+					gone = append(gone, role)
+				}
+			}
+			revoke(slot, gone)
+			ctx := cur.handOut()
+			for _, role := range want {
+				if !slices.Contains(keep, role) {
+					keep = append(keep, role)
+					s.h.Assigned(ctx, role)
+				}
+			}
+			assigned[slot] = keep
+			if len(keep) == 0 {
+				end(slot)
+			}
+		}
+	}
+}
+
+// publishSets publishes r.sets for the run goroutine (setsMu held).
+func (r *Rink) publishSets() {
+	sets := slices.Clone(r.sets)
+	r.setsPub.Store(&sets)
+}
+
+// notifySets tells the role sets with roles in slot that its holding
+// began or ended (run goroutine).
+func (r *Rink) notifySets(slot int) {
+	sets := r.setsPub.Load()
+	if sets == nil {
+		return
+	}
+	for _, s := range *sets {
+		if s.has(slot) {
+			s.changed(slot)
+		}
+	}
+}
