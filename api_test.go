@@ -28,7 +28,8 @@ func TestEventKindString(t *testing.T) {
 		{EventLoadBalanced, "load-balanced"},
 		{EventDrained, "drained"},
 		{EventDrainTimedOut, "drain-timed-out"},
-		{EventDrainTimedOut + 1, "EventKind(10)"},
+		{EventIncoming, "incoming"},
+		{EventIncoming + 1, "EventKind(11)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

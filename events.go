@@ -43,6 +43,10 @@ const (
 	// timeout passed, with functions still running on it. Slot and Wait
 	// are set.
 	EventDrainTimedOut
+	// EventIncoming: the rink's leader announced that a slot will move to
+	// this member (see WithWarmup). Slot and From (its current owner) are
+	// set.
+	EventIncoming
 )
 
 // eventKindNames are the names String gives the kinds of Event.
@@ -57,12 +61,13 @@ var eventKindNames = [...]string{
 	EventLoadBalanced:  "load-balanced",
 	EventDrained:       "drained",
 	EventDrainTimedOut: "drain-timed-out",
+	EventIncoming:      "incoming",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
 // "acquired", "released", "fenced", "rejoined", "map-applied",
-// "rank-changed", "load-reported", "load-balanced", "drained" or
-// "drain-timed-out". A value that is not one of the kinds prints as
+// "rank-changed", "load-reported", "load-balanced", "drained",
+// "drain-timed-out" or "incoming". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {

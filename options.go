@@ -56,6 +56,7 @@ type options struct {
 	loadEvery   time.Duration
 	loadWindow  time.Duration
 	drain       time.Duration // how long a given-away slot waits for Run and Watch (WithDrainTimeout)
+	warmup      time.Duration // how long planned moves wait for their heirs (WithWarmup)
 	byLoad      bool          // the leader balances by load (WithImbalanceTolerance)
 	tolerance   float64       // how far above the mean load a member may be
 	log         *zap.Logger
@@ -249,6 +250,29 @@ func WithDrainTimeout(d time.Duration) Option {
 			return
 		}
 		o.drain = d
+	}
+}
+
+// WithWarmup makes planned moves wait, for at most d, until their heirs
+// are ready (default 0: moves happen at once). A planned move is one whose
+// current owner is alive: a waiting member ranked after the rebalance
+// delay, a scale-out, a load move, and a graceful Shutdown. The leader
+// first announces the heirs of the moving slots (EventIncoming on each
+// heir, and Handler.Warm for the roles it watches) while the current
+// owners keep serving, and proclaims the move once every heir has warmed
+// up or d has passed. A Shutdown with a warm-up asks the leader to move
+// its slots that way, and waits within its context. Crash failover does
+// not wait: there is nothing to warm from a dead member. The promise does
+// not change: at most one holder, tokens rising. Give every member the
+// same option: the leader's decides.
+func WithWarmup(d time.Duration) Option {
+	return func(o *options) {
+		o.use("WithWarmup")
+		if d < 0 {
+			o.fail("warm-up %v: want a duration of at least 0", d)
+			return
+		}
+		o.warmup = d
 	}
 }
 

@@ -21,6 +21,14 @@ type Handler struct {
 	// Revoked has returned, so Revoked may finish the role's work first:
 	// flush, hand over state, close connections. Optional.
 	Revoked func(role string)
+	// Warm is called when role is about to move to this member in a
+	// planned move (see WithWarmup), while its current holder still
+	// serves it: load its state, open its connections. Returning says
+	// this member is ready for it. ctx ends when the announcement is
+	// withdrawn or replaced, or the set is closed. Warm calls run each on
+	// a goroutine of their own. Optional: without it this member is ready
+	// at once.
+	Warm func(ctx context.Context, role string)
 }
 
 // RoleSet is a set of roles whose assignments to this member a Handler
