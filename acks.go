@@ -49,6 +49,9 @@ type ackValue struct {
 	// member holds no slot that the maps from Seq on do not give it.
 	// Members of map schema 2 before seqs (commit 636d84c) leave it out.
 	Seq int64 `json:"seq,omitempty"`
+	// Warm is the version of the newest map announcing slots to this
+	// member (see warmup.go) that it has warmed up for.
+	Warm int64 `json:"warm,omitempty"`
 }
 
 // ackFloor is the JSON value of the floor key. Its first fields count in
@@ -104,7 +107,7 @@ func (r *Rink) sendAck() {
 	case <-r.ackCh:
 	default:
 	}
-	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq}
+	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed}
 }
 
 type ackReq struct {
@@ -112,6 +115,7 @@ type ackReq struct {
 	lineage int64
 	version int64
 	seq     int64
+	warm    int64
 }
 
 // writeAcks writes this member's acknowledgements, newest first, retrying
@@ -146,7 +150,7 @@ func (r *Rink) writeAcks() {
 		if cur.inc != inc {
 			inc, last = cur.inc, nil
 		}
-		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq})
+		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
 		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
 		if last != nil {
 			guard = clientv3.Compare(clientv3.Value(key), "=", *last)
@@ -322,6 +326,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
 	var last []byte
 	loads := map[string]loadReport{} // members' load summaries, when balancing by load
+	var lastWarm map[string]int64    // members' warm-up readiness, when warming up
 	follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
 		loadsChanged := false
 		if b.snapshot {
@@ -353,6 +358,25 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 			select {
 			case r.loadsCh <- maps.Clone(loads):
 			default:
+			}
+		}
+		if r.opts.warmup > 0 {
+			warm := map[string]int64{}
+			for name, a := range v.acks {
+				if a.Warm > 0 {
+					warm[name] = a.Warm
+				}
+			}
+			if !maps.Equal(warm, lastWarm) {
+				lastWarm = warm
+				select {
+				case <-r.warmCh:
+				default:
+				}
+				select {
+				case r.warmCh <- warm:
+				default:
+				}
 			}
 		}
 		f := v.compute()

@@ -34,9 +34,8 @@ func TestHandoverStartsRolesInUseFirst(t *testing.T) {
 				}
 			}
 			slot := slotOf(role, DefaultSlots)
-			if _, ok := leaver.Get(role); !ok {
-				t.Fatalf("%s does not hold %s", leaver.Member(), role)
-			}
+			// (The acquisition's event comes a moment before Get sees it.)
+			eventually(t, 10*time.Second, leaver.Member()+" holds "+role, func() bool { _, ok := leaver.Get(role); return ok })
 			awaited := make(chan error, 1)
 			go func() {
 				_, err := heir.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)

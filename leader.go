@@ -40,6 +40,14 @@ type leadership struct {
 	more      bool                  // the last round spent its budget: go on with the next
 	// modeLogged: a map balanced the other way was logged once
 	modeLogged bool
+
+	// Warm-up (WithWarmup; see warmup.go): the pending announcement, its
+	// deadline's timer, each member's newest announcement it is ready
+	// for (from the aggregator), and a load round's moves kept until made.
+	warm       *warmState
+	warmTimer  *time.Timer
+	warmAcks   map[string]int64
+	roundMoves map[int]string
 }
 
 type elected struct {
@@ -134,6 +142,9 @@ func (r *Rink) stopLeading() {
 	if st.lead.loadTimer != nil {
 		st.lead.loadTimer.Stop()
 	}
+	if st.lead.warmTimer != nil {
+		st.lead.warmTimer.Stop()
+	}
 	st.lead.stopAgg()
 	st.lead = nil
 }
@@ -151,6 +162,15 @@ func (r *Rink) plan() {
 	st.dirty = false
 	now := time.Now()
 	live := liveByAge(st.members)
+	var leavers []string
+	for _, name := range live {
+		if st.members[name].leaving {
+			leavers = append(leavers, name)
+		}
+	}
+	for _, name := range leavers {
+		live = deleteName(live, name) // planned without, its slots announced first (see warmup.go)
+	}
 	ranked := make(map[string]bool, len(st.cur.Members))
 	for _, name := range st.cur.Members {
 		ranked[name] = true
@@ -205,8 +225,21 @@ func (r *Rink) plan() {
 	}
 
 	next := plan(st.cur, in)
-	if in.ByLoad && l.roundDue && next.sameAssignment(st.cur) {
+	bare := st.cur
+	bare.Incoming = nil
+	if in.ByLoad && l.roundDue && next.sameAssignment(bare) {
 		r.loadRound(&next, in)
+		if r.opts.warmup > 0 {
+			l.roundMoves = r.plannedMoves(st.cur, next)
+		}
+	} else if len(l.roundMoves) > 0 {
+		r.keepRound(&next)
+	}
+	if r.opts.warmup > 0 {
+		r.holdForWarmup(&next, func() rankMap {
+			in.Live = append(slices.Clone(in.Live), leavers...)
+			return plan(st.cur, in)
+		}, now)
 	}
 	proto, strangers := rinkProtocol(st.members)
 	next.Schema = proto
@@ -228,6 +261,9 @@ func (r *Rink) plan() {
 	}
 	next.Version = r.nextVersion()
 	next.Leader = r.opts.member
+	if l.warm != nil && next.Incoming != nil && l.warm.version == 0 {
+		l.warm.version = next.Version
+	}
 	if err := r.usable(next); err != nil {
 		if l.refused != err.Error() {
 			l.refused = err.Error()

@@ -77,6 +77,18 @@ type state struct {
 	draining   map[int]drainEntry
 	drainTimer *time.Timer
 
+	// Warm-up (see warmup.go): the slots the applied map announces to this
+	// member, the version that first announced them, the role sets yet to
+	// warm them up, and the newest announcement this member is ready for.
+	incoming  []int
+	incomingV int64
+	warmWait  int
+	warmed    int64
+	// leaving: a Shutdown with a warm-up waits for the leader to move this
+	// member's slots, until leaveBy fires at the latest.
+	leaving bool
+	leaveBy *time.Timer
+
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
 }
@@ -89,6 +101,7 @@ type memberInfo struct {
 	value     string  // election keys: the candidate's member name
 	protocols []int   // member keys: the protocols the member speaks (see protocol.go)
 	capacity  float64 // member keys: the member's capacity (see WithCapacity)
+	leaving   bool    // member keys: the member is leaving with a warm-up (see warmup.go)
 }
 
 // maxHistory bounds the applied maps kept for the handover check. A member
@@ -118,9 +131,19 @@ func (r *Rink) run(first *incarnation) {
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		var timer, quiet, loadTimer, drained <-chan time.Time
+		var timer, quiet, loadTimer, drained, warmTimer, leaveBy <-chan time.Time
 		if st.drainTimer != nil {
 			drained = st.drainTimer.C
+		}
+		if st.lead != nil && st.lead.warmTimer != nil {
+			warmTimer = st.lead.warmTimer.C
+		}
+		if st.leaveBy != nil {
+			leaveBy = st.leaveBy.C
+		}
+		stopping := r.stopping
+		if st.leaving {
+			stopping = nil // leaving with a warm-up (see warmup.go)
 		}
 		if st.lead != nil && st.lead.timer != nil {
 			timer = st.lead.timer.C
@@ -157,6 +180,20 @@ func (r *Rink) run(first *incarnation) {
 		case <-drained:
 			st.drainTimer = nil
 			r.onDrained()
+		case <-warmTimer:
+			st.lead.warmTimer = nil
+			st.dirty = true
+		case w := <-r.warmCh:
+			if st.lead != nil {
+				st.lead.warmAcks = w
+				st.dirty = true
+			}
+		case v := <-r.warmedCh:
+			r.onWarmed(v)
+		case <-leaveBy:
+			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
+			r.shutdown(nil)
+			return
 		case <-r.drainCh:
 			r.onDrained()
 		case <-quiet:
@@ -167,7 +204,13 @@ func (r *Rink) run(first *incarnation) {
 			r.stop(r.cli.Ctx())
 			r.shutdown(ErrClientClosed)
 			return
-		case <-r.stopping:
+		case <-stopping:
+			if !r.startLeaving() {
+				r.shutdown(nil)
+				return
+			}
+		}
+		if r.leftWarm() {
 			r.shutdown(nil)
 			return
 		}
@@ -335,8 +378,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		}
 		old, existed := st.members[name]
 		protocols, capacity := metaOf(kv.Value)
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity}
-		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity {
+		leaving := leavingOf(kv.Value)
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
+		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
 		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
@@ -467,6 +511,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	}
 	r.owners.Store(&m)
 	r.reconcile()
+	r.applyIncoming()
 	r.sendAck()
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
@@ -628,7 +673,7 @@ func (r *Rink) reconcile() {
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
-	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.leaving || st.inc.ctx.Err() != nil {
 		return
 	}
 	others, ok := r.others()

@@ -42,6 +42,10 @@ type memberMeta struct {
 	// Capacity is the member's capacity (see WithCapacity), left out when
 	// it is 1. Members of 636d84c and before neither write nor read it.
 	Capacity float64 `json:"capacity,omitempty"`
+	// Leaving says that the member is shutting down with a warm-up (see
+	// warmup.go): the leader moves its slots to heirs, warming them up
+	// first, and ranks it no more.
+	Leaving bool `json:"leaving,omitempty"`
 }
 
 // ownValue is memberValue(1) as this build starts, ownProtocols what it
@@ -62,6 +66,26 @@ func memberValue(capacity float64) string {
 	}
 	b, _ := json.Marshal(m)
 	return string(b)
+}
+
+// memberValueLeaving is memberValue for a member leaving with a warm-up.
+func memberValueLeaving(capacity float64) string {
+	m := memberMeta{Protocols: speaks, Leaving: true}
+	if capacity != 1 {
+		m.Capacity = capacity
+	}
+	b, _ := json.Marshal(m)
+	return string(b)
+}
+
+// leavingOf reports whether a member key's value says that its member is
+// leaving.
+func leavingOf(value []byte) bool {
+	if len(value) < len(`{"leaving":true}`) {
+		return false
+	}
+	var m memberMeta
+	return json.Unmarshal(value, &m) == nil && m.Leaving
 }
 
 // protocolsOf returns the protocols a member key's value says its member

@@ -3,6 +3,7 @@ package rink
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"slices"
@@ -43,6 +44,10 @@ type rankMap struct {
 	// slots. Members of 636d84c do not know the field, and their leaders
 	// balance by count.
 	ByLoad bool `json:"byLoad,omitempty"`
+	// Incoming announces planned moves (see warmup.go): per heir, the
+	// slots that will move to it once it is ready. Entries that name no
+	// slot of the map are ignored. Members of 636d84c do not know it.
+	Incoming map[string][]int `json:"incoming,omitempty"`
 }
 
 // slotTable is a map's slot table. It decodes with a fast path for the
@@ -217,7 +222,8 @@ func (m rankMap) index(name string) int {
 // sameAssignment reports whether two maps rank, order and assign alike and
 // list the same waiting members; versions, leader and times are ignored.
 func (m rankMap) sameAssignment(o rankMap) bool {
-	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad {
+	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad ||
+		!maps.EqualFunc(m.Incoming, o.Incoming, slices.Equal) {
 		return false
 	}
 	for i := range m.Waiting {

@@ -100,6 +100,11 @@ type Rink struct {
 	// drainCh tells the run goroutine that the last function on a
 	// given-away slot returned (see drain.go).
 	drainCh chan struct{}
+	// warmCh carries the members' warm-up readiness from the leader's
+	// aggregator, and warmedCh the announcements role sets have warmed up
+	// for, to the run goroutine (see warmup.go).
+	warmCh   chan map[string]int64
+	warmedCh chan int64
 
 	st state // owned by the run goroutine
 
@@ -159,6 +164,8 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		load:         newLoadAcc(o.slots),
 		loadsCh:      make(chan map[string]loadReport, 1),
 		drainCh:      make(chan struct{}, 1),
+		warmCh:       make(chan map[string]int64, 1),
+		warmedCh:     make(chan int64, 16),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

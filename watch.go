@@ -43,8 +43,61 @@ type RoleSet struct {
 	bySlot  map[int][]string // the set's roles by slot
 	queue   []int            // slots to look at again
 	closed  bool
+	warmReq *warmReq // an announcement to warm up for
 	wake    chan struct{}
 	stopped chan struct{}
+}
+
+// warmReq asks a set to warm up the roles of slots for the announcement
+// of version v.
+type warmReq struct {
+	v     int64
+	slots []int
+}
+
+// warmUp asks the set to warm up for an announcement, replacing any
+// earlier one (run goroutine). The set answers on r.warmedCh.
+func (s *RoleSet) warmUp(v int64, slots []int) {
+	s.mu.Lock()
+	s.warmReq = &warmReq{v: v, slots: slots}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// startWarm calls Warm for every role of the set in req's slots, each on a
+// goroutine of its own counted in wg, and answers once all have returned.
+// It returns the function that cancels them.
+func (s *RoleSet) startWarm(req *warmReq, wg *sync.WaitGroup) context.CancelFunc {
+	r := s.r
+	ctx, cancel := context.WithCancel(context.Background())
+	var roles []string
+	if s.h.Warm != nil {
+		s.mu.Lock()
+		for _, slot := range req.slots {
+			roles = append(roles, s.bySlot[slot]...)
+		}
+		s.mu.Unlock()
+	}
+	var calls sync.WaitGroup
+	for _, role := range roles {
+		calls.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer calls.Done()
+			s.h.Warm(ctx, role)
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		calls.Wait()
+		select {
+		case r.warmedCh <- req.v:
+		case <-r.done:
+		}
+	}()
+	return cancel
 }
 
 // Watch calls h.Assigned for each of roles (and those added later with
@@ -181,6 +234,9 @@ func (s *RoleSet) changed(slot int) {
 func (s *RoleSet) dispatch() {
 	defer close(s.stopped)
 	r := s.r
+	var warming sync.WaitGroup
+	stopWarm := func() {}
+	defer func() { stopWarm(); warming.Wait() }()
 	active := map[int]*slotState{} // holdings counted as running on (see enter)
 	assigned := map[int][]string{} // roles Assigned was called for, by slot
 	revoke := func(slot int, roles []string) {
@@ -202,9 +258,13 @@ func (s *RoleSet) dispatch() {
 		case <-r.done:
 		}
 		s.mu.Lock()
-		queue, closed := s.queue, s.closed
-		s.queue = nil
+		queue, closed, warm := s.queue, s.closed, s.warmReq
+		s.queue, s.warmReq = nil, nil
 		s.mu.Unlock()
+		if warm != nil && !closed {
+			stopWarm()
+			stopWarm = s.startWarm(warm, &warming)
+		}
 		select {
 		case <-r.done:
 			closed = true // the rink has stopped: every holding has ended

@@ -1,0 +1,240 @@
+package rink
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Warm-up (WithWarmup). A planned move takes a slot from a member that is
+// alive: a waiting member ranked after the rebalance delay, a scale-out, a
+// load round, a member that leaves with a warm-up. Its heir can prepare
+// while the owner still serves, so the leader makes such moves in two
+// maps:
+//
+//  1. an announcement: the map it would proclaim anyway, except that every
+//     live owner keeps its slots, with "incoming" naming, per heir, the
+//     slots coming to it. Heirs emit EventIncoming and call Handler.Warm;
+//     once every Warm call has returned, an heir says so in its
+//     acknowledgement ("warm": the announcement's version);
+//  2. once every heir is ready, or the warm-up time has passed, the move
+//     itself, through the usual barrier (with a drain, if set).
+//
+// Moves whose owner is gone (a crash, a partition) are made at once: there
+// is nothing to warm from. Members and leaders that do not know the fields
+// ignore them: a leader that does not announce simply moves, and a member
+// that does not warm up never says it is ready, so the leader waits the
+// warm-up time for it.
+//
+// A member that shuts down with a warm-up sets "leaving" in its member key
+// and keeps serving; the leader plans without it (announcing its slots to
+// their heirs first), and the member leaves once a map no longer ranks it
+// and its drains are done, or after the warm-up time and a TTL, when it
+// hands over as any member does (see depart).
+
+// warmState is the leader's pending announcement.
+type warmState struct {
+	moves   map[int]string // slot → heir
+	at      time.Time      // when these moves were first planned
+	version int64          // the map version that announced them (0: not yet)
+}
+
+// plannedMoves returns the slots that target takes from a member with a
+// member key, and their heirs.
+func (r *Rink) plannedMoves(cur, target rankMap) map[int]string {
+	if len(cur.Table) != len(target.Table) {
+		return nil
+	}
+	var moves map[int]string
+	for s := range target.Table {
+		from, to := cur.owner(s), target.owner(s)
+		if from == to || from == "" || to == "" {
+			continue
+		}
+		if _, alive := r.st.members[from]; !alive {
+			continue
+		}
+		if moves == nil {
+			moves = map[int]string{}
+		}
+		moves[s] = to
+	}
+	return moves
+}
+
+// holdForWarmup turns next, the map the leader plans to proclaim, into
+// one that announces its planned moves instead of making them, until
+// every heir is ready or the warm-up time has passed. keep plans the same
+// map with leaving members still ranked.
+func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) {
+	st := &r.st
+	l := st.lead
+	moves := r.plannedMoves(st.cur, *next)
+	if len(moves) == 0 {
+		l.warm = nil
+		next.Incoming = nil
+		return
+	}
+	if l.warm == nil || !maps.Equal(l.warm.moves, moves) {
+		l.warm = &warmState{moves: moves, at: now}
+	}
+	if due := l.warm.at.Add(r.opts.warmup); !now.Before(due) || l.warm.version > 0 && r.heirsReady(l.warm) {
+		next.Incoming = nil // make the moves
+		return
+	}
+	hold := *next
+	if slices.ContainsFunc(st.cur.Members, func(name string) bool { return st.members[name].leaving && next.index(name) < 0 }) {
+		hold = keep()
+	}
+	hold.Table = slices.Clone(hold.Table)
+	for s := range hold.Table {
+		if o := st.cur.owner(s); o != "" {
+			if _, alive := st.members[o]; alive {
+				if i := hold.index(o); i >= 0 {
+					hold.Table[s] = i
+				}
+			}
+		}
+	}
+	hold.Incoming = map[string][]int{}
+	for s, heir := range moves {
+		hold.Incoming[heir] = append(hold.Incoming[heir], s)
+	}
+	for _, slots := range hold.Incoming {
+		slices.Sort(slots)
+	}
+	*next = hold
+	if l.warmTimer != nil {
+		l.warmTimer.Stop()
+	}
+	l.warmTimer = time.NewTimer(l.warm.at.Add(r.opts.warmup).Sub(now))
+}
+
+// heirsReady reports whether every heir of w has said it is ready for w's
+// announcement.
+func (r *Rink) heirsReady(w *warmState) bool {
+	for _, heir := range w.moves {
+		if r.st.lead.warmAcks[heir] < w.version {
+			return false
+		}
+	}
+	return true
+}
+
+// applyIncoming follows the slots the applied map announces to this
+// member: it emits EventIncoming for each, and asks the role sets to warm
+// them up; with no set to ask, the member is ready at once.
+func (r *Rink) applyIncoming() {
+	st := &r.st
+	var in []int
+	if idx := st.cur.index(r.opts.member); true {
+		for _, s := range st.cur.Incoming[r.opts.member] {
+			if s >= 0 && s < len(st.cur.Table) && (idx < 0 || st.cur.Table[s] != idx) {
+				in = append(in, s)
+			}
+		}
+	}
+	if slices.Equal(in, st.incoming) {
+		return
+	}
+	st.incoming, st.incomingV = in, st.cur.Version
+	for _, s := range in {
+		r.emit(Event{Kind: EventIncoming, Slot: s, From: st.cur.owner(s)})
+	}
+	sets := r.setsPub.Load()
+	st.warmWait = 0
+	if sets != nil {
+		for _, set := range *sets {
+			set.warmUp(st.incomingV, in)
+			st.warmWait++
+		}
+	}
+	if st.warmWait == 0 && len(in) > 0 {
+		st.warmed = st.incomingV
+	}
+}
+
+// onWarmed counts a role set ready for the announcement of version v.
+func (r *Rink) onWarmed(v int64) {
+	st := &r.st
+	if v != st.incomingV || st.warmWait == 0 || len(st.incoming) == 0 {
+		return
+	}
+	st.warmWait--
+	if st.warmWait == 0 {
+		st.warmed = v
+		r.sendAck()
+	}
+}
+
+// startLeaving begins a Shutdown with a warm-up: the member says in its
+// member key that it is leaving and keeps serving until the leader has
+// moved its slots. It reports false when there is nothing to wait for.
+func (r *Rink) startLeaving() bool {
+	st := &r.st
+	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || st.cur.index(r.opts.member) < 0 {
+		return false
+	}
+	st.leaving = true
+	st.leaveBy = time.NewTimer(r.opts.warmup + r.opts.ttl)
+	inc := st.inc
+	value := memberValueLeaving(r.opts.capacity)
+	key := r.keys.member(r.opts.member)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+		defer cancel()
+		_, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
+			Commit()
+		if err != nil {
+			r.log.Warn("shutdown: could not say that this member is leaving; it hands over when its warm-up time is up", zap.Error(err))
+		}
+	}()
+	r.log.Info("shutdown: leaving once the leader has moved this member's slots to warmed-up heirs", zap.Duration("warmup", r.opts.warmup))
+	return true
+}
+
+// leftWarm reports whether a member leaving with a warm-up may now shut
+// down: no map ranks it and its drains are done, or its time is up.
+func (r *Rink) leftWarm() bool {
+	st := &r.st
+	if !st.leaving {
+		return false
+	}
+	select {
+	case <-r.stopCtx.Done():
+		return true
+	default:
+	}
+	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0
+}
+
+// keepRound puts back into next the moves of the last load round that are
+// still to be made while their heirs warm up: a round runs once, and the
+// plans that follow it would otherwise forget them. A move that was made,
+// or that a change of members made moot, is dropped.
+func (r *Rink) keepRound(next *rankMap) {
+	l := r.st.lead
+	cur := r.st.cur
+	if len(next.Table) != len(cur.Table) {
+		l.roundMoves = nil
+		return
+	}
+	next.Table = slices.Clone(next.Table)
+	for s, heir := range l.roundMoves {
+		i := next.index(heir)
+		if cur.owner(s) == heir || i < 0 || next.owner(s) != cur.owner(s) {
+			delete(l.roundMoves, s)
+			continue
+		}
+		next.Table[s] = i
+	}
+}

@@ -1,0 +1,165 @@
+package rink
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// warmLog records, per member and role, when Warm was called and returned.
+type warmLog struct {
+	mu             sync.Mutex
+	called, warmed map[string]time.Time // member/role
+	linger         time.Duration        // how long a Warm call works (0: until its context ends)
+}
+
+func newWarmLog(linger time.Duration) *warmLog {
+	return &warmLog{called: map[string]time.Time{}, warmed: map[string]time.Time{}, linger: linger}
+}
+
+func (w *warmLog) handler(member string) Handler {
+	return Handler{
+		Assigned: func(context.Context, string) {},
+		Warm: func(ctx context.Context, role string) {
+			w.mu.Lock()
+			w.called[member+"/"+role] = time.Now()
+			w.mu.Unlock()
+			if w.linger > 0 {
+				t := time.NewTimer(w.linger)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					return
+				}
+			} else {
+				<-ctx.Done()
+				return
+			}
+			w.mu.Lock()
+			w.warmed[member+"/"+role] = time.Now()
+			w.mu.Unlock()
+		},
+	}
+}
+
+func (w *warmLog) get(m map[string]time.Time, member, role string) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := m[member+"/"+role]
+	return t, ok
+}
+
+// firstEvent returns the time of the first event of kind on member's slot.
+func firstEvent(h *history, member string, kind EventKind, slot int) (time.Time, bool) {
+	for _, e := range h.snapshot() {
+		if e.Kind == kind && e.Member == member && e.Slot == slot {
+			return e.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// A scale-out with a warm-up: the newcomer is told which roles come to it
+// and warms them up while their owner still serves them; they move once it
+// is ready. When the heir never gets ready, they move when the warm-up
+// time is up.
+func TestWarmupScaleOut(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		linger time.Duration
+	}{{"ready", 200 * time.Millisecond}, {"timed out", 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			const warmup = 1500 * time.Millisecond
+			h := &history{}
+			name := rinkName(t)
+			opts := []Option{WithSlots(16), WithWarmup(warmup), h.hook()}
+			var roles []string
+			for i := 0; i < 16; i++ {
+				roles = append(roles, fmt.Sprint("shard-", i))
+			}
+			w := newWarmLog(c.linger)
+			a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)
+			eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+			sa, err := a.Watch(w.handler("a"), roles...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sa.Close()
+			eventually(t, 10*time.Second, "a holds every role", func() bool { return len(sa.Held()) == len(roles) })
+			b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+			sb, err := b.Watch(w.handler("b"), roles...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Close()
+			eventually(t, 15*time.Second, "b holds its share", func() bool { return len(sb.Held()) > 0 && len(sa.Held())+len(sb.Held()) == len(roles) })
+			for _, role := range sb.Held() {
+				s := slotOf(role, 16)
+				called, ok := w.get(w.called, "b", role)
+				released, rok := firstEvent(h, "a", EventReleased, s)
+				acquired, _ := firstEvent(h, "b", EventAcquired, s)
+				incoming, iok := firstEvent(h, "b", EventIncoming, s)
+				if !ok || !rok || !iok || !called.Before(released) || incoming.After(called) {
+					t.Errorf("%s: b warmed it up at %v (%v), after the incoming event at %v (%v); a released it at %v (%v)",
+						role, called.Format(time.StampMicro), ok, incoming.Format(time.StampMicro), iok, released.Format(time.StampMicro), rok)
+				}
+				warmed, ok := w.get(w.warmed, "b", role)
+				switch {
+				case c.name == "ready" && (!ok || released.Before(warmed)):
+					t.Errorf("%s: a released it at %v, before b was ready at %v (%v)", role, released.Format(time.StampMicro), warmed.Format(time.StampMicro), ok)
+				case c.name == "timed out" && acquired.Sub(called) < warmup/2:
+					t.Errorf("%s: b took it %v after the announcement, with a warm-up of %v it never finished", role, acquired.Sub(called), warmup)
+				}
+			}
+			h.check(t)
+		})
+	}
+}
+
+// A Shutdown with a warm-up leaves only once the heir is ready: the waiting
+// member warms up the roles while the leaving one still serves them.
+func TestWarmupShutdown(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	opts := []Option{WithSlots(8), WithWarmup(5 * time.Second), WithRebalanceDelay(time.Hour), h.hook()}
+	roles := []string{"leader", "pair-1", "pair-2", "pair-3"}
+	w := newWarmLog(200 * time.Millisecond)
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	sa, err := a.Watch(w.handler("a"), roles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sa.Close()
+	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+	eventually(t, 10*time.Second, "b waiting", func() bool { return b.Rank().Waiting })
+	sb, err := b.Watch(w.handler("b"), roles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	eventually(t, 10*time.Second, "a holds every role", func() bool { return len(sa.Held()) == len(roles) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := a.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	eventually(t, 10*time.Second, "b holds every role", func() bool { return len(sb.Held()) == len(roles) })
+	for _, role := range roles {
+		s := slotOf(role, 8)
+		warmed, ok := w.get(w.warmed, "b", role)
+		released, rok := firstEvent(h, "a", EventReleased, s)
+		if !ok || !rok || released.Before(warmed) {
+			t.Errorf("%s: a released it at %v (%v), b was ready at %v (%v)", role, released.Format(time.StampMicro), rok, warmed.Format(time.StampMicro), ok)
+		}
+	}
+	if took > 3*time.Second {
+		t.Errorf("Shutdown took %v: it waited out the warm-up instead of the heir", took)
+	}
+	h.check(t)
+}
