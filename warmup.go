@@ -41,6 +41,7 @@ type warmState struct {
 	moves   map[int]string // slot → heir
 	at      time.Time      // when these moves were first planned
 	version int64          // the map version that announced them (0: not yet)
+	made    bool           // the moves are being made (logged once)
 }
 
 // plannedMoves returns the slots that target takes from a member with a
@@ -81,8 +82,13 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	}
 	if l.warm == nil || !maps.Equal(l.warm.moves, moves) {
 		l.warm = &warmState{moves: moves, at: now}
+		r.log.Info("announcing planned moves: their heirs warm up first", zap.Int("slots", len(moves)), zap.Duration("warmup", r.opts.warmup))
 	}
 	if due := l.warm.at.Add(r.opts.warmup); !now.Before(due) || l.warm.version > 0 && r.heirsReady(l.warm) {
+		if !l.warm.made {
+			l.warm.made = true
+			r.log.Info("making the announced moves", zap.Int("slots", len(moves)), zap.Bool("heirsReady", now.Before(due)), zap.Duration("after", now.Sub(l.warm.at)))
+		}
 		next.Incoming = nil // make the moves
 		return
 	}

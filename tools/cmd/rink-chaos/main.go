@@ -51,6 +51,8 @@ func main() {
 	flag.DurationVar(&cfg.Epoch, "epoch", 0, "storm: heal and check liveness after every epoch of operations (default: once, at the end)")
 	flag.DurationVar(&cfg.Slack, "slack", 5*time.Second, "storm: slack added to TTL + delay for the liveness bound")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for etcd data and member logs (default: a new temporary one)")
+	flag.DurationVar(&cfg.Drain, "drain", 0, "storm: members run roles under rink.Run with this drain timeout, winding down before each release (0: AwaitRole loops)")
+	flag.DurationVar(&cfg.Warmup, "warmup", 0, "storm: members warm up planned moves for at most this long (rink.WithWarmup; 0: none)")
 	flag.Float64Var(&cfg.Balance, "balance", 0, "storm: members balance by load with this tolerance (e.g. 0.1) and record a skewed load; 0 balances by count")
 	flag.Parse()
 	if *ops != "" {

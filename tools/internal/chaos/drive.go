@@ -115,6 +115,8 @@ type Config struct {
 	Slack   time.Duration // added to TTL + Delay for the liveness bound; 0: 5 s
 	Epoch   time.Duration // heal and check liveness after every Epoch of operations; 0: once, at the end
 	Balance float64       // storm: members balance by load with this tolerance (0: by count)
+	Drain   time.Duration // storm: members run roles under rink.Run with this drain timeout (0: AwaitRole loops)
+	Warmup  time.Duration // storm: members warm up planned moves, for at most this long (0: no warm-up)
 }
 
 // Fault is one injected fault.

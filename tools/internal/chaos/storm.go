@@ -84,13 +84,14 @@ func (s StormSummary) LivenessViolations() int {
 // StormBound is how long after the heal every role must be held again: a
 // lease that was renewed just before the heal runs out (TTL), the newcomers
 // started at the heal wait the rebalance delay, plus slack for elections
-// and a loaded machine.
+// and a loaded machine; with a warm-up, a planned move may wait for it,
+// and a drain for the functions on a slot.
 func StormBound(cfg Config) time.Duration {
 	slack := cfg.Slack
 	if slack == 0 {
 		slack = 5 * time.Second
 	}
-	return cfg.TTL + cfg.Delay + slack
+	return cfg.TTL + cfg.Delay + cfg.Warmup + cfg.Drain + slack
 }
 
 // heal is an undo scheduled for later: its timer, or the end of the storm,
@@ -232,7 +233,8 @@ func (r *run) startWorker(name string) (*proc, error) {
 	proxies, eps := r.newProxies()
 	w := WorkerConfig{Endpoints: strings.Join(eps, ","), Rink: "chaos", Name: name, Roles: r.cfg.Roles,
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
-		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance}
+		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance,
+		Drain: r.cfg.Drain, Warmup: r.cfg.Warmup}
 	p, err := r.start("worker", base, w)
 	if err != nil {
 		for _, x := range proxies {

@@ -42,6 +42,12 @@ type WorkerConfig struct {
 	// tolerance (rink.WithImbalanceTolerance, load interval 500 ms, window
 	// 2 s) and record a skewed load on every action (see roleWeight).
 	Balance float64
+	// Drain, if above zero, runs each role under rink.Run with
+	// rink.WithDrainTimeout(Drain): a holding logs its release only after
+	// a short wind-down once its context ends, and the heir must start
+	// after it. Warmup, if above zero, sets rink.WithWarmup(Warmup) and
+	// watches every role with a Handler whose Warm takes a moment.
+	Drain, Warmup time.Duration
 }
 
 // roleWeight is the load a worker records per action on a role when
@@ -78,6 +84,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	} else {
 		opts = append(opts, rink.WithImbalanceTolerance(0))
 	}
+	if cfg.Drain > 0 {
+		opts = append(opts, rink.WithDrainTimeout(cfg.Drain))
+	}
+	if cfg.Warmup > 0 {
+		opts = append(opts, rink.WithWarmup(cfg.Warmup))
+	}
 	if cfg.Verbose {
 		enc := zap.NewDevelopmentEncoderConfig()
 		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
@@ -109,13 +121,25 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	for i := 0; i < cfg.Roles; i++ {
 		roles = append(roles, fmt.Sprint("partition:", i))
 	}
+	if cfg.Warmup > 0 {
+		set, err := r.Watch(rink.Handler{Assigned: func(context.Context, string) {}, Warm: warmUp}, roles...)
+		if err != nil {
+			_ = r.Shutdown(context.Background())
+			return err
+		}
+		defer set.Close()
+	}
+	holdFn := hold
+	if cfg.Drain > 0 {
+		holdFn = holdRun
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(roles))
 	for _, role := range roles {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := hold(r, log, cfg, role); err != nil {
+			if err := holdFn(r, log, cfg, role); err != nil {
 				errs <- err
 			}
 		}()
@@ -132,6 +156,60 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	return errors.Join(err, serr)
 }
 
+// warmUp is the workers' warm-up: a moment's work, or less if cancelled.
+func warmUp(ctx context.Context, _ string) {
+	t := time.NewTimer(20 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// holdRun runs one role under rink.Run: like hold, but the holding winds
+// down for a moment after its context ends before it logs its release and
+// returns, and a drain makes the heir wait for that.
+func holdRun(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
+	err := r.Run(context.Background(), role, func(ctx context.Context) error {
+		token, _ := rink.Token(ctx)
+		if err := log.Write(cfg.Name, Acquire, role, token); err != nil {
+			return err
+		}
+		if err := act(ctx, r, log, cfg, role, token); err != nil {
+			return err
+		}
+		wind := time.NewTimer(10 * time.Millisecond)
+		<-wind.C
+		return log.Write(cfg.Name, Release, role, token)
+	})
+	if errors.Is(err, rink.ErrShutdown) {
+		return nil
+	}
+	return err
+}
+
+// act acts on a held role every cfg.Every until ctx ends.
+func act(ctx context.Context, r *rink.Rink, log *Log, cfg WorkerConfig, role string, token int64) error {
+	t := time.NewTicker(cfg.Every)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-t.C:
+			if ctx.Err() != nil { // checked right before acting
+				continue
+			}
+			if err := log.Write(cfg.Name, Act, role, token); err != nil {
+				return err
+			}
+			if cfg.Balance > 0 {
+				r.AddLoad(role, roleWeight(role))
+			}
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
 // hold runs one role: await it, record the acquisition durably, act while
 // the role context says it is held, record the release.
 func hold(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
@@ -144,24 +222,9 @@ func hold(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
 		if err := log.Write(cfg.Name, Acquire, role, token); err != nil {
 			return err
 		}
-		t := time.NewTicker(cfg.Every)
-		for ctx.Err() == nil {
-			select {
-			case <-t.C:
-				if ctx.Err() != nil { // checked right before acting
-					continue
-				}
-				if err := log.Write(cfg.Name, Act, role, token); err != nil {
-					t.Stop()
-					return err
-				}
-				if cfg.Balance > 0 {
-					r.AddLoad(role, roleWeight(role))
-				}
-			case <-ctx.Done():
-			}
+		if err := act(ctx, r, log, cfg, role, token); err != nil {
+			return err
 		}
-		t.Stop()
 		if err := log.Write(cfg.Name, Release, role, token); err != nil {
 			return err
 		}

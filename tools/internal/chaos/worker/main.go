@@ -31,6 +31,8 @@ func main() {
 	flag.DurationVar(&cfg.Delay, "delay", time.Second, "rebalance delay")
 	flag.DurationVar(&cfg.Every, "every", 50*time.Millisecond, "how often to act on each held role")
 	flag.StringVar(&cfg.Log, "log", "", "log file to append records to (required)")
+	flag.DurationVar(&cfg.Drain, "drain", 0, "run roles under rink.Run with this drain timeout (0: AwaitRole loops)")
+	flag.DurationVar(&cfg.Warmup, "warmup", 0, "warm up planned moves for at most this long (0: none)")
 	flag.Float64Var(&cfg.Balance, "balance", 0, "balance by load with this tolerance, recording a skewed load (0: by count)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
