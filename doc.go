@@ -67,6 +67,19 @@
 // loaded member is within the tolerance (WithImbalanceTolerance, 10 % by
 // default; 0 turns it off) of the mean.
 //
+// # Work per role, drain and warm-up
+//
+// Run runs a function per holding of a role; Watch calls a Handler as this
+// member gains and loses any number of roles, with no goroutine per role,
+// and RoleSet.Held lists those it holds. With WithDrainTimeout a role that
+// moves away is handed over only once those functions have returned (or
+// the timeout has passed), so its holder may finish what it was doing.
+// With WithWarmup the leader announces planned moves (a scale-out, a load
+// move, a Shutdown) before it makes them: the heir's Handler.Warm prepares
+// the role while its owner still serves it, and the move waits until the
+// heir is ready (or the warm-up time has passed). A crash moves roles at
+// once, cold.
+//
 // # Guarantees
 //
 // At most one holder: a member starts holding a role only when the role's
