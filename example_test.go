@@ -394,3 +394,58 @@ func ExampleWithImbalanceTolerance() {
 	fmt.Println("not balanced")
 	// Output: one pair per member
 }
+
+func ExampleRink_Run() {
+	cli, name := exampleClient("run")
+	defer cli.Close()
+	// With a drain timeout the heir of a role starts only once fn has
+	// returned: fn may finish what it is doing after its context ends.
+	r, err := rink.New(cli, name, rink.WithMemberName("worker-0"), rink.WithDrainTimeout(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	started := make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- r.Run(context.Background(), "leader", func(ctx context.Context) error {
+			fmt.Println("leading")
+			close(started)
+			<-ctx.Done() // the singleton's work, until the role is lost
+			fmt.Println("flushing before the heir starts")
+			return nil
+		})
+	}()
+	<-started
+	if err := r.Shutdown(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("Run returned:", <-done)
+	// Output:
+	// leading
+	// flushing before the heir starts
+	// Run returned: rink: shut down
+}
+
+func ExampleRink_Watch() {
+	cli, name := exampleClient("tenants")
+	defer cli.Close()
+	r, err := rink.New(cli, name, rink.WithMemberName("tenants-0"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	assigned := make(chan string, 3)
+	set, err := r.Watch(rink.Handler{
+		Assigned: func(ctx context.Context, role string) { assigned <- role }, // start serving role until ctx ends
+		Revoked:  func(role string) {},                                        // stop serving it: flush, close
+	}, "tenant-a", "tenant-b", "tenant-c")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer set.Close()
+	for range 3 {
+		<-assigned
+	}
+	fmt.Println("held:", set.Held())
+	// Output: held: [tenant-a tenant-b tenant-c]
+}
