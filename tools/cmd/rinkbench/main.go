@@ -66,6 +66,9 @@ var scenarios = []struct {
 	{"load-shift", "as load, with the hot set drawn anew every -shift-every, -shifts times: imbalance p95 over time, most slots moved per round, oscillations", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.LoadShift(env, cfg.loadRoles, cfg.shiftEvery, cfg.shifts, bench.NextLoadSeed())
 	}},
+	{"drain", "a member runs two roles under Run with a drain timeout, one slow to wind down (100 ms), and shuts down: the other role's handover gap, with and without the drain", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Drain(env, 10)
+	}},
 	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles)
 	}},

@@ -54,6 +54,7 @@ var wantFigures = map[string][]string{
 	"load":            {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
+	"drain":           {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
 }
 
 func TestBadFlags(t *testing.T) {
