@@ -83,6 +83,7 @@ type state struct {
 	incoming  []int
 	incomingV int64
 	warmWait  int
+	warmReady bool
 	warmed    int64
 	// leaving: a Shutdown with a warm-up waits for the leader to move this
 	// member's slots, until leaveBy fires at the latest.

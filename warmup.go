@@ -113,6 +113,11 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	for _, slots := range hold.Incoming {
 		slices.Sort(slots)
 	}
+	if l.warm.version == 0 && maps.EqualFunc(hold.Incoming, st.cur.Incoming, slices.Equal) {
+		// Announced already, by this leader's predecessor: heirs say
+		// they are ready for the newest map that announces it.
+		l.warm.version = st.cur.Version
+	}
 	*next = hold
 	if l.warmTimer != nil {
 		l.warmTimer.Stop()
@@ -137,17 +142,21 @@ func (r *Rink) heirsReady(w *warmState) bool {
 func (r *Rink) applyIncoming() {
 	st := &r.st
 	var in []int
-	if idx := st.cur.index(r.opts.member); true {
-		for _, s := range st.cur.Incoming[r.opts.member] {
-			if s >= 0 && s < len(st.cur.Table) && (idx < 0 || st.cur.Table[s] != idx) {
-				in = append(in, s)
-			}
+	idx := st.cur.index(r.opts.member)
+	for _, s := range st.cur.Incoming[r.opts.member] {
+		if s >= 0 && s < len(st.cur.Table) && (idx < 0 || st.cur.Table[s] != idx) {
+			in = append(in, s)
 		}
 	}
+	slices.Sort(in)
+	in = slices.Compact(in)
 	if slices.Equal(in, st.incoming) {
+		if st.warmReady && len(in) > 0 {
+			st.warmed = st.cur.Version // still ready: say so for this map too
+		}
 		return
 	}
-	st.incoming, st.incomingV = in, st.cur.Version
+	st.incoming, st.incomingV, st.warmReady = in, st.cur.Version, false
 	for _, s := range in {
 		r.emit(Event{Kind: EventIncoming, Slot: s, From: st.cur.owner(s)})
 	}
@@ -160,7 +169,7 @@ func (r *Rink) applyIncoming() {
 		}
 	}
 	if st.warmWait == 0 && len(in) > 0 {
-		st.warmed = st.incomingV
+		st.warmReady, st.warmed = true, st.cur.Version
 	}
 }
 
@@ -172,7 +181,9 @@ func (r *Rink) onWarmed(v int64) {
 	}
 	st.warmWait--
 	if st.warmWait == 0 {
-		st.warmed = v
+		// Ready for the slots announced since v, and so for the newest map,
+		// which announces the same ones.
+		st.warmReady, st.warmed = true, st.cur.Version
 		r.sendAck()
 	}
 }
