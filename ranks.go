@@ -48,6 +48,9 @@ type rankMap struct {
 	// slots that will move to it once it is ready. Entries that name no
 	// slot of the map are ignored. Members of 636d84c do not know it.
 	Incoming map[string][]int `json:"incoming,omitempty"`
+	// Leave lists leaving members whose heirs are ready (see warmup.go):
+	// each hands its slots over with its own departure transaction.
+	Leave []string `json:"leave,omitempty"`
 }
 
 // slotTable is a map's slot table. It decodes with a fast path for the
@@ -223,7 +226,7 @@ func (m rankMap) index(name string) int {
 // list the same waiting members; versions, leader and times are ignored.
 func (m rankMap) sameAssignment(o rankMap) bool {
 	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad ||
-		!maps.EqualFunc(m.Incoming, o.Incoming, slices.Equal) {
+		!maps.EqualFunc(m.Incoming, o.Incoming, slices.Equal) || !slices.Equal(m.Leave, o.Leave) {
 		return false
 	}
 	for i := range m.Waiting {

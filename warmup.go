@@ -31,10 +31,13 @@ import (
 // warm-up time for it.
 //
 // A member that shuts down with a warm-up sets "leaving" in its member key
-// and keeps serving; the leader plans without it (announcing its slots to
-// their heirs first), and the member leaves once a map no longer ranks it
-// and its drains are done, or after the warm-up time and a TTL, when it
-// hands over as any member does (see depart).
+// and keeps serving; the leader plans without it and announces its slots
+// to their heirs. Once they are ready (or the warm-up time has passed) the
+// leader lists it in the map's "leave", and the member hands over with its
+// departure transaction, as any member does on Shutdown (see depart): one
+// write on the switch's path. It also leaves once no map ranks it, and,
+// if the leader does neither within the warm-up time and a TTL (a leader
+// of an older release), hands over all the same.
 
 // warmState is the leader's pending announcement.
 type warmState struct {
@@ -84,16 +87,29 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		l.warm = &warmState{moves: moves, at: now}
 		r.log.Info("announcing planned moves: their heirs warm up first", zap.Int("slots", len(moves)), zap.Duration("warmup", r.opts.warmup))
 	}
+	var leavers []string
+	for _, name := range st.cur.Members {
+		if st.members[name].leaving && next.index(name) < 0 {
+			leavers = append(leavers, name)
+		}
+	}
+	ready := false
 	if due := l.warm.at.Add(r.opts.warmup); !now.Before(due) || l.warm.version > 0 && r.heirsReady(l.warm) {
 		if !l.warm.made {
 			l.warm.made = true
 			r.log.Info("making the announced moves", zap.Int("slots", len(moves)), zap.Bool("heirsReady", now.Before(due)), zap.Duration("after", now.Sub(l.warm.at)))
 		}
-		next.Incoming = nil // make the moves
-		return
+		if len(leavers) == 0 {
+			next.Incoming = nil // make the moves
+			return
+		}
+		// Leaving members hand over with their own departure transaction,
+		// as in any graceful shutdown: one write on the switch's path
+		// instead of a map, an acknowledgement and a floor.
+		ready = true
 	}
 	hold := *next
-	if slices.ContainsFunc(st.cur.Members, func(name string) bool { return st.members[name].leaving && next.index(name) < 0 }) {
+	if len(leavers) > 0 {
 		hold = keep()
 	}
 	hold.Table = slices.Clone(hold.Table)
@@ -113,6 +129,9 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	for _, slots := range hold.Incoming {
 		slices.Sort(slots)
 	}
+	if ready {
+		hold.Leave = leavers
+	}
 	if l.warm.version == 0 && maps.EqualFunc(hold.Incoming, st.cur.Incoming, slices.Equal) {
 		// Announced already, by this leader's predecessor: heirs say
 		// they are ready for the newest map that announces it.
@@ -121,8 +140,11 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	*next = hold
 	if l.warmTimer != nil {
 		l.warmTimer.Stop()
+		l.warmTimer = nil
 	}
-	l.warmTimer = time.NewTimer(l.warm.at.Add(r.opts.warmup).Sub(now))
+	if !ready {
+		l.warmTimer = time.NewTimer(l.warm.at.Add(r.opts.warmup).Sub(now))
+	}
 }
 
 // heirsReady reports whether every heir of w has said it is ready for w's
@@ -231,7 +253,7 @@ func (r *Rink) leftWarm() bool {
 		return true
 	default:
 	}
-	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0
+	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0 || slices.Contains(st.cur.Leave, r.opts.member)
 }
 
 // keepRound puts back into next the moves of the last load round that are
