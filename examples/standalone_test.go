@@ -23,6 +23,7 @@ var memberPackages = []string{
 	"partitions/worker",
 	"peerindex/peer",
 	"hotkeys/shard",
+	"cache/shardcache",
 }
 
 // allowed reports whether the copyable code may import path: the standard

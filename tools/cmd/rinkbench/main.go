@@ -1,7 +1,8 @@
 // Command rinkbench measures rink on an embedded etcd: the floor (one etcd
 // write seen by a watch on another client), graceful handover against it,
 // failover after a member is cut off, roles moved by a scale-out, a crash
-// and a rolling deploy, the steady cost on etcd, and scale (a thousand
+// and a rolling deploy, a cache's hit rate through a rolling deploy and a
+// scale-out with warm-up on and off, the steady cost on etcd, and scale (a thousand
 // members in one process; a hundred thousand roles awaited). Each scenario runs -runs times and reports the
 // min, median and max of each figure; -json prints one JSON object per
 // scenario instead.
@@ -53,6 +54,9 @@ var scenarios = []struct {
 	}},
 	{"rolling", "4 members x 1,024 roles replaced one by one: acquisitions, gaps per move, unheld time", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Rolling(env, cfg.plot)
+	}},
+	{"warm", "a cache on 4 members (64 shards, 2,048 Zipf keys, a 2 ms store) through a rolling deploy and a scale-out to 5, warm-up off and on, drain timeout 1 s: hit rates, switch gap, drain waits (targets: warm hit rates >= 0.95 and 2x closer to 1 than cold, gap p50 <= 1.5x handover's)", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.Warm(env)
 	}},
 	{"steady-cost", "8 members holding 10,000 roles and recording load: etcd requests per second, renewals, keys, load writes", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.SteadyCost(env, cfg.hold)

@@ -51,6 +51,7 @@ var wantFigures = map[string][]string{
 	"handover":        {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
 	"handover-leader": {"handover_p50_ms", "handover_p99_ms", "write_watch_p50_ms", "write_watch_p99_ms", "p50_to_floor", "depart_txn_p50_ms", "p50_to_depart_txn"},
 	"rolling":         {"role_acquisitions", "gap_worst_ms", "join_to_leave_max_ms"},
+	"warm":            {"hit_rate_rollout_warm", "hit_rate_rollout_cold", "hit_rate_scaleout_warm", "hit_rate_scaleout_cold", "handover_gap_p50_ms_warm", "drain_wait_p50_ms"},
 	"load":            {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},

@@ -72,7 +72,8 @@ func (r Result) Figures() []string {
 }
 
 // recorder collects events from all members of a run: acquisitions,
-// releases and fences in events, rank changes and rejoins in others.
+// releases and fences in events; rank changes, rejoins, drains and
+// announced moves in others.
 type recorder struct {
 	mu     sync.Mutex
 	events []rink.Event
@@ -85,14 +86,15 @@ func (rec *recorder) observe(e rink.Event) {
 		rec.mu.Lock()
 		rec.events = append(rec.events, e)
 		rec.mu.Unlock()
-	case rink.EventRankChanged, rink.EventRejoined:
+	case rink.EventRankChanged, rink.EventRejoined, rink.EventDrained, rink.EventDrainTimedOut, rink.EventIncoming:
 		rec.mu.Lock()
 		rec.others = append(rec.others, e)
 		rec.mu.Unlock()
 	}
 }
 
-// otherEvents returns the rank changes and rejoins.
+// otherEvents returns the rank changes, rejoins, drains and announced
+// moves.
 func (rec *recorder) otherEvents() []rink.Event {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
