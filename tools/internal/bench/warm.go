@@ -88,7 +88,7 @@ func Warm(env Env) (Sample, error) {
 
 // warmResult is one run of the warm scenario, warm-up on or off.
 type warmResult struct {
-	rollout, scaleout float64 // hit rates
+	rollout, scaleout float64         // hit rates
 	gaps, drains      []time.Duration // the rollout's switch gaps (graceful shutdowns), the drains
 	scaleGaps         []time.Duration // the scale-out's (moves between live members)
 	timeouts          int
