@@ -169,3 +169,87 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	}
 	h.check(t)
 }
+
+// A scale-out in a rink balanced by load, with a warm-up: fillNewcomers
+// gives the newcomer the donor's least loaded slots, so as the load
+// estimates move the planned moves change, and every change of the moves
+// starts a new announcement (holdForWarmup: a new warmState with at =
+// now). The heir's Warm calls are cancelled and restarted each time, and
+// the warm-up clock restarts with them: while the load keeps moving
+// faster than the heir warms up, the leader never makes the move, though
+// WithWarmup promises that planned moves wait "for at most d".
+func TestRedteamWarmupNeverEndsWhileLoadMoves(t *testing.T) {
+	const S = 4
+	const warmup = 1500 * time.Millisecond
+	h := &history{}
+	name := rinkName(t)
+	opts := []Option{WithSlots(S), WithWarmup(warmup), WithLoadInterval(100 * time.Millisecond), WithLoadWindow(200 * time.Millisecond), h.hook()}
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	roles := redteamRolePerSlot(S)
+	eventually(t, 10*time.Second, "a holds every slot", func() bool {
+		for _, role := range roles {
+			if _, ok := a.Get(role); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	// The load moves between slots {0, 1} and {2, 3} every 300 ms.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		start := time.Now()
+		every(ctx, 5*time.Millisecond, func() {
+			hot := 0
+			if time.Since(start)/(300*time.Millisecond)%2 == 1 {
+				hot = 2
+			}
+			a.AddLoad(roles[hot], 50)
+			a.AddLoad(roles[hot+1], 50)
+			a.AddLoad(roles[2-hot], 1)
+			a.AddLoad(roles[3-hot], 1)
+		})
+	}()
+	// The newcomer warms a role up in 700 ms.
+	n := join(t, newClient(t), name, append(opts, WithMemberName("n"))...)
+	set, err := n.Watch(Handler{
+		Assigned: func(context.Context, string) {},
+		Warm: func(ctx context.Context, _ string) {
+			t := time.NewTimer(700 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+		},
+	}, roles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	joined := time.Now()
+	within := 3*warmup + 3*time.Second
+	versions := map[int64]bool{}
+	for {
+		m := a.owners.Load()
+		if len(m.Incoming) > 0 {
+			versions[m.Version] = true
+		}
+		owns := 0
+		for s := 0; s < S; s++ {
+			if m.owner(s) == "n" {
+				owns++
+			}
+		}
+		if owns > 0 {
+			break
+		}
+		if time.Since(joined) > within {
+			t.Fatalf("%v after the newcomer joined (warm-up %v) it owns no slot: %d announcements so far, the last %v",
+				within, warmup, len(versions), m.Incoming)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	h.check(t)
+}
