@@ -253,3 +253,53 @@ func TestRedteamWarmupNeverEndsWhileLoadMoves(t *testing.T) {
 	}
 	h.check(t)
 }
+
+// A Shutdown with a warm-up whose context ends while it waits for the
+// leader (docs/kubernetes.md: "when it ends, Shutdown stops waiting (for
+// heirs, then for drains) and leaves at once"). The run goroutine, while
+// leaving, does not select on the end of Shutdown's context (stopping is
+// nil'd and leftWarm is only looked at after some other event), so a
+// member in a quiet rink goes on serving until the leader's warm-up timer
+// or its own leaveBy (warm-up + TTL) fires: here 20 s instead of at once.
+// And once it does look, shutdown() derives the departure's context from
+// the ended one, so the departure transaction and the lease revocation
+// are never sent: the heirs wait for the lease to expire.
+func TestRedteamWarmLeaveIgnoresShutdownContext(t *testing.T) {
+	const S = 8
+	const warmup = 20 * time.Second
+	h := &history{}
+	opts := []Option{WithSlots(S), WithWarmup(warmup), WithImbalanceTolerance(0), WithSessionTTL(4 * time.Second)}
+	_, ms, _ := cluster(t, h, 2, opts...)
+	a, b := ms[0], ms[1]
+	settle(t, h, ms...)
+	set, err := a.Watch(blockingWarm(), redteamRolePerSlot(S)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err = b.Shutdown(ctx)
+	ended := time.Now()
+	if err == nil {
+		t.Fatalf("Shutdown returned nil before the heir was ready")
+	}
+	select {
+	case <-b.Done():
+	case <-time.After(3 * time.Second):
+		t.Errorf("3s after Shutdown's context ended the member is still in the rink (Done not closed)")
+	}
+	eventually(t, 30*time.Second, "a holds every slot", func() bool {
+		for _, role := range redteamRolePerSlot(S) {
+			if _, ok := a.Get(role); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	if took := time.Since(ended); took > 1500*time.Millisecond {
+		t.Errorf("the heir started b's roles %v after b's Shutdown context ended (b went on serving, then left without a departure write: its lease had to expire)", took)
+	}
+	h.check(t)
+}
