@@ -22,9 +22,9 @@ import (
 // timeout. The slots it keeps and the slots it gains do not wait. A fence
 // does not drain: the lease's expiry, not this member, lets heirs start.
 
-// drainEntry is a slot given away while work ran on it.
+// drainEntry is a slot given away while work ran on its holding.
 type drainEntry struct {
-	st              *slotState
+	slot            int
 	since, deadline time.Time
 }
 
@@ -63,9 +63,11 @@ func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 	st := &r.st
 	now := time.Now()
 	if st.draining == nil {
-		st.draining = map[int]drainEntry{}
+		st.draining = map[*slotState]drainEntry{}
 	}
-	st.draining[s] = drainEntry{st: cur, since: now, deadline: now.Add(r.opts.drain)}
+	// By holding, not by slot: a slot given away, gained back and given
+	// away again drains both holdings.
+	st.draining[cur] = drainEntry{slot: s, since: now, deadline: now.Add(r.opts.drain)}
 	r.armDrainTimer(now)
 }
 
@@ -95,18 +97,18 @@ func (r *Rink) checkDrains() bool {
 		return true
 	}
 	now := time.Now()
-	for s, e := range st.draining {
+	for h, e := range st.draining {
 		switch {
-		case e.st.runners.Load() == 0:
-			r.emit(Event{Kind: EventDrained, Time: now, Slot: s, Wait: now.Sub(e.since)})
+		case h.runners.Load() == 0:
+			r.emit(Event{Kind: EventDrained, Time: now, Slot: e.slot, Wait: now.Sub(e.since)})
 		case !now.Before(e.deadline):
 			r.log.Warn("drain timed out: handing the slot over while work still runs on it (fencing tokens still protect)",
-				zap.Int("slot", s), zap.Int32("functions", e.st.runners.Load()), zap.Duration("timeout", r.opts.drain))
-			r.emit(Event{Kind: EventDrainTimedOut, Time: now, Slot: s, Wait: now.Sub(e.since)})
+				zap.Int("slot", e.slot), zap.Int32("functions", h.runners.Load()), zap.Duration("timeout", r.opts.drain))
+			r.emit(Event{Kind: EventDrainTimedOut, Time: now, Slot: e.slot, Wait: now.Sub(e.since)})
 		default:
 			continue
 		}
-		delete(st.draining, s)
+		delete(st.draining, h)
 	}
 	r.armDrainTimer(now)
 	return len(st.draining) == 0

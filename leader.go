@@ -434,7 +434,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		fkey, fend := r.keys.followed()
 		enc := string(next.encode())
 		release()
-		r.awaitDrains(ctx)
+		r.awaitDrains(r.stopCtx)
 		resp, err := r.cli.Txn(ctx).
 			If(
 				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),

@@ -74,7 +74,7 @@ type state struct {
 
 	// Slots given away while functions still ran on them (see drain.go):
 	// the acknowledgement waits for them, at most until drainTimer.
-	draining   map[int]drainEntry
+	draining   map[*slotState]drainEntry
 	drainTimer *time.Timer
 
 	// Warm-up (see warmup.go): the slots the applied map announces to this
@@ -143,8 +143,10 @@ func (r *Rink) run(first *incarnation) {
 			leaveBy = st.leaveBy.C
 		}
 		stopping := r.stopping
+		var stopEnded <-chan struct{}
 		if st.leaving {
 			stopping = nil // leaving with a warm-up (see warmup.go)
+			stopEnded = r.stopCtx.Done()
 		}
 		if st.lead != nil && st.lead.timer != nil {
 			timer = st.lead.timer.C
@@ -191,6 +193,10 @@ func (r *Rink) run(first *incarnation) {
 			}
 		case v := <-r.warmedCh:
 			r.onWarmed(v)
+		case <-stopEnded:
+			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
+			r.shutdown(nil)
+			return
 		case <-leaveBy:
 			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
 			r.shutdown(nil)
@@ -383,6 +389,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
 		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
+		}
+		if name == r.opts.member && leaving && !st.leaving && st.inc != nil && kv.CreateRevision == st.inc.createRev {
+			r.notLeaving(st.inc)
 		}
 		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
 			// The view has reached our own join (or resume): from here on
@@ -979,9 +988,12 @@ func (r *Rink) publishRank() {
 // role, hands leadership on, leaves, and waits for every other goroutine.
 func (r *Rink) shutdown(cause error) {
 	st := &r.st
-	// Leaving takes a few etcd requests; past one TTL the lease has expired
-	// anyway, so never wait longer than that, whatever the caller's context.
-	ctx, cancel := context.WithTimeout(r.stopCtx, r.opts.ttl)
+	// Leaving takes a few etcd requests, after the drains (bounded by the
+	// drain timeout and the caller's context): past one TTL more the lease
+	// has expired anyway, so never wait longer than that. The requests go
+	// out even when the caller's context has ended: Shutdown has returned
+	// then, and a departure still saves the heirs a TTL.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stopCtx), r.opts.ttl+r.opts.drain)
 	defer cancel()
 	st.stopping = true
 	released := false
@@ -1012,7 +1024,7 @@ func (r *Rink) shutdown(cause error) {
 	case st.inc != nil && cause == nil:
 		r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
-		r.awaitDrains(ctx)
+		r.awaitDrains(r.stopCtx)
 		err = r.leave(ctx, st.inc, ErrShutdown)
 	}
 	releaseAll()

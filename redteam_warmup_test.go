@@ -129,8 +129,11 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 // announces its slots, and once the warm-up time has passed lists it in
 // the map's "leave" and keeps every live owner's slots, waiting for the
 // member's departure — which never comes, since the member is not
-// shutting down. The leader then holds back every planned move of the
-// rink for good: a newcomer is ranked but never gets a slot.
+// shutting down. The leader then held back every planned move of the
+// rink for good: a newcomer was ranked but never got a slot. Now the
+// member writes its key back, and a leader gives up on a member told to
+// leave that has not left within a TTL: the member stays ranked and the
+// newcomer gets its share.
 func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	const S = 8
 	const warmup = 1500 * time.Millisecond
@@ -143,8 +146,9 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	if _, err := cli.Put(context.Background(), key, `{"protocols":[2],"leaving":true}`, clientv3.WithIgnoreLease()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the leader lists m1 in leave", func() bool {
-		return slices.Contains(ms[0].owners.Load().Leave, ms[1].Member())
+	eventually(t, 10*time.Second, "m1 writes its key back without the flag", func() bool {
+		resp, err := cli.Get(context.Background(), key)
+		return err == nil && len(resp.Kvs) == 1 && !leavingOf(resp.Kvs[0].Value) && resp.Kvs[0].Lease != 0
 	})
 	// A scale-out: the newcomer should get its share once its warm-up is
 	// done (it has no Warm handler: it is ready at once).
@@ -158,7 +162,7 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 				n++
 			}
 		}
-		if n > 0 {
+		if n > 0 && m.index(ms[1].Member()) >= 0 {
 			break
 		}
 		if time.Now().After(deadline) {

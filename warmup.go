@@ -45,6 +45,7 @@ type warmState struct {
 	at      time.Time      // when these moves were first planned
 	version int64          // the map version that announced them (0: not yet)
 	made    bool           // the moves are being made (logged once)
+	leaveAt time.Time      // when leaving members were first told to leave
 }
 
 // plannedMoves returns the slots that target takes from a member with a
@@ -83,9 +84,15 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		next.Incoming = nil
 		return
 	}
-	if l.warm == nil || !maps.Equal(l.warm.moves, moves) {
+	switch {
+	case l.warm == nil:
 		l.warm = &warmState{moves: moves, at: now}
 		r.log.Info("announcing planned moves: their heirs warm up first", zap.Int("slots", len(moves)), zap.Duration("warmup", r.opts.warmup))
+	case !maps.Equal(l.warm.moves, moves):
+		// Other moves (the load or the members changed): announced anew,
+		// but the warm-up time still counts from the first announcement,
+		// so that moves that keep changing are made all the same.
+		l.warm.moves, l.warm.version, l.warm.made, l.warm.leaveAt = moves, 0, false, time.Time{}
 	}
 	var leavers []string
 	for _, name := range st.cur.Members {
@@ -99,7 +106,13 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 			l.warm.made = true
 			r.log.Info("making the announced moves", zap.Int("slots", len(moves)), zap.Bool("heirsReady", now.Before(due)), zap.Duration("after", now.Sub(l.warm.at)))
 		}
-		if len(leavers) == 0 {
+		if l.warm.leaveAt.IsZero() && len(leavers) > 0 {
+			l.warm.leaveAt = now
+		}
+		if len(leavers) == 0 || now.Sub(l.warm.leaveAt) >= r.opts.ttl {
+			// (A member told to leave that has not left within a TTL is
+			// not leaving, whatever its key says: its moves are made
+			// through the barrier, as any.)
 			next.Incoming = nil // make the moves
 			return
 		}
@@ -114,11 +127,18 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	}
 	hold.Table = slices.Clone(hold.Table)
 	for s := range hold.Table {
-		if o := st.cur.owner(s); o != "" {
-			if _, alive := st.members[o]; alive {
-				if i := hold.index(o); i >= 0 {
-					hold.Table[s] = i
-				}
+		o := st.cur.owner(s)
+		if _, alive := st.members[o]; o != "" && alive {
+			if i := hold.index(o); i >= 0 {
+				hold.Table[s] = i
+				continue
+			}
+		}
+		// An orphan: it moves now, and not to a leaving member, which
+		// starts nothing: to its owner in the plan without them.
+		if h := hold.owner(s); h != "" && st.members[h].leaving {
+			if i := hold.index(next.owner(s)); i >= 0 {
+				hold.Table[s] = i
 			}
 		}
 	}
@@ -142,8 +162,11 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		l.warmTimer.Stop()
 		l.warmTimer = nil
 	}
-	if !ready {
+	switch {
+	case !ready:
 		l.warmTimer = time.NewTimer(l.warm.at.Add(r.opts.warmup).Sub(now))
+	default:
+		l.warmTimer = time.NewTimer(l.warm.leaveAt.Add(r.opts.ttl).Sub(now))
 	}
 }
 
@@ -239,6 +262,28 @@ func (r *Rink) startLeaving() bool {
 	}()
 	r.log.Info("shutdown: leaving once the leader has moved this member's slots to warmed-up heirs", zap.Duration("warmup", r.opts.warmup))
 	return true
+}
+
+// notLeaving writes this member's key without the leaving flag that
+// somebody else wrote into it: the member is not shutting down.
+func (r *Rink) notLeaving(inc *incarnation) {
+	r.log.Warn("own member key says this member is leaving, and it is not: writing it back")
+	key := r.keys.member(r.opts.member)
+	value := memberValue(r.opts.capacity)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+		defer cancel()
+		_, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
+			Commit()
+		if err != nil && inc.ctx.Err() == nil {
+			r.log.Warn("writing the member key back failed", zap.Error(err))
+		}
+	}()
 }
 
 // leftWarm reports whether a member leaving with a warm-up may now shut
