@@ -350,7 +350,10 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 		defer cancel()
 		leaving <- a.Shutdown(ctx)
 	}()
-	eventually(t, 10*time.Second, "the leader announces a's slots", func() bool { return len(l.owners.Load().Incoming) > 0 })
+	eventually(t, 10*time.Second, "the leader announces a's slots, d applies the announcement", func() bool {
+		cur := l.owners.Load()
+		return len(cur.Incoming) > 0 && d.Rank().Version == cur.Version && a.Rank().Version == cur.Version
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := d.Shutdown(ctx); err != nil {
