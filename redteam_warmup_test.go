@@ -307,3 +307,89 @@ func TestRedteamWarmLeaveIgnoresShutdownContext(t *testing.T) {
 	}
 	h.check(t)
 }
+
+// The same gap through depart: a member's departure transaction plans
+// with every live member key, leaving members included, so a graceful
+// Shutdown that does not wait for the leader (here a member without a
+// warm-up, as during a rolling change of the option; also a member whose
+// leaveBy fired, or one of an older release) hands some of its slots to a
+// member that is leaving with a warm-up, which never starts them: those
+// roles stay unheld until the leader has announced them again and the
+// warm-up has passed.
+func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
+	const S = 12
+	const warmup = 12 * time.Second
+	h := &history{}
+	name := rinkName(t)
+	base := []Option{WithSlots(S), WithImbalanceTolerance(0), h.hook()}
+	l := join(t, newClient(t), name, append(base, WithMemberName("l"), WithWarmup(warmup))...)
+	eventually(t, 10*time.Second, "l ranked", func() bool { return l.Rank().Index == 0 })
+	a := join(t, newClient(t), name, append(base, WithMemberName("a"), WithWarmup(warmup))...)
+	d := join(t, newClient(t), name, append(base, WithMemberName("d"))...)
+	ms := []*Rink{l, a, d}
+	eventually(t, 10*time.Second, "all ranked", func() bool {
+		for _, m := range ms {
+			if m.Rank().Index < 0 || m.Rank().Size != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	settle(t, h, ms...)
+	set, err := l.Watch(blockingWarm(), redteamRolePerSlot(S)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var dSlots []int
+	m := l.owners.Load()
+	for s := 0; s < S; s++ {
+		if m.owner(s) == "d" {
+			dSlots = append(dSlots, s)
+		}
+	}
+	leaving := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*warmup)
+		defer cancel()
+		leaving <- a.Shutdown(ctx)
+	}()
+	eventually(t, 10*time.Second, "the leader announces a's slots, d applies the announcement", func() bool {
+		cur := l.owners.Load()
+		return len(cur.Incoming) > 0 && d.Rank().Version == cur.Version && a.Rank().Version == cur.Version
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := time.Now()
+	within := 3 * time.Second
+	for {
+		held := h.holders()
+		cur := l.owners.Load()
+		var unheld []string
+		for _, s := range dSlots {
+			if hs := slices.DeleteFunc(slices.Clone(held[s]), func(n string) bool { return n == "d" }); len(hs) == 0 {
+				unheld = append(unheld, fmt.Sprintf("%d (owner %s)", s, cur.owner(s)))
+			}
+		}
+		if len(unheld) == 0 {
+			break
+		}
+		if time.Since(left) > within {
+			t.Errorf("%v after d's graceful Shutdown its slots %v are unheld (map incoming %v)", within, unheld, cur.Incoming)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case err := <-leaving:
+		if err != nil {
+			t.Errorf("a's Shutdown: %v", err)
+		}
+	case <-time.After(4 * warmup):
+		t.Errorf("a's Shutdown did not return")
+	}
+	h.check(t)
+}
