@@ -421,6 +421,11 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		live := deleteName(liveByAge(members), self)
+		for _, name := range live {
+			if members[name].leaving {
+				live = deleteName(live, name) // it starts nothing: no heir
+			}
+		}
 		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})
 		next.Version, next.Leader = version, cur.Leader
 		next.Schema = cur.Schema // a departure changes no protocol
@@ -462,7 +467,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			case r.keys.isMember(k):
 				if name, ok := r.keys.validMember(k); ok {
 					_, capacity := metaOf(kv.Value)
-					members[name] = memberInfo{createRev: kv.CreateRevision, capacity: capacity}
+					members[name] = memberInfo{createRev: kv.CreateRevision, capacity: capacity, leaving: leavingOf(kv.Value)}
 				}
 				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
 			case r.keys.isMap(k):

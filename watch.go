@@ -193,7 +193,9 @@ func (s *RoleSet) Held() []string {
 }
 
 // Close stops the set: h.Revoked is called for every role still assigned,
-// and Close returns once the handler's functions have returned.
+// and Close returns once the handler's functions, Warm calls included,
+// have returned. Do not call it from a handler function: it would wait for
+// itself.
 func (s *RoleSet) Close() {
 	s.mu.Lock()
 	if !s.closed {
@@ -273,6 +275,14 @@ func (s *RoleSet) dispatch() {
 		if closed {
 			for slot := range active {
 				end(slot)
+			}
+			if warm != nil {
+				// Counted among the sets to warm up: answer, with nothing
+				// to warm.
+				select {
+				case r.warmedCh <- warm.v:
+				case <-r.done:
+				}
 			}
 			return
 		}
