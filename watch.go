@@ -24,10 +24,12 @@ type Handler struct {
 	// Warm is called when role is about to move to this member in a
 	// planned move (see WithWarmup), while its current holder still
 	// serves it: load its state, open its connections. Returning says
-	// this member is ready for it. ctx ends when the announcement is
-	// withdrawn or replaced, or the set is closed. Warm calls run each on
-	// a goroutine of their own. Optional: without it this member is ready
-	// at once.
+	// this member is ready for it. ctx ends when the announcement does:
+	// the move is made (Assigned follows, once the previous holder has
+	// let go), withdrawn, or announced anew with other slots (Warm is then
+	// called again: make it cheap to repeat), or the set is closed. Warm
+	// calls run each on a goroutine of their own; EventIncoming names the
+	// current holder. Optional: without it this member is ready at once.
 	Warm func(ctx context.Context, role string)
 }
 
