@@ -47,13 +47,16 @@ const (
 // move of a shard's role in the rolling deploy, whose switches are
 // graceful shutdowns as in the handover scenario, p50) and off, the same
 // for the scale-out's moves between live members (scaleout_gap_*), and the handover scenario's p50
-// (20 handovers) measured beside it, with the ratio gap_warm_to_handover; the drain waits (EventDrained), drain timeouts, the
+// (20 handovers) measured beside it, with the ratio gap_warm_to_handover;
+// a departure-shaped transaction timed under the same traffic before each
+// replacement (depart_txn_p50_ms_loaded) and the warm switch against it
+// (gap_warm_to_depart_txn_loaded); the drain waits (EventDrained), drain timeouts, the
 // slot moves announced ahead (EventIncoming) per mode, and overlaps.
 // announced_warm at 0 means that warm-up took no effect: the warm figures
 // are then cold ones too.
 func Warm(env Env) (Sample, error) {
 	s := Sample{}
-	var drains []time.Duration
+	var drains, departTxn []time.Duration
 	timeouts, bad := 0, 0
 	for _, on := range []bool{false, true} {
 		res, err := warmRun(env, on)
@@ -70,6 +73,7 @@ func Warm(env Env) (Sample, error) {
 		s["scaleout_gap_p50_ms_"+mode] = ms(percentile(res.scaleGaps, 0.5))
 		s["announced_"+mode] = float64(res.incoming)
 		drains = append(drains, res.drains...)
+		departTxn = append(departTxn, res.departTxn...)
 		timeouts += res.timeouts
 		bad += res.overlaps
 	}
@@ -82,6 +86,8 @@ func Warm(env Env) (Sample, error) {
 	}
 	s["handover_p50_ms"] = h["handover_p50_ms"]
 	s["gap_warm_to_handover"] = s["handover_gap_p50_ms_warm"] / h["handover_p50_ms"]
+	s["depart_txn_p50_ms_loaded"] = ms(percentile(departTxn, 0.5))
+	s["gap_warm_to_depart_txn_loaded"] = s["handover_gap_p50_ms_warm"] / s["depart_txn_p50_ms_loaded"]
 	s["overlaps"] = float64(bad) + h["overlaps"]
 	return s, nil
 }
@@ -91,6 +97,7 @@ type warmResult struct {
 	rollout, scaleout float64         // hit rates
 	gaps, drains      []time.Duration // the rollout's switch gaps (graceful shutdowns), the drains
 	scaleGaps         []time.Duration // the scale-out's (moves between live members)
+	departTxn         []time.Duration // departure-shaped transactions under the traffic
 	timeouts          int
 	incoming          int
 	overlaps          int
@@ -155,6 +162,15 @@ func warmRun(env Env, on bool) (warmResult, error) {
 		wg.Go(func() { tr.work(ctx, w) })
 	}
 
+	// A transaction shaped like a departure, timed on the same etcd under
+	// the same traffic right before each replacement: what the switch
+	// costs etcd here (see measureDepart).
+	probe, err := newFloorProbe(env)
+	if err != nil {
+		return res, err
+	}
+	defer probe.close()
+
 	// The rolling deploy, as in Rolling.
 	mark := time.Now()
 	for i, o := range initial {
@@ -169,6 +185,11 @@ func warmRun(env Env, on bool) (warmResult, error) {
 		if err := until(10*time.Second, "newcomer waiting", func() bool { return nm.r.Rank().Waiting }); err != nil {
 			return res, err
 		}
+		d, err := probe.measureDepart(4)
+		if err != nil {
+			return res, err
+		}
+		res.departTxn = append(res.departTxn, d...)
 		c := caches.get(o.r.Member())
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err = o.r.Shutdown(sctx)
