@@ -87,8 +87,9 @@ type state struct {
 	warmed    int64
 	// leaving: a Shutdown with a warm-up waits for the leader to move this
 	// member's slots, until leaveBy fires at the latest.
-	leaving bool
-	leaveBy *time.Timer
+	leaving  bool
+	leaveBy  *time.Timer
+	heirWarm map[string]int64 // while leaving: each member's warm-up readiness (see watchHeirs)
 
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
@@ -193,6 +194,8 @@ func (r *Rink) run(first *incarnation) {
 			}
 		case v := <-r.warmedCh:
 			r.onWarmed(v)
+		case w := <-r.heirsCh:
+			st.heirWarm = w
 		case <-stopEnded:
 			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
 			r.shutdown(nil)

@@ -105,6 +105,9 @@ type Rink struct {
 	// for, to the run goroutine (see warmup.go).
 	warmCh   chan map[string]int64
 	warmedCh chan int64
+	// heirsCh carries, while this member leaves with a warm-up, every
+	// member's warm-up readiness to the run goroutine.
+	heirsCh chan map[string]int64
 
 	st state // owned by the run goroutine
 
@@ -166,6 +169,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		drainCh:      make(chan struct{}, 1),
 		warmCh:       make(chan map[string]int64, 1),
 		warmedCh:     make(chan int64, 16),
+		heirsCh:      make(chan map[string]int64, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

@@ -2,10 +2,12 @@ package rink
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -32,12 +34,15 @@ import (
 //
 // A member that shuts down with a warm-up sets "leaving" in its member key
 // and keeps serving; the leader plans without it and announces its slots
-// to their heirs. Once they are ready (or the warm-up time has passed) the
-// leader lists it in the map's "leave", and the member hands over with its
-// departure transaction, as any member does on Shutdown (see depart): one
-// write on the switch's path. It also leaves once no map ranks it, and,
-// if the leader does neither within the warm-up time and a TTL (a leader
-// of an older release), hands over all the same.
+// to their heirs. The member follows the acknowledgements itself (see
+// watchHeirs): once every heir of its slots is ready for the newest map,
+// it hands over with its departure transaction, as any member does on
+// Shutdown (see depart) — one write on the switch's path, where a map
+// telling it to would add a map write and every member's acknowledgement.
+// When the warm-up time has passed the leader lists it in the map's
+// "leave" instead, and it departs then; it also leaves once no map ranks
+// it, and, if nothing of this happens within the warm-up time and a TTL
+// (a leader of an older release), hands over all the same.
 
 // warmState is the leader's pending announcement.
 type warmState struct {
@@ -101,7 +106,11 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		}
 	}
 	ready := false
-	if due := l.warm.at.Add(r.opts.warmup); !now.Before(due) || l.warm.version > 0 && r.heirsReady(l.warm) {
+	due := l.warm.at.Add(r.opts.warmup)
+	if !now.Before(due) || len(leavers) == 0 && l.warm.version > 0 && r.heirsReady(l.warm) {
+		// (A leaving member watches its heirs itself and departs as soon
+		// as they are ready: a map telling it to would cost a write and
+		// every member's acknowledgement right on the switch's path.)
 		if !l.warm.made {
 			l.warm.made = true
 			r.log.Info("making the announced moves", zap.Int("slots", len(moves)), zap.Bool("heirsReady", now.Before(due)), zap.Duration("after", now.Sub(l.warm.at)))
@@ -260,8 +269,83 @@ func (r *Rink) startLeaving() bool {
 			r.log.Warn("shutdown: could not say that this member is leaving; it hands over when its warm-up time is up", zap.Error(err))
 		}
 	}()
-	r.log.Info("shutdown: leaving once the leader has moved this member's slots to warmed-up heirs", zap.Duration("warmup", r.opts.warmup))
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.watchHeirs(inc.ctx)
+	}()
+	r.log.Info("shutdown: leaving once this member's heirs have warmed up", zap.Duration("warmup", r.opts.warmup))
 	return true
+}
+
+// watchHeirs follows, for a member leaving with a warm-up, the warm-up
+// readiness in every member's acknowledgement, and hands it to the run
+// goroutine (the newest only).
+func (r *Rink) watchHeirs(ctx context.Context) {
+	warm := map[string]int64{}
+	put := func(kv *mvccpb.KeyValue) {
+		var a ackValue
+		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
+			warm[r.keys.ackName(string(kv.Key))] = a.Warm
+		} else {
+			delete(warm, r.keys.ackName(string(kv.Key)))
+		}
+	}
+	follow(ctx, r.cli, r.keys.acks(), clientv3.GetPrefixRangeEnd(r.keys.acks()), r.log, func(b watchBatch) bool {
+		if b.snapshot {
+			clear(warm)
+			for _, kv := range b.kvs {
+				put(kv)
+			}
+		}
+		for _, ev := range b.events {
+			if ev.Type == clientv3.EventTypePut {
+				put(ev.Kv)
+			} else {
+				delete(warm, r.keys.ackName(string(ev.Kv.Key)))
+			}
+		}
+		select {
+		case <-r.heirsCh:
+		default:
+		}
+		select {
+		case r.heirsCh <- maps.Clone(warm):
+		default:
+		}
+		return true
+	})
+}
+
+// heirsWarm reports whether, for a member leaving with a warm-up, the
+// applied map announces every slot it owns to an heir, and every such
+// heir has said it is ready for this map.
+func (r *Rink) heirsWarm() bool {
+	st := &r.st
+	idx := st.cur.index(r.opts.member)
+	if idx < 0 || len(st.cur.Incoming) == 0 {
+		return false
+	}
+	owned := 0
+	for _, i := range st.cur.Table {
+		if i == idx {
+			owned++
+		}
+	}
+	announced := 0
+	for heir, slots := range st.cur.Incoming {
+		mine := 0
+		for _, s := range slots {
+			if s >= 0 && s < len(st.cur.Table) && st.cur.Table[s] == idx {
+				mine++
+			}
+		}
+		if mine > 0 && st.heirWarm[heir] < st.cur.Version {
+			return false
+		}
+		announced += mine
+	}
+	return announced > 0 && announced == owned
 }
 
 // notLeaving writes this member's key without the leaving flag that
@@ -298,7 +382,7 @@ func (r *Rink) leftWarm() bool {
 		return true
 	default:
 	}
-	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0 || slices.Contains(st.cur.Leave, r.opts.member)
+	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0 || slices.Contains(st.cur.Leave, r.opts.member) || r.heirsWarm()
 }
 
 // keepRound puts back into next the moves of the last load round that are
