@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -90,6 +91,10 @@ type state struct {
 	leaving  bool
 	leaveBy  *time.Timer
 	heirWarm map[string]int64 // while leaving: each member's warm-up readiness (see watchHeirs)
+
+	// ghosts: leases of members whose key went while the applied map still
+	// ranked them (see noteGhosts): nothing starts until they are gone.
+	ghosts map[int64]string
 
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
@@ -196,6 +201,8 @@ func (r *Rink) run(first *incarnation) {
 			r.onWarmed(v)
 		case w := <-r.heirsCh:
 			st.heirWarm = w
+		case lease := <-r.ghostCh:
+			delete(st.ghosts, lease)
 		case <-stopEnded:
 			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
 			r.shutdown(nil)
@@ -285,6 +292,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	st := &r.st
 	self := r.opts.member
 	selfGone := false
+	before := maps.Clone(st.members) // to tell which member keys went (see ghosts)
 	if b.snapshot {
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
@@ -364,6 +372,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
+	r.noteGhosts(before)
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
@@ -723,6 +732,9 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 	}
 	if r.hushed() {
 		return nil, false // after a restore, members nobody sees may still act (see hush)
+	}
+	if len(st.ghosts) > 0 {
+		return nil, false // a member whose key went may still act (see noteGhosts)
 	}
 	for name := range st.members {
 		if name == r.opts.member {

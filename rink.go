@@ -108,6 +108,8 @@ type Rink struct {
 	// heirsCh carries, while this member leaves with a warm-up, every
 	// member's warm-up readiness to the run goroutine.
 	heirsCh chan map[string]int64
+	// ghostCh carries the leases of ghosts (see noteGhosts) found gone.
+	ghostCh chan int64
 
 	st state // owned by the run goroutine
 
@@ -170,6 +172,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		warmCh:       make(chan map[string]int64, 1),
 		warmedCh:     make(chan int64, 16),
 		heirsCh:      make(chan map[string]int64, 1),
+		ghostCh:      make(chan int64, 16),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

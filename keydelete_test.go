@@ -1,0 +1,44 @@
+package rink
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// An operator deletes the member key of a member cut off etcd. The member
+// cannot see the deletion and holds its roles until it fences (up to 7/8
+// of the TTL after its last renewal); the others must not start them
+// before then: the member is a ghost until its lease is gone (see
+// ghosts.go). Before ghosts, they started them as soon as the key was
+// gone, and the history showed two holders (found by rink-chaos -mode
+// storm -seed 24).
+func TestKeyDeletedWhileCutOff(t *testing.T) {
+	h := &history{}
+	p := newProxy(t)
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	b := join(t, proxyClient(t, p), name, WithMemberName("b"), h.hook())
+	settle(t, h, a, b)
+	role := roleOf(t, b)
+	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.PauseTx()
+	p.PauseRx()
+	defer func() { p.UnpauseTx(); p.UnpauseRx() }()
+	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("b")); err != nil {
+		t.Fatal(err)
+	}
+	ctxA, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctxB.Err() == nil {
+		t.Errorf("a holds %s while b, cut off, still holds it", role)
+	}
+	_ = ctxA
+	h.check(t)
+}
