@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -157,16 +158,24 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	live = live[1:]
 
 	// A late attempt by the departed worker, with its old token, once
-	// another worker holds that partition: refused by the fence.
+	// another worker holds that partition and has fenced it with its own
+	// token (it claims the partition right after it starts it): refused by
+	// the fence.
 	if staleP >= 0 {
 		role := worker.Role(staleP)
 		if err := until(ctx, 30*time.Second, func() bool {
+			held := false
 			for _, w := range live {
 				if _, ok := w.w.Rink().Get(role); ok {
-					return true
+					held = true
 				}
 			}
-			return false
+			resp, err := admin.Get(ctx, worker.FenceKey(staleP))
+			if !held || err != nil || len(resp.Kvs) == 0 {
+				return false
+			}
+			fence, _ := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+			return fence > staleToken
 		}); err != nil {
 			return fmt.Errorf("nobody took %s over: %w", role, err)
 		}
