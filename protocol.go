@@ -59,18 +59,12 @@ var (
 
 // memberValue returns the value of the key of a member of this build with
 // the given capacity.
-func memberValue(capacity float64) string {
-	m := memberMeta{Protocols: speaks}
-	if capacity != 1 {
-		m.Capacity = capacity
-	}
-	b, _ := json.Marshal(m)
-	return string(b)
-}
+func memberValue(capacity float64) string { return memberValueOf(capacity, false) }
 
-// memberValueLeaving is memberValue for a member leaving with a warm-up.
-func memberValueLeaving(capacity float64) string {
-	m := memberMeta{Protocols: speaks, Leaving: true}
+// memberValueOf is memberValue, saying also whether the member is leaving
+// with a warm-up.
+func memberValueOf(capacity float64, leaving bool) string {
+	m := memberMeta{Protocols: speaks, Leaving: leaving}
 	if capacity != 1 {
 		m.Capacity = capacity
 	}

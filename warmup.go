@@ -253,22 +253,8 @@ func (r *Rink) startLeaving() bool {
 	st.leaving = true
 	st.leaveBy = time.NewTimer(r.opts.warmup + r.opts.ttl)
 	inc := st.inc
-	value := memberValueLeaving(r.opts.capacity)
-	key := r.keys.member(r.opts.member)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
-		defer cancel()
-		_, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
-			Commit()
-		if err != nil {
-			r.log.Warn("shutdown: could not say that this member is leaving; it hands over when its warm-up time is up", zap.Error(err))
-		}
-	}()
+	r.rewriteMemberKey(inc, memberValueOf(r.opts.capacity, true),
+		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -352,8 +338,14 @@ func (r *Rink) heirsWarm() bool {
 // somebody else wrote into it: the member is not shutting down.
 func (r *Rink) notLeaving(inc *incarnation) {
 	r.log.Warn("own member key says this member is leaving, and it is not: writing it back")
+	r.rewriteMemberKey(inc, memberValue(r.opts.capacity), "writing the member key back failed")
+}
+
+// rewriteMemberKey puts value into this member's key, on a goroutine,
+// provided the key is still inc's (its create revision and lease), and
+// logs failure with why while inc lasts.
+func (r *Rink) rewriteMemberKey(inc *incarnation, value, why string) {
 	key := r.keys.member(r.opts.member)
-	value := memberValue(r.opts.capacity)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -365,7 +357,7 @@ func (r *Rink) notLeaving(inc *incarnation) {
 			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
 			Commit()
 		if err != nil && inc.ctx.Err() == nil {
-			r.log.Warn("writing the member key back failed", zap.Error(err))
+			r.log.Warn(why, zap.Error(err))
 		}
 	}()
 }
