@@ -244,10 +244,14 @@ func (r *Rink) onWarmed(v int64) {
 
 // startLeaving begins a Shutdown with a warm-up: the member says in its
 // member key that it is leaving and keeps serving until the leader has
-// moved its slots. It reports false when there is nothing to wait for.
+// moved its slots. It reports false when there is nothing to wait for:
+// among others when the member holds no slot (a newcomer whose slots are
+// still announced to it, or not started yet): there is nothing to warm
+// up from it.
 func (r *Rink) startLeaving() bool {
 	st := &r.st
-	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || st.cur.index(r.opts.member) < 0 {
+	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || st.cur.index(r.opts.member) < 0 ||
+		!slices.ContainsFunc(st.held, func(h context.CancelCauseFunc) bool { return h != nil }) {
 		return false
 	}
 	st.leaving = true
@@ -304,34 +308,40 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 }
 
 // heirsWarm reports whether, for a member leaving with a warm-up, the
-// applied map announces every slot it owns to an heir, and every such
-// heir has said it is ready for this map.
+// applied map announces every slot it holds to an heir, and every such
+// heir has said it is ready for this map. Slots the map gives it that it
+// has not started (a leaving member starts none: a map the leader planned
+// before it saw the member's key say so) have nothing to warm up from:
+// they wait for nobody's heir, and a member that holds no slot may leave.
 func (r *Rink) heirsWarm() bool {
 	st := &r.st
 	idx := st.cur.index(r.opts.member)
-	if idx < 0 || len(st.cur.Incoming) == 0 {
+	if idx < 0 {
 		return false
 	}
-	owned := 0
-	for _, i := range st.cur.Table {
-		if i == idx {
-			owned++
+	mine := func(s int) bool {
+		return s >= 0 && s < len(st.cur.Table) && s < len(st.held) && st.cur.Table[s] == idx && st.held[s] != nil
+	}
+	held := 0
+	for s := range st.cur.Table {
+		if mine(s) {
+			held++
 		}
 	}
 	announced := 0
 	for heir, slots := range st.cur.Incoming {
-		mine := 0
+		n := 0
 		for _, s := range slots {
-			if s >= 0 && s < len(st.cur.Table) && st.cur.Table[s] == idx {
-				mine++
+			if mine(s) {
+				n++
 			}
 		}
-		if mine > 0 && st.heirWarm[heir] < st.cur.Version {
+		if n > 0 && st.heirWarm[heir] < st.cur.Version {
 			return false
 		}
-		announced += mine
+		announced += n
 	}
-	return announced > 0 && announced == owned
+	return announced == held
 }
 
 // notLeaving writes this member's key without the leaving flag that

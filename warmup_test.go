@@ -3,7 +3,9 @@ package rink
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -161,5 +163,91 @@ func TestWarmupShutdown(t *testing.T) {
 	if took > 3*time.Second {
 		t.Errorf("Shutdown took %v: it waited out the warm-up instead of the heir", took)
 	}
+	h.check(t)
+}
+
+// A Shutdown with a warm-up by a member that holds no slot: the map gives
+// it slots, but it has not started them (here their previous owner still
+// drains them), so there is nothing to warm up from it and it leaves at
+// once. It used to wait for heirs to warm up slots it never served, while
+// nobody served them: in TestRedteamWarmLeaveIgnoresShutdownContext a
+// newcomer shut down while its slots were still only announced to it; the
+// leader, not yet aware that it was leaving, moved them to it, and the
+// newcomer, which starts nothing while leaving, kept them unheld until
+// its Shutdown's context ended (for up to the warm-up time and a TTL).
+func TestWarmupShutdownHoldingNothing(t *testing.T) {
+	const S = 8
+	h := &history{}
+	name := rinkName(t)
+	opts := []Option{WithSlots(S), WithWarmup(20 * time.Second), WithImbalanceTolerance(0), h.hook()}
+	roles := redteamRolePerSlot(S)
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"), WithDrainTimeout(time.Minute))...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+
+	// a's work on each role goes on after the role moves, until the test
+	// ends: a withholds its acknowledgement, so that an heir of its slots
+	// cannot start them.
+	stop := make(chan struct{})
+	runCtx, cancelRun := context.WithCancel(context.Background())
+	var running sync.WaitGroup
+	var started atomic.Int32
+	defer func() { close(stop); cancelRun(); running.Wait() }()
+	for _, role := range roles {
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			_ = a.Run(runCtx, role, func(context.Context) error {
+				started.Add(1)
+				<-stop
+				return nil
+			})
+		}()
+	}
+	eventually(t, 10*time.Second, "a runs every role", func() bool { return started.Load() == S })
+
+	// b has no Warm handler: it is ready for its announced slots at once,
+	// and the leader moves them to it; it cannot start them.
+	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+	var bSlots []int
+	eventually(t, 10*time.Second, "the map gives b its slots", func() bool {
+		m := a.owners.Load()
+		bSlots = bSlots[:0]
+		for s := 0; s < S; s++ {
+			if m.owner(s) == b.Member() {
+				bSlots = append(bSlots, s)
+			}
+		}
+		return len(m.Incoming) == 0 && len(bSlots) > 0 && b.Rank().Version == m.Version
+	})
+	// a never gets ready for slots announced to it.
+	set, err := a.Watch(blockingWarm(), roles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	held := h.holders()
+	for _, s := range bSlots {
+		if slices.Contains(held[s], b.Member()) {
+			t.Fatalf("b holds slot %d although a still drains it", s)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := b.Shutdown(ctx); err != nil {
+		t.Errorf("b's Shutdown holding no slot: %v after %v (it waited for heirs to warm up slots it never started)", err, time.Since(began))
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("b's Shutdown holding no slot took %v", took)
+	}
+	eventually(t, 10*time.Second, "a holds every slot", func() bool {
+		for _, role := range roles {
+			if _, ok := a.Get(role); !ok {
+				return false
+			}
+		}
+		return true
+	})
 	h.check(t)
 }
