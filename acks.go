@@ -98,16 +98,37 @@ func boundIn(name string, top, floor int64, complete bool, lagging map[string]in
 // sendAck hands the applied map version to the ack writer, replacing any
 // acknowledgement it has not written yet. It never blocks: the run goroutine
 // is the only sender, so after draining the buffer there is room.
-func (r *Rink) sendAck() {
+func (r *Rink) sendAck() { r.sendAckLazily(false) }
+
+// ackPause is how long a member waits before it acknowledges a map that
+// changes nothing it owns and announces nothing to it (a lazy
+// acknowledgement). Such an acknowledgement is on nobody's way: the heirs
+// of a map wait for the members that lose slots in it, and for the others
+// they find in the maps they have applied that those never held the slots
+// (see free). Written at once, the acknowledgements of every member not
+// concerned would reach etcd together, right when the members concerned
+// act on the map: with a graceful departure, while etcd is still sending
+// the map to the heir. A moment later they go out behind the writes that
+// matter, and a map that follows within the pause (an announcement and its
+// move, a rolling deploy's next step) costs one write for both. An
+// acknowledgement only ever comes late, never early, so the pause cannot
+// let anybody start a slot sooner than before.
+const ackPause = 3 * time.Millisecond
+
+// sendAckLazily is sendAck; lazy marks an acknowledgement that may wait
+// ackPause. An acknowledgement that replaces one not yet written is lazy
+// only if that one was too.
+func (r *Rink) sendAckLazily(lazy bool) {
 	st := &r.st
 	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() || len(st.draining) > 0 {
 		return // a quiet time (see hush) and a drain (see drain.go) withhold acknowledgements
 	}
 	select {
-	case <-r.ackCh:
+	case old := <-r.ackCh:
+		lazy = lazy && old.lazy
 	default:
 	}
-	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed}
+	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed, lazy: lazy}
 }
 
 type ackReq struct {
@@ -116,6 +137,7 @@ type ackReq struct {
 	version int64
 	seq     int64
 	warm    int64
+	lazy    bool // may wait ackPause (see sendAckLazily)
 }
 
 // writeAcks writes this member's acknowledgements, newest first, retrying
@@ -131,6 +153,8 @@ func (r *Rink) writeAcks() {
 		cur  *ackReq
 		inc  *incarnation // whose key last holds
 		last *string      // the value we believe the key holds (nil: no key)
+
+		lazyUntil time.Time // when a lazy acknowledgement waiting is due
 	)
 	member, key := r.keys.member(r.opts.member), r.keys.ack(r.opts.member)
 	b := newBackoff()
@@ -147,6 +171,27 @@ func (r *Rink) writeAcks() {
 			cur = nil
 			continue
 		}
+		if cur.lazy && cur.inc == inc && last != nil {
+			// Wait until ackPause after the first lazy acknowledgement
+			// not yet written, unless one that is not lazy comes first.
+			// Never the first write of an incarnation: see others.
+			if lazyUntil.IsZero() {
+				lazyUntil = time.Now().Add(ackPause)
+			}
+			pause := time.NewTimer(time.Until(lazyUntil))
+			select {
+			case req := <-r.ackCh:
+				cur = &req
+			case <-pause.C:
+				cur.lazy = false
+			case <-r.ctx.Done():
+				pause.Stop()
+				return
+			}
+			pause.Stop()
+			continue
+		}
+		lazyUntil = time.Time{}
 		if cur.inc != inc {
 			inc, last = cur.inc, nil
 		}

@@ -638,3 +638,66 @@ func TestBarrierVersionBoundsAfterRegression(t *testing.T) {
 	b.put(floorKV(ackFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 35))
 	b.wantHeld(0, true, "version 11 names one map, which a acknowledged")
 }
+
+// Lazy acknowledgements (see ackPause): maps that change nothing a member
+// owns are acknowledged a moment later, coalesced, and still acknowledged:
+// after a burst of maps put back unchanged, every member's acknowledgement
+// reaches the newest map, nothing moves, and the promise holds.
+func TestLazyAcksArrive(t *testing.T) {
+	h := &history{}
+	name, ms, _ := cluster(t, h, 3, WithSlots(64))
+	settle(t, h, ms...)
+	cli := newClient(t)
+	k := newKeys(name)
+	resp, err := cli.Get(context.Background(), k.rankMap())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatal("no map", err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wch := cli.Watch(wctx, k.acks(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	const puts = 5
+	t0 := time.Now()
+	for i := 0; i < puts; i++ {
+		if _, err := cli.Put(context.Background(), k.rankMap(), string(resp.Kvs[0].Value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every member acknowledges the map key as it is now (a leader
+	// proclaims anew after a put back, so the seq may rise further).
+	writes := map[string]int{}
+	eventually(t, 10*time.Second, "every member acknowledges the newest map", func() bool {
+		for {
+			select {
+			case wr := <-wch:
+				for _, ev := range wr.Events {
+					writes[k.ackName(string(ev.Kv.Key))]++
+				}
+				continue
+			default:
+			}
+			break
+		}
+		m, err := cli.Get(context.Background(), k.rankMap())
+		if err != nil || len(m.Kvs) != 1 {
+			return false
+		}
+		for _, r := range ms {
+			a, err := cli.Get(context.Background(), k.ack(r.Member()))
+			if err != nil || len(a.Kvs) != 1 {
+				return false
+			}
+			var v ackValue
+			if json.Unmarshal(a.Kvs[0].Value, &v) != nil || v.Seq != m.Kvs[0].Version {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("acknowledgement writes for %d puts of the map and the leader's maps after them: %v", puts, writes)
+	settle(t, h, ms...)
+	h.check(t)
+	if rel := since(h, t0, EventReleased); len(rel) > 0 {
+		t.Errorf("%d releases after maps that change nothing", len(rel))
+	}
+}

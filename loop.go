@@ -72,6 +72,7 @@ type state struct {
 	prevSeq  int64   // its seq
 	joins    int     // incarnations so far
 	pending  slotSet // owned but not yet held
+	moved    bool    // reconcile changed what this member owns (see applyMap)
 
 	// Slots given away while functions still ran on them (see drain.go):
 	// the acknowledgement waits for them, at most until drainTimer.
@@ -532,9 +533,15 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		st.verSeq[m.Version] = kv.Version
 	}
 	r.owners.Store(&m)
+	st.moved = false
 	r.reconcile()
 	r.applyIncoming()
-	r.sendAck()
+	// A map that changes nothing this member owns, and announces nothing
+	// to it, is acknowledged a moment later (see ackPause) if the map
+	// before it was applied here too, so that an acknowledgement of this
+	// lineage has gone out already: a member whose acknowledgement is not
+	// known at all holds up everybody's acquisitions (see others).
+	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq == st.curSeq-1)
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 
@@ -676,6 +683,7 @@ func (r *Rink) reconcile() {
 			continue // (no new gains while the map key is absent)
 		}
 		st.owned[s] = want
+		st.moved = true
 		if want {
 			st.gain[s], st.gainRev[s] = st.curSeq, st.curRev
 			st.gainAt[s], st.gainFrom[s] = now, ""
