@@ -264,7 +264,11 @@ func WithDrainTimeout(d time.Duration) Option {
 // its slots that way, and waits within its context. Crash failover does
 // not wait: there is nothing to warm from a dead member. The promise does
 // not change: at most one holder, tokens rising. Give every member the
-// same option: the leader's decides.
+// same option: the leader's decides. Keep the rebalance delay above d (New
+// logs a warning otherwise): a rolling deploy's newcomer waits to inherit
+// its predecessor's slots, and if its delay runs out before the
+// predecessor has handed over, it is ranked on its own and the roles move
+// twice.
 func WithWarmup(d time.Duration) Option {
 	return func(o *options) {
 		o.use("WithWarmup")

@@ -176,6 +176,13 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()
+	if o.warmup > 0 && o.delay <= o.warmup {
+		// A newcomer of a rolling deploy waits to inherit a leaving
+		// member's slots; if its delay runs out first, it is ranked on its
+		// own and the leaver's roles move twice.
+		r.log.Warn("the rebalance delay does not exceed the warm-up: in a rolling deploy a newcomer may be ranked before its predecessor has handed over, and roles move twice",
+			zap.Duration("delay", o.delay), zap.Duration("warmup", o.warmup))
+	}
 
 	// Only the join derives from ctx: the rink's own goroutines, started
 	// below from r.ctx, outlive it.
