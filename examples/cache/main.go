@@ -184,9 +184,13 @@ func pass(ctx context.Context, out io.Writer, cfg config, first *clientv3.Client
 	leave := func(n string) {
 		mu.Lock()
 		m := members[n]
+		mu.Unlock()
+		// Routable until it has left: with a warm-up, Shutdown keeps
+		// serving while the heirs prepare, and the map still names it.
+		m.stop()
+		mu.Lock()
 		delete(members, n)
 		mu.Unlock()
-		m.stop()
 		gone += m.cache.Stats().Preloaded
 	}
 	preloaded := func() int64 { // since the last call
