@@ -704,7 +704,7 @@ func (r *Rink) reconcile() {
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
-	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.leaving || st.inc.ctx.Err() != nil {
+	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
 	others, ok := r.others()
