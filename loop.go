@@ -540,8 +540,9 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	// to it, is acknowledged a moment later (see ackPause) if the map
 	// before it was applied here too, so that an acknowledgement of this
 	// lineage has gone out already: a member whose acknowledgement is not
-	// known at all holds up everybody's acquisitions (see others).
-	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq == st.curSeq-1)
+	// known at all holds up everybody's acquisitions (see others). A new
+	// lineage resets prevSeq to 0, so its first map (seq 1) is never lazy.
+	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1)
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 
@@ -703,7 +704,7 @@ func (r *Rink) reconcile() {
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
-	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.leaving || st.inc.ctx.Err() != nil {
+	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
 	others, ok := r.others()

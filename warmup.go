@@ -310,9 +310,11 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 // heirsWarm reports whether, for a member leaving with a warm-up, the
 // applied map announces every slot it holds to an heir, and every such
 // heir has said it is ready for this map. Slots the map gives it that it
-// has not started (a leaving member starts none: a map the leader planned
-// before it saw the member's key say so) have nothing to warm up from:
+// has not started (still behind the barrier) have nothing to warm up from:
 // they wait for nobody's heir, and a member that holds no slot may leave.
+// A leaving member still starts the slots it owns once they are free
+// (see tryAcquire): the leader keeps them ranked to it while it leaves,
+// and nobody else would serve them meanwhile.
 func (r *Rink) heirsWarm() bool {
 	st := &r.st
 	idx := st.cur.index(r.opts.member)
