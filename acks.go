@@ -235,6 +235,7 @@ func (r *Rink) writeAcks() {
 		r.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
 		select {
 		case req := <-r.ackCh:
+			req.lazy = req.lazy && cur.lazy // it replaces one that was due
 			cur = &req
 		case <-time.After(wait):
 		case <-r.ctx.Done():

@@ -423,7 +423,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		live := deleteName(liveByAge(members), self)
 		for _, name := range live {
 			if members[name].leaving {
-				live = deleteName(live, name) // it starts nothing: no heir
+				live = deleteName(live, name) // it is on its way out: no heir
 			}
 		}
 		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})

@@ -542,7 +542,11 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	// lineage has gone out already: a member whose acknowledgement is not
 	// known at all holds up everybody's acquisitions (see others). A new
 	// lineage resets prevSeq to 0, so its first map (seq 1) is never lazy.
-	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1)
+	// And only while the floor can name every member that lags (see
+	// maxLagging): past that, the floor gives one lowest bound for all,
+	// and a lazy acknowledgement would hold up other members' moves.
+	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1 &&
+		len(st.members) <= maxLagging)
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 

@@ -143,8 +143,8 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 				continue
 			}
 		}
-		// An orphan: it moves now, and not to a leaving member, which
-		// starts nothing: to its owner in the plan without them.
+		// An orphan: it moves now, and not to a leaving member, which is
+		// on its way out: to its owner in the plan without them.
 		if h := hold.owner(s); h != "" && st.members[h].leaving {
 			if i := hold.index(next.owner(s)); i >= 0 {
 				hold.Table[s] = i

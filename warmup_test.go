@@ -173,7 +173,7 @@ func TestWarmupShutdown(t *testing.T) {
 // nobody served them: in TestRedteamWarmLeaveIgnoresShutdownContext a
 // newcomer shut down while its slots were still only announced to it; the
 // leader, not yet aware that it was leaving, moved them to it, and the
-// newcomer, which starts nothing while leaving, kept them unheld until
+// newcomer, which then started nothing while leaving, kept them unheld until
 // its Shutdown's context ended (for up to the warm-up time and a TTL).
 func TestWarmupShutdownHoldingNothing(t *testing.T) {
 	const S = 8
