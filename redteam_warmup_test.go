@@ -64,12 +64,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 	var bSlots []int
 	eventually(t, 10*time.Second, "b owns slots", func() bool {
 		m := l.owners.Load()
-		bSlots = bSlots[:0]
-		for s := 0; s < S; s++ {
-			if m.owner(s) == b.Member() {
-				bSlots = append(bSlots, s)
-			}
-		}
+		bSlots = slotsOf(m, b.Member())
 		return len(m.Members) == 3 && len(bSlots) > 0
 	})
 
@@ -347,13 +342,8 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Close()
-	var dSlots []int
 	m := l.owners.Load()
-	for s := 0; s < S; s++ {
-		if m.owner(s) == "d" {
-			dSlots = append(dSlots, s)
-		}
-	}
+	dSlots := slotsOf(m, "d")
 	leaving := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*warmup)

@@ -423,6 +423,17 @@ func slotsSince(h *history, t0 time.Time) (acq, rel map[string]map[int]int) {
 	return acq, rel
 }
 
+// slotsOf returns the slots m gives member, in order.
+func slotsOf(m *rankMap, member string) []int {
+	var out []int
+	for s := 0; s < m.Slots; s++ {
+		if m.owner(s) == member {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func ownedBy(m *rankMap, member string) map[int]bool {
 	out := map[int]bool{}
 	for s := 0; s < m.Slots; s++ {

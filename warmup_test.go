@@ -211,12 +211,7 @@ func TestWarmupShutdownHoldingNothing(t *testing.T) {
 	var bSlots []int
 	eventually(t, 10*time.Second, "the map gives b its slots", func() bool {
 		m := a.owners.Load()
-		bSlots = bSlots[:0]
-		for s := 0; s < S; s++ {
-			if m.owner(s) == b.Member() {
-				bSlots = append(bSlots, s)
-			}
-		}
+		bSlots = slotsOf(m, b.Member())
 		return len(m.Incoming) == 0 && len(bSlots) > 0 && b.Rank().Version == m.Version
 	})
 	// a never gets ready for slots announced to it.
