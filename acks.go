@@ -68,6 +68,34 @@ type ackFloor struct {
 	SeqFloor    int64            `json:"seqfloor,omitempty"`
 	SeqComplete bool             `json:"seqcomplete,omitempty"`
 	SeqLagging  map[string]int64 `json:"seqlagging,omitempty"`
+
+	// What the leader plans (see setRest). Leaders of d85b50e and before
+	// leave these out: their rinks never say they are at rest.
+	//
+	// Rest, when it equals Version, says that the leader plans no move
+	// after that map: nobody waits to be ranked, no move is announced
+	// (WithWarmup) and no load round would move a slot. With every
+	// member's acknowledgement of the map (Floor at Version), the rink is
+	// at rest (see Rank.Settled): nothing moves until the membership, the
+	// awaited roles or the measured load change.
+	Rest int64 `json:"rest,omitempty"`
+	// Round says that a load round would move slots.
+	Round bool `json:"round,omitempty"`
+	// Imbalance is the leader's estimate of the most loaded member's load
+	// per capacity over the mean, to 0.01, and Tolerance its
+	// WithImbalanceTolerance, when it balances by load (0: it does not).
+	Imbalance float64 `json:"imbalance,omitempty"`
+	Tolerance float64 `json:"tolerance,omitempty"`
+}
+
+// settled reports whether the floor says that the rink is at rest with
+// the map of seq seq and version version, in lineage lineage: the leader
+// plans no move after it, and every live member has acknowledged it.
+func (f *ackFloor) settled(lineage, version, seq int64) bool {
+	if f.Lineage != lineage || f.Version != version || f.Rest != version || version < 1 || f.Floor < version {
+		return false
+	}
+	return f.Seq == 0 || f.Seq == seq && f.SeqFloor >= seq
 }
 
 // of returns a lower bound of a member's acknowledged map version; below
@@ -369,83 +397,123 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
-	var last []byte
-	loads := map[string]loadReport{} // members' load summaries, when balancing by load
-	var lastWarm map[string]int64    // members' warm-up readiness, when warming up
-	follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
-		loadsChanged := false
-		if b.snapshot {
-			clear(v.members)
-			clear(v.acks)
-			clear(loads)
-			loadsChanged = true
-			v.lineage, v.version, v.floor = 0, 0, nil
-			for _, kv := range b.kvs {
-				v.put(r.keys, kv)
-				loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
-			}
-		}
-		for _, ev := range b.events {
-			if ev.Type == clientv3.EventTypePut {
-				v.put(r.keys, ev.Kv)
-			} else {
-				v.del(r.keys, string(ev.Kv.Key))
-			}
-			loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
-		}
-		if loadsChanged && r.opts.byLoad {
-			// The newest summaries replace any the run goroutine has not
-			// taken yet.
+	a := &aggregation{v: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}, loads: map[string]loadReport{}, reqs: reqs}
+	batches := make(chan watchBatch)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
 			select {
-			case <-r.loadsCh:
-			default:
+			case batches <- b:
+				return true
+			case <-ctx.Done():
+				return false
 			}
-			select {
-			case r.loadsCh <- maps.Clone(loads):
-			default:
-			}
-		}
-		if r.opts.warmup > 0 {
-			warm := map[string]int64{}
-			for name, a := range v.acks {
-				if a.Warm > 0 {
-					warm[name] = a.Warm
-				}
-			}
-			if !maps.Equal(warm, lastWarm) {
-				lastWarm = warm
-				select {
-				case <-r.warmCh:
-				default:
-				}
-				select {
-				case r.warmCh <- warm:
-				default:
-				}
-			}
-		}
-		f := v.compute()
-		if f == nil {
-			return true
-		}
-		if !bytes.Equal(v.floor, last) && (b.snapshot || floorChanged(r.keys, b.events)) {
-			// Somebody else changed the floor (deleted it, or an earlier
-			// leader's write landed): write ours again.
-			last = nil
-		}
-		val, _ := json.Marshal(f)
-		if bytes.Equal(val, last) || bytes.Equal(val, v.floor) {
-			return true
-		}
-		last = val
+		})
+	}()
+	for {
+		var b watchBatch
 		select {
-		case <-reqs:
+		case b = <-batches:
+		case <-r.restKick:
+			// What the leader plans changed: the floor says it (see fold).
+		case <-ctx.Done():
+			return
+		}
+		r.fold(a, b)
+	}
+}
+
+// aggregation is the aggregator's state (see aggregate).
+type aggregation struct {
+	v        *ackView
+	last     []byte                // the floor we last asked to be written
+	loads    map[string]loadReport // members' load summaries, when balancing by load
+	lastWarm map[string]int64      // members' warm-up readiness, when warming up
+	reqs     chan []byte           // to writeFloors
+}
+
+// fold folds one watch batch (or none, when woken by setRest) into the
+// aggregator's view, hands the load summaries and warm-up readiness to the
+// run goroutine, and asks for the floor to be written when it changed.
+func (r *Rink) fold(a *aggregation, b watchBatch) {
+	v, loads := a.v, a.loads
+	loadsChanged := false
+	if b.snapshot {
+		clear(v.members)
+		clear(v.acks)
+		clear(loads)
+		loadsChanged = true
+		v.lineage, v.version, v.floor = 0, 0, nil
+		for _, kv := range b.kvs {
+			v.put(r.keys, kv)
+			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
+		}
+	}
+	for _, ev := range b.events {
+		if ev.Type == clientv3.EventTypePut {
+			v.put(r.keys, ev.Kv)
+		} else {
+			v.del(r.keys, string(ev.Kv.Key))
+		}
+		loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
+	}
+	if loadsChanged && r.opts.byLoad {
+		// The newest summaries replace any the run goroutine has not
+		// taken yet.
+		select {
+		case <-r.loadsCh:
 		default:
 		}
-		reqs <- val
-		return true
-	})
+		select {
+		case r.loadsCh <- maps.Clone(loads):
+		default:
+		}
+	}
+	if r.opts.warmup > 0 {
+		warm := map[string]int64{}
+		for name, a := range v.acks {
+			if a.Warm > 0 {
+				warm[name] = a.Warm
+			}
+		}
+		if !maps.Equal(warm, a.lastWarm) {
+			a.lastWarm = warm
+			select {
+			case <-r.warmCh:
+			default:
+			}
+			select {
+			case r.warmCh <- warm:
+			default:
+			}
+		}
+	}
+	f := v.compute()
+	if f == nil {
+		return
+	}
+	if info := r.rest.Load(); info != nil {
+		if info.rest == f.Version {
+			f.Rest = info.rest
+		}
+		f.Round, f.Imbalance, f.Tolerance = info.round, info.imbalance, info.tolerance
+	}
+	if !bytes.Equal(v.floor, a.last) && (b.snapshot || floorChanged(r.keys, b.events)) {
+		// Somebody else changed the floor (deleted it, or an earlier
+		// leader's write landed): write ours again.
+		a.last = nil
+	}
+	val, _ := json.Marshal(f)
+	if bytes.Equal(val, a.last) || bytes.Equal(val, v.floor) {
+		return
+	}
+	a.last = val
+	select {
+	case <-a.reqs:
+	default:
+	}
+	a.reqs <- val
 }
 
 func floorChanged(k keys, events []*clientv3.Event) bool {

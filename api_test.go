@@ -29,7 +29,7 @@ func TestEventKindString(t *testing.T) {
 		{EventDrained, "drained"},
 		{EventDrainTimedOut, "drain-timed-out"},
 		{EventIncoming, "incoming"},
-		{EventIncoming + 1, "EventKind(11)"},
+		{EventSettled + 1, "EventKind(12)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

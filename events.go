@@ -47,6 +47,9 @@ const (
 	// this member (see WithWarmup). Slot and From (its current owner) are
 	// set.
 	EventIncoming
+	// EventSettled: the rink came to rest, as this member sees it (see
+	// Rank.Settled). Version (the map's) and Rank are set.
+	EventSettled
 )
 
 // eventKindNames are the names String gives the kinds of Event.
@@ -62,12 +65,13 @@ var eventKindNames = [...]string{
 	EventDrained:       "drained",
 	EventDrainTimedOut: "drain-timed-out",
 	EventIncoming:      "incoming",
+	EventSettled:       "settled",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
 // "acquired", "released", "fenced", "rejoined", "map-applied",
 // "rank-changed", "load-reported", "load-balanced", "drained",
-// "drain-timed-out" or "incoming". A value that is not one of the kinds prints as
+// "drain-timed-out", "incoming" or "settled". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {

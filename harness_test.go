@@ -110,6 +110,20 @@ func eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
+// waitSettled waits until every member says that the rink is at rest
+// (Rank.Settled) with the same map.
+func waitSettled(t testing.TB, ms ...*Rink) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the rink at rest", func() bool {
+		for _, m := range ms {
+			if rk := m.Rank(); !rk.Settled || rk.Version != ms[0].Rank().Version {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // history records every acquisition, release and fence of every member, at
 // the instant it happens inside the library, and checks the promise.
 type history struct {

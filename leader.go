@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -118,6 +119,7 @@ func (r *Rink) onElected(e elected) {
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
 	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{}}
+	r.rest.Store(nil) // nothing said yet in this leadership
 	if r.opts.byLoad {
 		st.lead.loadTimer = time.NewTimer(r.opts.loadEvery)
 	}
@@ -212,7 +214,17 @@ func (r *Rink) plan() {
 		}
 	}
 	for name, t := range in.Since {
-		if at := t.Add(r.opts.delay); !in.Ready[name] && (due.IsZero() || at.Before(due)) {
+		at := t.Add(r.opts.delay)
+		if in.Ready[name] && r.opts.byLoad {
+			if _, ok := l.reports[name]; !ok && now.Before(at.Add(reportWait)) {
+				// Place its slots by the roles it awaits (see fillNewcomers):
+				// wait for its first summary, which it writes as it joins,
+				// for reportWait at most.
+				delete(in.Ready, name)
+				at = at.Add(reportWait)
+			}
+		}
+		if !in.Ready[name] && (due.IsZero() || at.Before(due)) {
 			due = at
 		}
 	}
@@ -227,7 +239,8 @@ func (r *Rink) plan() {
 	next := plan(st.cur, in)
 	bare := st.cur
 	bare.Incoming = nil
-	if in.ByLoad && l.roundDue && next.sameAssignment(bare) {
+	settling := r.loadPending(in) // a load round would move slots
+	if in.ByLoad && l.roundDue && next.sameAssignment(bare) && settling {
 		r.loadRound(&next, in)
 		if r.opts.warmup > 0 {
 			l.roundMoves = r.plannedMoves(st.cur, next)
@@ -254,6 +267,12 @@ func (r *Rink) plan() {
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,
 		// for members that tell maps apart by version only.)
+		rest := int64(0)
+		if len(st.cur.Waiting) == 0 && len(l.since) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
+			len(leavers) == 0 && l.warm == nil && !settling {
+			rest = st.cur.Version
+		}
+		r.setRest(rest, settling, in)
 		return
 	}
 	if st.cur.Version == 0 && len(live) == 0 {
@@ -273,6 +292,7 @@ func (r *Rink) plan() {
 	}
 	l.refused = ""
 	l.busy = true
+	r.setRest(0, settling, in)
 	mapRev := st.curRev
 	r.wg.Add(1)
 	go func() {
@@ -285,6 +305,62 @@ func (r *Rink) plan() {
 		case <-r.ctx.Done():
 		}
 	}()
+}
+
+// reportWait bounds how long the leader waits for the first load summary
+// of a waiting member whose rebalance delay has run out before it ranks
+// it: with the summary, it gives the member its share of the awaited
+// roles (see fillNewcomers) rather than cold slots that a load round
+// would then correct. Members write their first summary as they join
+// (see reportPause); members of d85b50e and before only at their first
+// load interval, and wait this long.
+const reportWait = time.Second
+
+// loadPending reports whether a load round would move slots now: the last
+// round spent its budget, or the most loaded member is beyond the
+// tolerance and a move would lower its load (slots frozen by recent rounds
+// count as movable: they move in a later round). While some member that
+// owns slots has not reported, no round runs (see loadRound), and none is
+// pending.
+func (r *Rink) loadPending(in planInput) bool {
+	l := r.st.lead
+	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur) || len(in.Load) != len(r.st.cur.Table) {
+		return false
+	}
+	if l.more {
+		return true
+	}
+	_, moved := rebalanceLoad(r.st.cur, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: 1})
+	return len(moved) > 0
+}
+
+// restInfo is what the leader says of the moves it plans, for the floor
+// key (see ackFloor.Rest): every member and observer reads it there.
+type restInfo struct {
+	rest      int64 // the map version after which no move is planned (0: moves planned)
+	round     bool  // a load round would move slots
+	imbalance float64
+	tolerance float64
+}
+
+// setRest publishes what the leader plans (see restInfo), waking the
+// acknowledgement aggregator when it changed; an imbalance that moved by
+// less than 0.05 is not worth a floor write.
+func (r *Rink) setRest(rest int64, round bool, in planInput) {
+	info := restInfo{rest: rest, round: round}
+	if in.ByLoad && len(in.Load) == len(r.st.cur.Table) && len(r.st.cur.Members) > 0 {
+		info.imbalance = math.Round(imbalance(r.st.cur, in.Load, in.Capacity)*100) / 100
+		info.tolerance = r.opts.tolerance
+	}
+	if old := r.rest.Load(); old != nil && old.rest == info.rest && old.round == info.round &&
+		math.Abs(old.imbalance-info.imbalance) < 0.05 && old.tolerance == info.tolerance {
+		return
+	}
+	r.rest.Store(&info)
+	select {
+	case r.restKick <- struct{}{}:
+	default:
+	}
 }
 
 // batchWindow is how far ahead of its delay a waiter is ranked together
@@ -511,11 +587,19 @@ func deleteName(names []string, name string) []string {
 }
 
 // estimate returns each slot's estimated load, from the members' load
-// summaries: a slot's figure comes from its owner's summary once the owner
-// has held the slot for half a load window; until then (a slot that moved)
-// the previous figure stands. The figures are rates where any member
-// records load, and awaited roles otherwise. It returns nil while no
-// summary is known.
+// summaries. The figures are rates where any member records load, and
+// awaited roles otherwise.
+//
+//   - A rate comes from the owner's summary once the owner has held the
+//     slot for half a load window; until then (a slot that moved) the
+//     previous figure stands.
+//   - Roles: a slot counts the roles its owner awaits in it, held or not
+//     (see loadReport.Await): a slot is worth what its owner will run.
+//     So the figure does not change while the owner is fenced, or before
+//     an heir that has just taken it over holds it; while the owner has
+//     not reported, the previous figure stands.
+//
+// It returns nil while no summary is known.
 func (r *Rink) estimate() []float64 {
 	st := &r.st
 	l := st.lead
@@ -532,17 +616,33 @@ func (r *Rink) estimate() []float64 {
 	if l.est == nil || rate != l.estRate {
 		l.est, l.estOK, l.estRate = make([]float64, S), make([]bool, S), rate
 	}
+	if !rate {
+		roles := make([]map[int]int, len(st.cur.Members)) // by index: nil while not reported
+		for i, name := range st.cur.Members {
+			if rep, ok := l.reports[name]; ok {
+				roles[i] = make(map[int]int, len(rep.Slots)+len(rep.Await))
+				for _, e := range rep.Slots {
+					roles[i][e.Slot] = e.Roles
+				}
+				for _, e := range rep.Await {
+					roles[i][e.Slot] = e.Roles
+				}
+			}
+		}
+		for s, o := range st.cur.Table {
+			if o >= 0 && o < len(roles) && roles[o] != nil && s < S {
+				l.est[s] = float64(roles[o][s]) // (otherwise the previous figure stands)
+			}
+		}
+		return slices.Clone(l.est)
+	}
 	mature := r.opts.loadWindow.Seconds() / 2
 	for name, rep := range l.reports {
 		for _, e := range rep.Slots {
 			if e.Slot >= S || st.cur.owner(e.Slot) != name || l.estOK[e.Slot] && e.Age < mature {
 				continue
 			}
-			v := float64(e.Roles)
-			if rate {
-				v = e.Rate
-			}
-			l.est[e.Slot], l.estOK[e.Slot] = v, true
+			l.est[e.Slot], l.estOK[e.Slot] = e.Rate, true
 		}
 	}
 	return slices.Clone(l.est)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,19 @@ import (
 // it (the leader balances by load with WithImbalanceTolerance).
 //
 // Beside the load a member reports how many distinct roles it has awaited
-// (AwaitRole, AwaitRoleContext) in each slot it holds: every role this
-// Rink was ever asked for counts, up to maxTrackedRoles.
+// (AwaitRole, AwaitRoleContext, Run, Watch) in each slot it holds, and in
+// every other slot (Await): every role this Rink was ever asked for
+// counts, up to maxTrackedRoles. Awaited roles are reported at once, not at
+// the next load interval: when the member joins (or rejoins) and whenever
+// a role it had not awaited before is awaited, after reportPause, so that
+// the leader knows them when it first spreads slots over the members
+// (see fillNewcomers) and a rink is balanced by roles from its first
+// spread on, with no load round after it.
+
+// reportPause is how long a member waits, after it joins or awaits a new
+// role, before it writes its summary: a burst of AwaitRole calls (a member
+// awaiting its roles right after New) costs one write.
+const reportPause = 50 * time.Millisecond
 
 // loadChange is the share of a member's total load (or roles) by which a
 // slot's figure must change before a new summary is written.
@@ -47,10 +59,22 @@ type loadAcc struct {
 	mu    sync.Mutex
 	roles map[string]struct{} // distinct roles awaited
 	count []int32             // roles per slot
+
+	// kick wakes the reporter: a role was awaited for the first time, or
+	// the member joined again (buffered: a kick waiting is enough).
+	kick chan struct{}
 }
 
 func newLoadAcc(slots int) *loadAcc {
-	return &loadAcc{acc: make([]atomic.Uint64, slots), roles: map[string]struct{}{}, count: make([]int32, slots)}
+	return &loadAcc{acc: make([]atomic.Uint64, slots), roles: map[string]struct{}{}, count: make([]int32, slots), kick: make(chan struct{}, 1)}
+}
+
+// wake asks the reporter to write the member's summary soon.
+func (l *loadAcc) wake() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
 }
 
 // AddLoad records units of work done for role (a request served, bytes
@@ -78,18 +102,32 @@ func (r *Rink) AddLoad(role string, units float64) {
 // noteRole counts role as awaited in slot s.
 func (l *loadAcc) noteRole(role string, s int) {
 	l.mu.Lock()
+	added := false
 	if _, ok := l.roles[role]; !ok && len(l.roles) < maxTrackedRoles {
 		l.roles[role] = struct{}{}
 		l.count[s]++
+		added = true
 	}
 	l.mu.Unlock()
+	if added {
+		l.wake()
+	}
 }
 
 // loadReport is a member's load summary: per slot it holds, the slot's
 // rate, how long the member has held it, and its awaited roles. A slot it
-// does not list it did not hold when it wrote the summary.
+// does not list in Slots it did not hold when it wrote the summary (or
+// gained since its last load interval); Await lists the roles it awaits in
+// such slots. Members of d85b50e and before write no Await.
 type loadReport struct {
 	Slots []slotLoad
+	Await []slotRoles
+}
+
+// slotRoles is how many distinct roles a member awaits in a slot.
+type slotRoles struct {
+	Slot  int
+	Roles int
 }
 
 type slotLoad struct {
@@ -108,8 +146,10 @@ func (l loadReport) total() (rate float64, roles int) {
 	return rate, roles
 }
 
-// encode renders the report as JSON: {"v":1,"slots":[[slot,rate,age,roles],...]},
-// with rates to 4 significant digits and ages in seconds, to a tenth.
+// encode renders the report as JSON:
+// {"v":1,"slots":[[slot,rate,age,roles],...],"await":[[slot,roles],...]},
+// with rates to 4 significant digits and ages in seconds, to a tenth;
+// "await" is left out when empty (and members before it ignore it).
 func (l loadReport) encode() []byte {
 	b := []byte(`{"v":1,"slots":[`)
 	for i, s := range l.Slots {
@@ -126,7 +166,22 @@ func (l loadReport) encode() []byte {
 		b = strconv.AppendInt(b, int64(s.Roles), 10)
 		b = append(b, ']')
 	}
-	return append(b, "]}"...)
+	b = append(b, ']')
+	if len(l.Await) > 0 {
+		b = append(b, `,"await":[`...)
+		for i, a := range l.Await {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '[')
+			b = strconv.AppendInt(b, int64(a.Slot), 10)
+			b = append(b, ',')
+			b = strconv.AppendInt(b, int64(a.Roles), 10)
+			b = append(b, ']')
+		}
+		b = append(b, ']')
+	}
+	return append(b, '}')
 }
 
 // decodeLoad parses a load key's value for a rink of slots slots. A value
@@ -137,6 +192,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 	var w struct {
 		V     int         `json:"v"`
 		Slots [][]float64 `json:"slots"`
+		Await [][]float64 `json:"await"`
 	}
 	if json.Unmarshal(data, &w) != nil || w.V != 1 {
 		return loadReport{}, false
@@ -155,7 +211,40 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 		seen[int(s)] = true
 		rep.Slots = append(rep.Slots, slotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
 	}
+	for _, e := range w.Await {
+		if len(e) < 2 {
+			continue
+		}
+		s, roles := e[0], e[1]
+		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
+			roles != math.Trunc(roles) || roles < 1 || roles > maxTrackedRoles {
+			continue
+		}
+		seen[int(s)] = true
+		rep.Await = append(rep.Await, slotRoles{Slot: int(s), Roles: int(roles)})
+	}
 	return rep, true
+}
+
+// withRoles returns rep with the awaited roles of roles (per slot): the
+// slots rep lists count theirs, and every other slot with roles is listed
+// in Await.
+func withRoles(rep loadReport, roles []int32) loadReport {
+	out := loadReport{Slots: slices.Clone(rep.Slots)}
+	listed := make(map[int]bool, len(out.Slots))
+	for i := range out.Slots {
+		s := out.Slots[i].Slot
+		listed[s] = true
+		if s < len(roles) {
+			out.Slots[i].Roles = int(roles[s])
+		}
+	}
+	for s, n := range roles {
+		if n > 0 && !listed[s] {
+			out.Await = append(out.Await, slotRoles{Slot: s, Roles: int(n)})
+		}
+	}
+	return out
 }
 
 // loadMeter turns the units added per tick into decaying rates per slot. It
@@ -222,9 +311,10 @@ func (m *loadMeter) tick(now time.Time, units []float64, since []time.Time, role
 
 // loadChanged reports whether next differs noticeably from last: another
 // set of slots, a total rate that moved by more than loadChange of the
-// larger total, or a slot whose rate (or roles) did.
+// larger total, a slot whose rate (or roles) did, or other roles awaited
+// in the slots not held.
 func loadChanged(last, next loadReport) bool {
-	if len(last.Slots) != len(next.Slots) {
+	if len(last.Slots) != len(next.Slots) || !slices.Equal(last.Await, next.Await) {
 		return true
 	}
 	lr, lroles := last.total()
@@ -246,6 +336,8 @@ func loadChanged(last, next loadReport) bool {
 // reportLoad is the reporter goroutine: every load interval it folds in
 // what AddLoad added, and writes the member's load key when the summary
 // changed noticeably (or the member joined again since the last write).
+// Woken (a join, a role awaited for the first time), it writes the rates
+// of the last interval with the roles awaited now, reportPause later.
 func (r *Rink) reportLoad() {
 	interval, window := r.opts.loadEvery, r.opts.loadWindow
 	S := r.opts.slots
@@ -253,28 +345,37 @@ func (r *Rink) reportLoad() {
 	units := make([]float64, S)
 	since := make([]time.Time, S)
 	roles := make([]int32, S)
-	var last loadReport
+	var last, rates loadReport // the last summary written; the last interval's
 	var lastInc *incarnation
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		var now time.Time
+		woken := false
 		select {
 		case <-r.ctx.Done():
 			return
 		case now = <-t.C:
-		}
-		for s := range units {
-			units[s] = math.Float64frombits(r.load.acc[s].Swap(0))
-			since[s] = time.Time{}
-			if st := r.slots[s].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
-				since[s] = st.at
+		case <-r.load.kick:
+			if !sleep(r.ctx, reportPause) {
+				return
 			}
+			woken = true
 		}
 		r.load.mu.Lock()
 		copy(roles, r.load.count)
 		r.load.mu.Unlock()
-		rep := meter.tick(now, units, since, roles, interval, window)
+		if !woken {
+			for s := range units {
+				units[s] = math.Float64frombits(r.load.acc[s].Swap(0))
+				since[s] = time.Time{}
+				if st := r.slots[s].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
+					since[s] = st.at
+				}
+			}
+			rates = meter.tick(now, units, since, roles, interval, window)
+		}
+		rep := withRoles(rates, roles)
 		inc := r.loadInc.Load()
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
 			continue

@@ -258,11 +258,24 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 }
 
 // fillNewcomers gives every member of table that owns no slot its share of
-// the slots by capacity (S·c/Σc, rounded down), as count balancing would:
-// one slot at a time from the member with the most slots per capacity,
-// its least loaded slot (ties to the highest-numbered). So a scale-out in a
-// rink balanced by load moves what it moves in one balanced by count, and
-// load rounds move load afterwards. It changes table in place.
+// the slots by capacity (S·c/Σc, rounded down), as count balancing would,
+// so a scale-out in a rink balanced by load moves as many slots as one
+// balanced by count. Which slots it takes follows the load, so that the
+// rink is balanced from the first spread on and no load round has to
+// correct it (a move a later round would make, after the rink looked
+// settled):
+//
+//   - while the newcomer's load is below its share of the total (by
+//     capacity), it takes a loaded slot from the member with the most load
+//     per capacity that has more than one slot and a loaded slot: the
+//     largest that keeps it within its share, or, when none fits, the
+//     smallest, if that leaves it nearer its share and below the donor's
+//     load before the move;
+//   - then it takes cold slots: one at a time from the member with the most
+//     slots per capacity, its least loaded slot (ties to the
+//     highest-numbered).
+//
+// Newcomers are served in index order. It changes table in place.
 func fillNewcomers(table []int, members []string, capacity map[string]float64, load []float64) {
 	n, S := len(members), len(table)
 	count := make([]int, n)
@@ -276,34 +289,92 @@ func fillNewcomers(table []int, members []string, capacity map[string]float64, l
 		total += caps[i]
 	}
 	at := func(s int) float64 {
-		if s < len(load) {
+		if s < len(load) && load[s] > 0 && !math.IsInf(load[s], 1) {
 			return load[s]
 		}
 		return 0
+	}
+	loads := make([]float64, n)
+	sum := 0.0
+	for s, i := range table {
+		loads[i] += at(s)
+		sum += at(s)
 	}
 	for i := range members {
 		if count[i] > 0 {
 			continue
 		}
 		want := int(math.Floor(float64(S) * caps[i] / total))
+		share := sum * caps[i] / total
+		loaded := true // a loaded slot may fit
 		for ; count[i] < want; count[i]++ {
-			donor := -1
-			for j := range members {
-				if j != i && count[j] > 1 && (donor < 0 || float64(count[j])/caps[j] > float64(count[donor])/caps[donor]) {
-					donor = j
+			s := -1
+			if loaded && loads[i] < share {
+				s = loadedSlot(table, i, count, caps, loads, at, share)
+				loaded = s >= 0
+			}
+			if s < 0 {
+				donor := -1
+				for j := range members {
+					if j != i && count[j] > 1 && (donor < 0 || float64(count[j])/caps[j] > float64(count[donor])/caps[donor]) {
+						donor = j
+					}
+				}
+				if donor < 0 {
+					break
+				}
+				for t := S - 1; t >= 0; t-- {
+					if table[t] == donor && (s < 0 || at(t) < at(s)) {
+						s = t
+					}
 				}
 			}
-			if donor < 0 {
-				break
-			}
-			cold := -1
-			for s := S - 1; s >= 0; s-- {
-				if table[s] == donor && (cold < 0 || at(s) < at(cold)) {
-					cold = s
-				}
-			}
-			table[cold] = i
-			count[donor]--
+			d := table[s]
+			table[s] = i
+			count[d]--
+			loads[d] -= at(s)
+			loads[i] += at(s)
 		}
 	}
+}
+
+// loadedSlot picks the loaded slot newcomer i takes next (see
+// fillNewcomers), or -1.
+func loadedSlot(table []int, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
+	donor := -1
+	for j := range caps {
+		if j == i || count[j] < 2 || (donor >= 0 && loads[j]/caps[j] <= loads[donor]/caps[donor]) {
+			continue
+		}
+		for s, o := range table {
+			if o == j && at(s) > 0 {
+				donor = j
+				break
+			}
+		}
+	}
+	if donor < 0 {
+		return -1
+	}
+	fit, small := -1, -1
+	for s, o := range table {
+		x := at(s)
+		if o != donor || x <= 0 {
+			continue
+		}
+		if loads[i]+x <= share && (fit < 0 || x > at(fit)) {
+			fit = s
+		}
+		if small < 0 || x < at(small) {
+			small = s
+		}
+	}
+	if fit >= 0 {
+		return fit
+	}
+	x := at(small)
+	if after := (loads[i] + x) / caps[i]; loads[i]+x-share < share-loads[i] && after < loads[donor]/caps[donor] {
+		return small
+	}
+	return -1
 }

@@ -348,3 +348,63 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 		}
 	}
 }
+
+// The first spread of a rink balanced by awaited roles (issue 23): one
+// member owns every slot, the others are ranked together. Each newcomer
+// takes its count share, and the roles end within the tolerance, so that
+// no load round follows and nothing moves once the rink has settled.
+func TestFillNewcomersSpreadsLoad(t *testing.T) {
+	const S = 1024
+	for _, c := range []struct {
+		members, roles int
+		capacity       map[string]float64
+	}{
+		{3, 60, nil},
+		{3, 61, nil},
+		{2, 60, nil},
+		{5, 200, nil},
+		{4, 1000, nil},
+		{3, 90, map[string]float64{"m1": 2}},
+		{8, 64, nil},
+	} {
+		t.Run(fmt.Sprintf("%d roles on %d members %v", c.roles, c.members, c.capacity), func(t *testing.T) {
+			var roles []string
+			for i := 0; i < c.roles; i++ {
+				roles = append(roles, fmt.Sprintf("role-%d", i))
+			}
+			load := rolesPerSlot(S, roles...)
+			m := rankMap{Slots: S}
+			for i := 0; i < c.members; i++ {
+				m.Members = append(m.Members, fmt.Sprintf("m%d", i))
+			}
+			table := make([]int, S) // m0 owns every slot
+			fillNewcomers(table, m.Members, c.capacity, load)
+			m.Table = table
+			caps := make([]float64, c.members)
+			total := 0.0
+			for i, name := range m.Members {
+				caps[i] = capacityOr1(c.capacity[name])
+				total += caps[i]
+			}
+			count := make([]int, c.members)
+			for _, i := range table {
+				count[i]++
+			}
+			for i := 1; i < c.members; i++ {
+				if want := int(math.Floor(S * caps[i] / total)); count[i] != want {
+					t.Errorf("member %d owns %d slots, want its share %d", i, count[i], want)
+				}
+			}
+			imb, bound := imbalance(m, load, c.capacity), imbalanceBound(m, load, c.capacity)
+			// One role above the mean share is what whole roles allow.
+			worst := max(bound, 1.1, 1+float64(c.members)/float64(c.roles))
+			if imb > worst {
+				t.Errorf("imbalance %.3f after the first spread, above %.3f (loads %v)", imb, worst, owned(m, load))
+			}
+			_, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: c.capacity, Tolerance: 0.1, Budget: S})
+			if len(moved) > 0 && imb > 1.1 {
+				t.Errorf("a load round would move %d slots after the first spread (loads %v)", len(moved), owned(m, load))
+			}
+		})
+	}
+}

@@ -236,6 +236,9 @@ func (r *Rink) run(first *incarnation) {
 		// that goes with it.
 		r.publishRank()
 		r.tryAcquire()
+		if rk := r.rank.Load(); rk != nil && rk.rank.Index >= 0 && rk.rank.Settled != r.settled() {
+			r.publishRank() // the last acquisitions settled the rink (or not)
+		}
 		r.plan()
 	}
 }
@@ -263,6 +266,7 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
 	r.loadInc.Store(inc)
+	r.load.wake() // the leader learns the roles awaited here before it ranks us
 	if st.joins++; st.joins > 1 {
 		r.emit(Event{Kind: EventRejoined, Slot: -1})
 	}
@@ -986,6 +990,7 @@ func (r *Rink) publishRank() {
 		st.leader = lowestKey(st.elect)
 	}
 	rk.Leader = st.elect[st.leader].value
+	rk.Settled = rk.Index >= 0 && r.settled()
 	if rk.Index >= 0 || rk.Waiting {
 		r.listed.Store(true)
 	}
@@ -1010,6 +1015,22 @@ func (r *Rink) publishRank() {
 			zap.Bool("waiting", rk.Waiting), zap.Int64("version", rk.Version))
 	}
 	r.emit(Event{Kind: EventRankChanged, Slot: -1, Rank: rk})
+	if rk.Settled && (old == nil || !old.rank.Settled) {
+		r.log.Info("the rink is at rest", zap.Int64("version", rk.Version))
+		r.emit(Event{Kind: EventSettled, Slot: -1, Version: rk.Version, Rank: rk})
+	}
+}
+
+// settled reports whether the rink is at rest as this member sees it (see
+// Rank.Settled): the leader's floor says that it plans no move after the
+// applied map and that every live member acknowledged it, the map
+// announces nothing and lists nobody waiting or leaving, and this member
+// holds, and is letting go of, nothing but what the map gives it.
+func (r *Rink) settled() bool {
+	st := &r.st
+	return st.curRev != 0 && !st.stale && st.floor.settled(st.lineage, st.cur.Version, st.curSeq) &&
+		len(st.cur.Waiting) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
+		st.pending.n == 0 && len(st.draining) == 0
 }
 
 // shutdown runs on the run goroutine when the rink stops: it releases every

@@ -63,6 +63,26 @@ type State struct {
 	// ByLoad reports that the leader balances the rink by load (see
 	// WithImbalanceTolerance), not by slot count.
 	ByLoad bool
+	// Settled reports that the rink is at rest: its leader plans no move
+	// after the map — nobody waits to be ranked or is joining, no move is
+	// announced, no round of balancing by load would move a slot — and
+	// every live member has acknowledged the map (see Rank.Settled, which
+	// also counts the member's own holdings). Leaders of releases before
+	// it never say so.
+	Settled bool
+	// Announced counts the slots whose move the map announces (see
+	// WithWarmup): each moves once its heir has warmed up.
+	Announced int
+	// LoadRound reports that the leader's next round of balancing by load
+	// would move slots.
+	LoadRound bool
+	// Imbalance is the leader's estimate of the most loaded member's load
+	// per capacity over the mean (1 is perfect balance), and Tolerance the
+	// WithImbalanceTolerance it balances to, while it balances by load (0
+	// otherwise, and under leaders of releases before them). A load round
+	// moves slots only while Imbalance exceeds 1+Tolerance, or to finish
+	// a round that ran out of budget.
+	Imbalance, Tolerance float64
 
 	table   []int
 	changed chan struct{}
@@ -178,7 +198,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	acks := map[string]ackKey{}
 	loads := map[string]memberLoad{}
 	var cur rankMap
-	var lineage, rev int64
+	var floor ackFloor
+	var lineage, seq, rev int64
 	var mapErr string
 	var strays strayLog
 	first := true
@@ -226,6 +247,11 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				} else {
 					delete(loads, name)
 				}
+			case ob.keys.isFloor(key):
+				floor = ackFloor{}
+				if !deleted {
+					_ = json.Unmarshal(kvVal, &floor) // unreadable: nothing is known
+				}
 			case ob.keys.isElection(key):
 				if deleted || !ob.keys.isCandidate(kv) {
 					if !deleted {
@@ -251,7 +277,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				default:
 					// Any decodable put is the next map, as for members
 					// (see applyMap), even one whose version went back.
-					cur, lineage, mapErr = m, createRev, ""
+					cur, lineage, seq, mapErr = m, createRev, kv.Version, ""
 				}
 				if mapErr != "" {
 					ob.log.Warn("the rink's map cannot be used", zap.String("error", mapErr))
@@ -263,6 +289,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			clear(elect)
 			clear(acks)
 			clear(loads)
+			floor = ackFloor{}
 			for _, kv := range b.kvs {
 				apply(kv, false)
 			}
@@ -272,7 +299,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			}
 		}
 		rev = max(rev, b.rev)
-		ob.publish(cur, lineage, rev, mapErr, members, elect, acks, loads)
+		ob.publish(cur, lineage, seq, rev, &floor, mapErr, members, elect, acks, loads)
 		if first {
 			first = false
 			close(ready)
@@ -286,7 +313,7 @@ type memberLoad struct {
 	report loadReport
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey, loads map[string]memberLoad) {
+func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloor, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
 	if cur.Version > 0 {
 		s.Protocol = cur.Schema
@@ -325,8 +352,30 @@ func (ob *Observer) publish(cur rankMap, lineage, rev int64, mapErr string, memb
 			s.Joining = append(s.Joining, name)
 		}
 	}
+	settleState(&s, cur, lineage, seq, floor)
 	old := ob.state.Swap(&observed{s})
 	close(old.s.changed)
+}
+
+// settleState adds to a state what the leader says of the
+// moves it plans (see ackFloor.Rest).
+func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
+	for _, slots := range cur.Incoming {
+		for _, x := range slots {
+			if x >= 0 && x < len(cur.Table) {
+				s.Announced++
+			}
+		}
+	}
+	if f.Lineage == lineage && f.Version == cur.Version {
+		s.LoadRound, s.Imbalance, s.Tolerance = f.Round, f.Imbalance, f.Tolerance
+	}
+	live := true
+	for _, m := range s.Members {
+		live = live && m.Live
+	}
+	s.Settled = s.MapError == "" && live && len(s.Waiting) == 0 && len(s.Joining) == 0 && s.Announced == 0 &&
+		len(cur.Leave) == 0 && f.settled(lineage, cur.Version, seq)
 }
 
 // State returns the rink's state as last seen.

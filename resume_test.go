@@ -107,14 +107,19 @@ func TestFencedMemberResumes(t *testing.T) {
 	c := join(t, newClient(t), name, append([]Option{WithMemberName("c")}, opts...)...)
 	ms := []*Rink{a, b, c}
 	eventually(t, 10*time.Second, "all ranked", func() bool { return c.Rank().Index >= 0 && a.Rank().Size == 3 })
-	settle(t, h, ms...)
-	version, rankB := a.Rank().Version, b.Rank().Index
-	before := slotTokens(h)
+	// b awaits the role before the rink settles: a role awaited for the
+	// first time is reported at once, and the leader proclaims a map
+	// saying that it balances by load from now on.
 	role := roleOf(t, b)
 	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
 	if err != nil {
 		t.Fatal(err)
 	}
+	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.owners.Load().ByLoad })
+	settle(t, h, ms...)
+	waitSettled(t, ms...)
+	version, rankB := a.Rank().Version, b.Rank().Index
+	before := slotTokens(h)
 
 	mark := time.Now()
 	p.PauseTx()

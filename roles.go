@@ -206,6 +206,17 @@ type Rank struct {
 	// roles its slots give it, and Owner("leader") tells who holds that
 	// role.
 	Leader string
+	// Settled reports that the rink is at rest, as this member last heard
+	// from the rink's leader: this member is ranked and holds every slot
+	// the map gives it, every live member has acknowledged the map, and
+	// the leader plans no move after it — nobody waits to be ranked, no
+	// move is announced (WithWarmup), and no round of balancing by load
+	// would move a slot. Nothing moves in a settled rink until its
+	// membership, the roles awaited or the load measured (AddLoad)
+	// change. EventSettled marks each time it becomes true. Leaders of
+	// releases before Settled never say so: in a rink they lead, Settled
+	// stays false.
+	Settled bool
 
 	changed <-chan struct{}
 }

@@ -330,6 +330,13 @@ type statusJSON struct {
 	Waiting  []waitingJSON `json:"waiting"`
 	Joining  []string      `json:"joining"`
 	MapError string        `json:"mapError,omitempty"`
+	// Settled: the rink is at rest (see rink.State.Settled); Announced,
+	// LoadRound, Imbalance and Tolerance say what moves are planned.
+	Settled   bool    `json:"settled"`
+	Announced int     `json:"announced"`
+	LoadRound bool    `json:"loadRound"`
+	Imbalance float64 `json:"imbalance,omitempty"`
+	Tolerance float64 `json:"tolerance,omitempty"`
 }
 
 type memberJSON struct {
@@ -358,7 +365,8 @@ type waitingJSON struct {
 
 func toJSON(s rink.State) statusJSON {
 	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, ByLoad: s.ByLoad, MapError: s.MapError,
-		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...)}
+		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...),
+		Settled: s.Settled, Announced: s.Announced, LoadRound: s.LoadRound, Imbalance: s.Imbalance, Tolerance: s.Tolerance}
 	for _, m := range s.Members {
 		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...), m.Capacity, m.Load, m.Roles})
 	}
@@ -390,6 +398,7 @@ func statusCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %d slots balanced %s\n",
 				s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots, balance)
+			fmt.Fprintln(w, settledLine(s))
 			if s.MapError != "" {
 				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
 			}
@@ -417,6 +426,44 @@ func statusCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// settledLine says whether the rink is at rest, and if not, what moves
+// are planned or pending.
+func settledLine(s rink.State) string {
+	balance := ""
+	if s.Tolerance > 0 || s.Imbalance > 0 {
+		balance = fmt.Sprintf("; imbalance %.2f, tolerance %.2f", s.Imbalance, 1+s.Tolerance)
+	}
+	if s.Settled {
+		return "settled: yes, nothing moves until members, awaited roles or load change" + balance
+	}
+	var why []string
+	if n := len(s.Waiting) + len(s.Joining); n > 0 {
+		why = append(why, fmt.Sprintf("%d to be ranked", n))
+	}
+	if s.Announced > 0 {
+		why = append(why, fmt.Sprintf("%d slots announced to warming heirs", s.Announced))
+	}
+	if s.LoadRound {
+		why = append(why, "a load round will move slots")
+	}
+	for _, m := range s.Members {
+		if !m.Live {
+			why = append(why, "a gone member to replace")
+			break
+		}
+	}
+	for _, m := range s.Members {
+		if m.Live && m.Ack != s.Version {
+			why = append(why, "acknowledgements pending")
+			break
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "the leader has not said it is at rest")
+	}
+	return "settled: no (" + strings.Join(why, ", ") + ")" + balance
 }
 
 // capacity prints a member's capacity, "-" when it is gone.
