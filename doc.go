@@ -61,11 +61,22 @@
 // decaying rate per slot, which Observers, rinkctl and rinkprom show. The
 // leader balances by that load (or, where nobody records load, by the
 // roles the members await) instead of by slot count, whenever some slot
-// carries load: once per load interval it moves loaded slots from the most
-// to the least loaded members, a few per cent of the slots at a time,
-// through the same handover barrier as every other move, until the most
-// loaded member is within the tolerance (WithImbalanceTolerance, 10 % by
-// default; 0 turns it off) of the mean.
+// carries load. Members report the roles they await as they join, so a
+// newcomer is ranked with its share of them; after that, at most once per
+// load interval and only while the load is out of balance, the leader
+// moves loaded slots from the most to the least loaded members, a few per
+// cent of the slots at a time, through the same handover barrier as every
+// other move, until the most loaded member is within the tolerance
+// (WithImbalanceTolerance, 10 % by default; 0 turns it off) of the mean.
+//
+// # At rest
+//
+// Rank().Settled (and Observer's State.Settled, rinkctl status, and
+// EventSettled) says that the rink is at rest: its leader plans no move
+// (nobody waits to be ranked, no move is announced, no load round would
+// move a slot) and every member has acknowledged the map. A rink at rest
+// moves nothing until its membership, the roles awaited or the load
+// measured change; tests and rollouts can wait for it instead of sleeping.
 //
 // # Work per role, drain and warm-up
 //

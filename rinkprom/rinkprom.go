@@ -23,6 +23,7 @@
 // | rink_maps_applied_total | counter | map versions this member applied |
 // | rink_handover_wait_seconds | histogram | time from the map that gave this member a slot to holding it |
 // | rink_map_apply_seconds | histogram | time this member took to apply a map |
+// | rink_settled | gauge | 1 while this member sees the rink at rest (rink.Rank.Settled): the leader plans no move and every member has acknowledged the map |
 // | rink_member_load | gauge | this member's load rate over the slots it holds, units per second (rink.Rink.AddLoad), as last reported |
 // | rink_member_awaited_roles | gauge | distinct roles this member awaits in the slots it holds, as last reported |
 // | rink_load_imbalance | gauge | while this member leads and balances by load: the most loaded member's load per capacity over the mean, as estimated after its last round |
@@ -44,6 +45,7 @@ import (
 // method to rink.WithEvents and register it with a Prometheus registry.
 type Metrics struct {
 	index, size, waiting, leader, held, load, roles, imbalance  *prometheus.GaugeVec
+	settled                                                     *prometheus.GaugeVec
 	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
 	rounds, moves, drainTimeouts                                *prometheus.CounterVec
 	handoverWait, mapApply, drain                               *prometheus.HistogramVec
@@ -68,6 +70,7 @@ func New() *Metrics {
 		waiting:       gauge("member_waiting", "1 while the map lists this member as waiting to be ranked."),
 		leader:        gauge("member_leader", "1 while this member is the rink's leader."),
 		held:          gauge("slots_held", "Slots this member holds; a role is held with its slot."),
+		settled:       gauge("settled", "1 while this member sees the rink at rest: the leader plans no move and every member has acknowledged the map."),
 		load:          gauge("member_load", "This member's load rate over the slots it holds, units per second, as last reported."),
 		roles:         gauge("member_awaited_roles", "Distinct roles this member awaits in the slots it holds, as last reported."),
 		imbalance:     gauge("load_imbalance", "While this member leads and balances by load: the most loaded member's load per capacity over the mean, after its last round."),
@@ -99,7 +102,7 @@ func New() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.load, m.roles, m.imbalance,
+	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles, m.imbalance,
 		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
 		m.handoverWait, m.mapApply, m.drainTimeouts, m.drain}
 }
@@ -127,7 +130,7 @@ func (m *Metrics) Observe(e rink.Event) {
 		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves} {
 			c.With(l)
 		}
-		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.load, m.roles} {
+		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles} {
 			g.With(l)
 		}
 		m.handoverWait.With(l)
@@ -157,6 +160,7 @@ func (m *Metrics) Observe(e rink.Event) {
 		m.size.With(l).Set(float64(e.Rank.Size))
 		m.waiting.With(l).Set(b2f(e.Rank.Waiting))
 		m.leader.With(l).Set(b2f(e.Rank.Leader == e.Member))
+		m.settled.With(l).Set(b2f(e.Rank.Settled))
 	case rink.EventLoadReported:
 		m.load.With(l).Set(e.Load)
 		m.roles.With(l).Set(float64(e.Roles))

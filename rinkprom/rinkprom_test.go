@@ -63,12 +63,14 @@ func TestMetricsAfterHandover(t *testing.T) {
 		// its campaign wins, a moment later.
 		return gauge(t, reg, "rink_slots_held", "b") == rink.DefaultSlots && gauge(t, reg, "rink_member_leader", "b") == 1
 	})
+	rtest.Eventually(t, 10*time.Second, "b sees the rink at rest", func() bool { return gauge(t, reg, "rink_settled", "b") == 1 })
 
 	checks := []struct {
 		metric, member string
 		want           float64
 	}{
 		{"rink_slots_held", "a", 0},
+		{"rink_settled", "a", 0},
 		{"rink_member_index", "b", 0},
 		{"rink_size", "b", 1},
 		{"rink_member_leader", "b", 1},
