@@ -449,3 +449,30 @@ func ExampleRink_Watch() {
 	fmt.Println("held:", set.Held())
 	// Output: held: [tenant-a tenant-b tenant-c]
 }
+
+// Wait until the rink is at rest, for a test or a rollout step that must
+// not race a move: nothing moves in a settled rink until its members, the
+// roles awaited or the load change.
+func ExampleRank_settled() {
+	cli, name := exampleClient("settled")
+	defer cli.Close()
+
+	var ms []*rink.Rink
+	for i := 0; i < 3; i++ {
+		r, err := rink.New(cli, name, rink.WithMemberName(fmt.Sprint("m", i)), rink.WithRebalanceDelay(0))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer r.Shutdown(context.Background())
+		ms = append(ms, r)
+	}
+	for _, r := range ms {
+		rk := r.Rank()
+		for !rk.Settled || rk.Size != len(ms) {
+			<-rk.Changed()
+			rk = r.Rank()
+		}
+	}
+	fmt.Println("at rest with", ms[0].Rank().Size, "members")
+	// Output: at rest with 3 members
+}

@@ -120,9 +120,10 @@ func TestLoadCodec(t *testing.T) {
 func FuzzDecodeLoad(f *testing.F) {
 	f.Add([]byte(`{"v":1,"slots":[[0,1.5,3,2],[7,0,0,1]]}`))
 	f.Add([]byte(`{"v":1,"slots":[[1e300,1,1,1]]}`))
+	f.Add([]byte(`{"v":1,"slots":[[0,1.5,3,2]],"await":[[0,3],[5,2],[5,1],[70,1],[6,-1],[7,0.5],[8]]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rep, ok := decodeLoad(data, 64)
-		if !ok && len(rep.Slots) > 0 {
+		if !ok && (len(rep.Slots) > 0 || len(rep.Await) > 0) {
 			t.Fatal("entries from a value that does not decode")
 		}
 		seen := map[int]bool{}
@@ -132,13 +133,43 @@ func FuzzDecodeLoad(f *testing.F) {
 			}
 			seen[s.Slot] = true
 		}
+		for _, a := range rep.Await {
+			if a.Slot < 0 || a.Slot >= 64 || seen[a.Slot] || a.Roles < 1 {
+				t.Fatalf("await entry %+v let through", a)
+			}
+			seen[a.Slot] = true
+		}
 		if ok {
 			again, ok2 := decodeLoad(rep.encode(), 64)
-			if !ok2 || len(again.Slots) != len(rep.Slots) {
+			if !ok2 || len(again.Slots) != len(rep.Slots) || !slices.Equal(again.Await, rep.Await) {
 				t.Fatalf("re-encoded report does not decode alike: %s", rep.encode())
 			}
 		}
 	})
+}
+
+// The roles a member awaits in slots it does not hold are reported beside
+// its held slots, each slot once; members before them ignore "await".
+func TestLoadAwait(t *testing.T) {
+	rates := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 0}}}
+	rep := withRoles(rates, []int32{0, 3, 0, 2})
+	want := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []slotRoles{{Slot: 3, Roles: 2}}}
+	if !slices.Equal(rep.Slots, want.Slots) || !slices.Equal(rep.Await, want.Await) {
+		t.Fatalf("withRoles = %+v, want %+v", rep, want)
+	}
+	enc := string(rep.encode())
+	if enc != `{"v":1,"slots":[[1,2,0,3]],"await":[[3,2]]}` {
+		t.Fatalf("encoded %s", enc)
+	}
+	if got, ok := decodeLoad([]byte(enc), 4); !ok || !slices.Equal(got.Await, want.Await) {
+		t.Fatalf("decoded %+v", got)
+	}
+	if !loadChanged(rep, withRoles(rates, []int32{0, 3, 0, 1})) {
+		t.Error("other roles awaited in a slot not held: not a change")
+	}
+	if loadChanged(rep, withRoles(rates, []int32{0, 3, 0, 2})) {
+		t.Error("the same summary: a change")
+	}
 }
 
 func TestLoadChanged(t *testing.T) {

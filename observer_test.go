@@ -183,3 +183,56 @@ func TestDiffUnranked(t *testing.T) {
 		t.Fatalf("diff = %q", d)
 	}
 }
+
+// What the floor says of the leader's plans turns into State.Settled only
+// for the map it names, with every member's acknowledgement, nobody
+// waiting, joining or gone, and nothing announced.
+func TestSettleState(t *testing.T) {
+	m := rankMap{Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: slotTable{0, 1, 0, 1}}
+	at := func(f ackFloor, mod func(*State, *rankMap)) State {
+		s := State{Version: m.Version, Members: []MemberState{{Name: "a", Live: true}, {Name: "b", Live: true}}}
+		cur := m
+		if mod != nil {
+			mod(&s, &cur)
+		}
+		settleState(&s, cur, 3, 9, &f)
+		return s
+	}
+	rest := ackFloor{Lineage: 3, Version: 7, Floor: 7, Seq: 9, SeqFloor: 9, Rest: 7, Imbalance: 1.04, Tolerance: 0.1}
+	if s := at(rest, nil); !s.Settled || s.Imbalance != 1.04 || s.Tolerance != 0.1 || s.LoadRound {
+		t.Errorf("at rest: %+v", s)
+	}
+	for _, c := range []struct {
+		why string
+		f   func(*ackFloor)
+		mod func(*State, *rankMap)
+	}{
+		{"moves planned", func(f *ackFloor) { f.Rest = 0 }, nil},
+		{"rest of an older map", func(f *ackFloor) { f.Rest, f.Version = 6, 6 }, nil},
+		{"another lineage", func(f *ackFloor) { f.Lineage = 2 }, nil},
+		{"an acknowledgement missing", func(f *ackFloor) { f.Floor = 6 }, nil},
+		{"a seq acknowledgement missing", func(f *ackFloor) { f.SeqFloor = 8 }, nil},
+		{"another map of the same version", func(f *ackFloor) { f.Seq, f.SeqFloor = 8, 8 }, nil},
+		{"a load round", func(f *ackFloor) { f.Rest, f.Round = 0, true }, nil},
+		{"a member waiting", nil, func(s *State, _ *rankMap) { s.Waiting = []WaitingState{{Name: "c"}} }},
+		{"a member joining", nil, func(s *State, _ *rankMap) { s.Joining = []string{"c"} }},
+		{"a member gone", nil, func(s *State, _ *rankMap) { s.Members[1].Live = false }},
+		{"a move announced", nil, func(_ *State, m *rankMap) { m.Incoming = map[string][]int{"b": {0}} }},
+		{"a member leaving", nil, func(_ *State, m *rankMap) { m.Leave = []string{"a"} }},
+		{"an unusable map", nil, func(s *State, _ *rankMap) { s.MapError = "bad" }},
+	} {
+		f := rest
+		if c.f != nil {
+			c.f(&f)
+		}
+		if s := at(f, c.mod); s.Settled {
+			t.Errorf("%s: settled", c.why)
+		}
+	}
+	if s := at(ackFloor{Lineage: 3, Version: 7, Round: true}, nil); !s.LoadRound {
+		t.Error("a load round planned is not shown")
+	}
+	if s := at(ackFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *rankMap) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
+		t.Errorf("announced %d slots, want 1 (entries naming no slot are ignored)", s.Announced)
+	}
+}
