@@ -248,6 +248,14 @@ func (r *Rink) plan() {
 	} else if len(l.roundMoves) > 0 {
 		r.keepRound(&next)
 	}
+	if l.roundDue && !settling && next.sameAssignment(bare) {
+		// No round would move a slot: none runs, and the next may come a
+		// load interval from now, as if this one had run. (Rounds keep to
+		// the interval's beat, with every member's summary of the last
+		// interval in.)
+		l.roundDue = false
+		l.loadTimer = time.NewTimer(r.opts.loadEvery)
+	}
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() rankMap {
 			in.Live = append(slices.Clone(in.Live), leavers...)
