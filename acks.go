@@ -388,7 +388,7 @@ func addLagging(complete bool, lagging map[string]int64, name string, ack, top i
 // of the rink's keys, and after every change writes the floor anew if it
 // changed. Writes are guarded by our election key, so a deposed leader
 // writes nothing.
-func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
+func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, rest *restBox) {
 	reqs := make(chan []byte, 1)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -397,7 +397,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	a := &aggregation{v: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}, loads: map[string]loadReport{}, reqs: reqs}
+	a := &aggregation{v: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}, loads: map[string]loadReport{}, reqs: reqs, rest: rest}
 	batches := make(chan watchBatch)
 	wg.Add(1)
 	go func() {
@@ -415,7 +415,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64) {
 		var b watchBatch
 		select {
 		case b = <-batches:
-		case <-r.restKick:
+		case <-rest.kick:
 			// What the leader plans changed: the floor says it (see fold).
 		case <-ctx.Done():
 			return
@@ -431,6 +431,7 @@ type aggregation struct {
 	loads    map[string]loadReport // members' load summaries, when balancing by load
 	lastWarm map[string]int64      // members' warm-up readiness, when warming up
 	reqs     chan []byte           // to writeFloors
+	rest     *restBox              // what the leader plans
 }
 
 // fold folds one watch batch (or none, when woken by setRest) into the
@@ -493,7 +494,9 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if f == nil {
 		return
 	}
-	if info := r.rest.Load(); info != nil {
+	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
+		// (Said of this very map: one written by hand with the same
+		// version is another seq.)
 		if info.rest == f.Version {
 			f.Rest = info.rest
 		}

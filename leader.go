@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,6 +50,23 @@ type leadership struct {
 	warmTimer  *time.Timer
 	warmAcks   map[string]int64
 	roundMoves map[int]string
+
+	// rest carries what the leader says of the moves it plans to this
+	// leadership's aggregator (see setRest).
+	rest *restBox
+	// rolesOf caches, per member, the roles its summary says it awaits
+	// per slot (held or not), built from reports when needed (nil:
+	// reports changed since).
+	rolesOf map[string]map[int]int
+}
+
+// restBox is shared by a leadership's run goroutine, which stores what it
+// plans in info and wakes the aggregator through kick, and its aggregator,
+// which writes it into the floor key. One per leadership, so that an
+// aggregator that is stopping cannot take a wake-up meant for the next.
+type restBox struct {
+	info atomic.Pointer[restInfo]
+	kick chan struct{}
 }
 
 type elected struct {
@@ -118,8 +136,8 @@ func (r *Rink) onElected(e elected) {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{}}
-	r.rest.Store(nil) // nothing said yet in this leadership
+	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{},
+		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
 		st.lead.loadTimer = time.NewTimer(r.opts.loadEvery)
 	}
@@ -129,7 +147,7 @@ func (r *Rink) onElected(e elected) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.aggregate(ctx, e.key, e.rev)
+		r.aggregate(ctx, e.key, e.rev, st.lead.rest)
 	}()
 }
 
@@ -213,18 +231,15 @@ func (r *Rink) plan() {
 			}
 		}
 	}
+	if hold := r.holdForReports(in, now); !hold.IsZero() {
+		// Rank them with the load known (see fillNewcomers): wait for the
+		// summaries of the members involved, which they write as they
+		// join, for reportWait at most, and rank the batch together.
+		clear(in.Ready)
+		due = hold
+	}
 	for name, t := range in.Since {
-		at := t.Add(r.opts.delay)
-		if in.Ready[name] && r.opts.byLoad {
-			if _, ok := l.reports[name]; !ok && now.Before(at.Add(reportWait)) {
-				// Place its slots by the roles it awaits (see fillNewcomers):
-				// wait for its first summary, which it writes as it joins,
-				// for reportWait at most.
-				delete(in.Ready, name)
-				at = at.Add(reportWait)
-			}
-		}
-		if !in.Ready[name] && (due.IsZero() || at.Before(due)) {
+		if at := t.Add(r.opts.delay); !in.Ready[name] && at.After(now) && (due.IsZero() || at.Before(due)) {
 			due = at
 		}
 	}
@@ -242,6 +257,9 @@ func (r *Rink) plan() {
 	settling := r.loadPending(in) // a load round would move slots
 	if in.ByLoad && l.roundDue && next.sameAssignment(bare) && settling {
 		r.loadRound(&next, in)
+		if next.sameAssignment(bare) {
+			settling = r.loadPending(in) // a round that moved nothing may have been the last
+		}
 		if r.opts.warmup > 0 {
 			l.roundMoves = r.plannedMoves(st.cur, next)
 		}
@@ -280,9 +298,10 @@ func (r *Rink) plan() {
 			len(leavers) == 0 && l.warm == nil && !settling {
 			rest = st.cur.Version
 		}
-		r.setRest(rest, settling, in)
+		r.setRest(rest, settling, in, true)
 		return
 	}
+	r.setRest(0, settling, in, false) // a map goes out (or is refused, below)
 	if st.cur.Version == 0 && len(live) == 0 {
 		return
 	}
@@ -292,6 +311,7 @@ func (r *Rink) plan() {
 		l.warm.version = next.Version
 	}
 	if err := r.usable(next); err != nil {
+		r.setRest(0, settling, in, true) // no map goes out: say it
 		if l.refused != err.Error() {
 			l.refused = err.Error()
 			r.log.Error("refusing to proclaim a map that members would refuse", zap.Error(err), zap.Int64("version", next.Version))
@@ -300,7 +320,6 @@ func (r *Rink) plan() {
 	}
 	l.refused = ""
 	l.busy = true
-	r.setRest(0, settling, in)
 	mapRev := st.curRev
 	r.wg.Add(1)
 	go func() {
@@ -324,6 +343,31 @@ func (r *Rink) plan() {
 // load interval, and wait this long.
 const reportWait = time.Second
 
+// holdForReports returns until when the waiting members ready to be
+// ranked (in.Ready) wait for load summaries, or zero: while balancing by
+// load, until every one of them and every member owning slots has
+// reported, and at most reportWait after the first of them became ready.
+func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
+	l := r.st.lead
+	if !r.opts.byLoad || len(in.Ready) == 0 {
+		return time.Time{}
+	}
+	var first time.Time
+	missing := !r.allReported(r.st.cur)
+	for name := range in.Ready {
+		if _, ok := l.reports[name]; !ok {
+			missing = true
+		}
+		if at := in.Since[name].Add(r.opts.delay); first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	if until := first.Add(reportWait); missing && now.Before(until) {
+		return until
+	}
+	return time.Time{}
+}
+
 // loadPending reports whether a load round would move slots now: the last
 // round spent its budget, or the most loaded member is beyond the
 // tolerance and a move would lower its load (slots frozen by recent rounds
@@ -343,31 +387,39 @@ func (r *Rink) loadPending(in planInput) bool {
 }
 
 // restInfo is what the leader says of the moves it plans, for the floor
-// key (see ackFloor.Rest): every member and observer reads it there.
+// key (see ackFloor.Rest): every member and observer reads it there. It
+// speaks of one map: the one of seq seq in lineage lineage.
 type restInfo struct {
-	rest      int64 // the map version after which no move is planned (0: moves planned)
-	round     bool  // a load round would move slots
-	imbalance float64
-	tolerance float64
+	lineage, seq int64
+	rest         int64 // the map's version when no move is planned after it (0: moves planned)
+	round        bool  // a load round would move slots
+	imbalance    float64
+	tolerance    float64
 }
 
-// setRest publishes what the leader plans (see restInfo), waking the
-// acknowledgement aggregator when it changed; an imbalance that moved by
-// less than 0.05 is not worth a floor write.
-func (r *Rink) setRest(rest int64, round bool, in planInput) {
-	info := restInfo{rest: rest, round: round}
-	if in.ByLoad && len(in.Load) == len(r.st.cur.Table) && len(r.st.cur.Members) > 0 {
-		info.imbalance = math.Round(imbalance(r.st.cur, in.Load, in.Capacity)*100) / 100
+// setRest stores what the leader plans (see restInfo) for its aggregator,
+// and wakes the aggregator when it changed and wake is set; an imbalance
+// that moved by less than 0.05 is not worth a floor write. (A leader
+// about to proclaim a map does not wake it: the floor of the new map
+// drops what was said of the old one anyway.)
+func (r *Rink) setRest(rest int64, round bool, in planInput, wake bool) {
+	st := &r.st
+	box := st.lead.rest
+	info := restInfo{lineage: st.lineage, seq: st.curSeq, rest: rest, round: round}
+	if in.ByLoad && len(in.Load) == len(st.cur.Table) && len(st.cur.Members) > 0 {
+		info.imbalance = math.Round(imbalance(st.cur, in.Load, in.Capacity)*100) / 100
 		info.tolerance = r.opts.tolerance
 	}
-	if old := r.rest.Load(); old != nil && old.rest == info.rest && old.round == info.round &&
-		math.Abs(old.imbalance-info.imbalance) < 0.05 && old.tolerance == info.tolerance {
+	if old := box.info.Load(); old != nil && old.lineage == info.lineage && old.seq == info.seq && old.rest == info.rest &&
+		old.round == info.round && math.Abs(old.imbalance-info.imbalance) < 0.05 && old.tolerance == info.tolerance {
 		return
 	}
-	r.rest.Store(&info)
-	select {
-	case r.restKick <- struct{}{}:
-	default:
+	box.info.Store(&info)
+	if wake {
+		select {
+		case box.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -604,8 +656,9 @@ func deleteName(names []string, name string) []string {
 //   - Roles: a slot counts the roles its owner awaits in it, held or not
 //     (see loadReport.Await): a slot is worth what its owner will run.
 //     So the figure does not change while the owner is fenced, or before
-//     an heir that has just taken it over holds it; while the owner has
-//     not reported, the previous figure stands.
+//     an heir that has just taken it over holds it; while the owner's
+//     summary does not list the slot (written before it owned it), the
+//     previous figure stands.
 //
 // It returns nil while no summary is known.
 func (r *Rink) estimate() []float64 {
@@ -625,22 +678,30 @@ func (r *Rink) estimate() []float64 {
 		l.est, l.estOK, l.estRate = make([]float64, S), make([]bool, S), rate
 	}
 	if !rate {
-		roles := make([]map[int]int, len(st.cur.Members)) // by index: nil while not reported
-		for i, name := range st.cur.Members {
-			if rep, ok := l.reports[name]; ok {
-				roles[i] = make(map[int]int, len(rep.Slots)+len(rep.Await))
+		if l.rolesOf == nil {
+			l.rolesOf = make(map[string]map[int]int, len(l.reports))
+			for name, rep := range l.reports {
+				m := make(map[int]int, len(rep.Slots)+len(rep.Await))
 				for _, e := range rep.Slots {
-					roles[i][e.Slot] = e.Roles
+					m[e.Slot] = e.Roles
 				}
 				for _, e := range rep.Await {
-					roles[i][e.Slot] = e.Roles
+					m[e.Slot] = e.Roles
 				}
+				l.rolesOf[name] = m
 			}
 		}
+		roles := make([]map[int]int, len(st.cur.Members)) // by index
+		for i, name := range st.cur.Members {
+			roles[i] = l.rolesOf[name]
+		}
 		for s, o := range st.cur.Table {
-			if o >= 0 && o < len(roles) && roles[o] != nil && s < S {
-				l.est[s] = float64(roles[o][s]) // (otherwise the previous figure stands)
+			if o < 0 || o >= len(roles) || s >= S {
+				continue
 			}
+			if n, ok := roles[o][s]; ok {
+				l.est[s] = float64(n)
+			} // (a slot its owner's summary does not list: the previous figure stands)
 		}
 		return slices.Clone(l.est)
 	}

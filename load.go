@@ -118,7 +118,10 @@ func (l *loadAcc) noteRole(role string, s int) {
 // rate, how long the member has held it, and its awaited roles. A slot it
 // does not list in Slots it did not hold when it wrote the summary (or
 // gained since its last load interval); Await lists the roles it awaits in
-// such slots. Members of d85b50e and before write no Await.
+// each slot it owns but does not list there (a fenced member's, an heir's
+// not started yet, those gained since the last interval), 0 included. A
+// slot it lists in neither it did not own when it wrote the summary.
+// Members of d85b50e and before write no Await.
 type loadReport struct {
 	Slots []slotLoad
 	Await []slotRoles
@@ -217,7 +220,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 		}
 		s, roles := e[0], e[1]
 		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
-			roles != math.Trunc(roles) || roles < 1 || roles > maxTrackedRoles {
+			roles != math.Trunc(roles) || roles < 0 || roles > maxTrackedRoles {
 			continue
 		}
 		seen[int(s)] = true
@@ -227,9 +230,9 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 }
 
 // withRoles returns rep with the awaited roles of roles (per slot): the
-// slots rep lists count theirs, and every other slot with roles is listed
-// in Await.
-func withRoles(rep loadReport, roles []int32) loadReport {
+// slots rep lists count theirs, and every other slot that owns says is
+// this member's is listed in Await with its roles, 0 included.
+func withRoles(rep loadReport, roles []int32, owns func(int) bool) loadReport {
 	out := loadReport{Slots: slices.Clone(rep.Slots)}
 	listed := make(map[int]bool, len(out.Slots))
 	for i := range out.Slots {
@@ -240,7 +243,7 @@ func withRoles(rep loadReport, roles []int32) loadReport {
 		}
 	}
 	for s, n := range roles {
-		if n > 0 && !listed[s] {
+		if !listed[s] && owns(s) {
 			out.Await = append(out.Await, slotRoles{Slot: s, Roles: int(n)})
 		}
 	}
@@ -347,6 +350,7 @@ func (r *Rink) reportLoad() {
 	roles := make([]int32, S)
 	var last, rates loadReport // the last summary written; the last interval's
 	var lastInc *incarnation
+	var woke time.Time // the last write woken early
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -357,10 +361,12 @@ func (r *Rink) reportLoad() {
 			return
 		case now = <-t.C:
 		case <-r.load.kick:
-			if !sleep(r.ctx, reportPause) {
+			// At most one early write per tenth of an interval: a member
+			// that keeps awaiting new roles writes no more often.
+			if !sleep(r.ctx, max(reportPause, time.Until(woke.Add(interval/10)))) {
 				return
 			}
-			woken = true
+			woken, woke = true, time.Now()
 		}
 		r.load.mu.Lock()
 		copy(roles, r.load.count)
@@ -375,7 +381,8 @@ func (r *Rink) reportLoad() {
 			}
 			rates = meter.tick(now, units, since, roles, interval, window)
 		}
-		rep := withRoles(rates, roles)
+		m := r.owners.Load()
+		rep := withRoles(rates, roles, func(s int) bool { return m != nil && m.owner(s) == r.opts.member })
 		inc := r.loadInc.Load()
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
 			continue

@@ -134,7 +134,7 @@ func FuzzDecodeLoad(f *testing.F) {
 			seen[s.Slot] = true
 		}
 		for _, a := range rep.Await {
-			if a.Slot < 0 || a.Slot >= 64 || seen[a.Slot] || a.Roles < 1 {
+			if a.Slot < 0 || a.Slot >= 64 || seen[a.Slot] || a.Roles < 0 {
 				t.Fatalf("await entry %+v let through", a)
 			}
 			seen[a.Slot] = true
@@ -148,26 +148,28 @@ func FuzzDecodeLoad(f *testing.F) {
 	})
 }
 
-// The roles a member awaits in slots it does not hold are reported beside
-// its held slots, each slot once; members before them ignore "await".
+// The roles a member awaits in the slots it owns but does not list as held
+// are reported beside them, 0 included, each slot once; members before
+// them ignore "await".
 func TestLoadAwait(t *testing.T) {
 	rates := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 0}}}
-	rep := withRoles(rates, []int32{0, 3, 0, 2})
-	want := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []slotRoles{{Slot: 3, Roles: 2}}}
+	owns := func(s int) bool { return s != 0 }
+	rep := withRoles(rates, []int32{5, 3, 0, 2}, owns)
+	want := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []slotRoles{{Slot: 2, Roles: 0}, {Slot: 3, Roles: 2}}}
 	if !slices.Equal(rep.Slots, want.Slots) || !slices.Equal(rep.Await, want.Await) {
 		t.Fatalf("withRoles = %+v, want %+v", rep, want)
 	}
 	enc := string(rep.encode())
-	if enc != `{"v":1,"slots":[[1,2,0,3]],"await":[[3,2]]}` {
+	if enc != `{"v":1,"slots":[[1,2,0,3]],"await":[[2,0],[3,2]]}` {
 		t.Fatalf("encoded %s", enc)
 	}
 	if got, ok := decodeLoad([]byte(enc), 4); !ok || !slices.Equal(got.Await, want.Await) {
 		t.Fatalf("decoded %+v", got)
 	}
-	if !loadChanged(rep, withRoles(rates, []int32{0, 3, 0, 1})) {
+	if !loadChanged(rep, withRoles(rates, []int32{5, 3, 0, 1}, owns)) {
 		t.Error("other roles awaited in a slot not held: not a change")
 	}
-	if loadChanged(rep, withRoles(rates, []int32{0, 3, 0, 2})) {
+	if loadChanged(rep, withRoles(rates, []int32{5, 3, 0, 2}, owns)) {
 		t.Error("the same summary: a change")
 	}
 }

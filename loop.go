@@ -99,6 +99,13 @@ type state struct {
 
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
+
+	// For settled: memberGen counts changes of members (member keys put
+	// or deleted); allLive says whether every member ranked by the map of
+	// seq liveAt[0] had a key at memberGen liveAt[1].
+	memberGen int64
+	liveAt    [2]int64
+	allLive   bool
 }
 
 // memberInfo is what the view knows of a member key or an election key.
@@ -184,7 +191,7 @@ func (r *Rink) run(first *incarnation) {
 			st.dirty = true
 		case reps := <-r.loadsCh:
 			if st.lead != nil {
-				st.lead.reports = reps
+				st.lead.reports, st.lead.rolesOf = reps, nil
 				st.dirty = true // load seen, or gone: the balance may change
 			}
 		case <-drained:
@@ -303,6 +310,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
 		}
 		clear(st.members)
+		st.memberGen++
 		clear(st.elect)
 		clear(st.strayElect)
 		st.floor, st.leader = ackFloor{}, ""
@@ -348,6 +356,7 @@ func (r *Rink) onWatch(b watchBatch) {
 					continue // a stray key: it was never in the view
 				}
 				delete(st.members, name)
+				st.memberGen++
 				st.dirty = true
 				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
 					selfGone = true
@@ -404,6 +413,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		protocols, capacity := metaOf(kv.Value)
 		leaving := leavingOf(kv.Value)
 		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
+		if !existed {
+			st.memberGen++
+		}
 		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
@@ -1028,9 +1040,24 @@ func (r *Rink) publishRank() {
 // holds, and is letting go of, nothing but what the map gives it.
 func (r *Rink) settled() bool {
 	st := &r.st
-	return st.curRev != 0 && !st.stale && st.floor.settled(st.lineage, st.cur.Version, st.curSeq) &&
+	if !(st.curRev != 0 && !st.stale && st.floor.settled(st.lineage, st.cur.Version, st.curSeq) &&
 		len(st.cur.Waiting) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
-		st.pending.n == 0 && len(st.draining) == 0
+		st.pending.n == 0 && len(st.draining) == 0) {
+		return false
+	}
+	// And every ranked member's key is there: a leader that died said
+	// rest in a floor that outlives it. (Checked once per map and
+	// membership change.)
+	if st.liveAt != [2]int64{st.curSeq, st.memberGen} {
+		st.liveAt, st.allLive = [2]int64{st.curSeq, st.memberGen}, true
+		for _, name := range st.cur.Members {
+			if _, ok := st.members[name]; !ok {
+				st.allLive = false
+				break
+			}
+		}
+	}
+	return st.allLive
 }
 
 // shutdown runs on the run goroutine when the rink stops: it releases every

@@ -249,8 +249,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				}
 			case ob.keys.isFloor(key):
 				floor = ackFloor{}
-				if !deleted {
-					_ = json.Unmarshal(kvVal, &floor) // unreadable: nothing is known
+				if !deleted && json.Unmarshal(kvVal, &floor) != nil {
+					floor = ackFloor{} // unreadable: nothing is known
 				}
 			case ob.keys.isElection(key):
 				if deleted || !ob.keys.isCandidate(kv) {

@@ -92,11 +92,6 @@ type Rink struct {
 	// loadsCh carries the members' load summaries from the leader's
 	// aggregator to the run goroutine (the newest only).
 	loadsCh chan map[string]loadReport
-	// rest is what this member, while it leads, says of the moves it
-	// plans (see setRest); restKick wakes its aggregator to write it into
-	// the floor key.
-	rest     atomic.Pointer[restInfo]
-	restKick chan struct{}
 	// Role sets (see Watch): the list, and a copy the run goroutine reads.
 	setsMu  sync.Mutex
 	sets    []*RoleSet
@@ -173,7 +168,6 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		ackCh:        make(chan ackReq, 1),
 		load:         newLoadAcc(o.slots),
 		loadsCh:      make(chan map[string]loadReport, 1),
-		restKick:     make(chan struct{}, 1),
 		drainCh:      make(chan struct{}, 1),
 		warmCh:       make(chan map[string]int64, 1),
 		warmedCh:     make(chan int64, 16),
