@@ -405,6 +405,9 @@ type restInfo struct {
 func (r *Rink) setRest(rest int64, round bool, in planInput, wake bool) {
 	st := &r.st
 	box := st.lead.rest
+	if box == nil {
+		return // (a leadership made by hand in a test)
+	}
 	info := restInfo{lineage: st.lineage, seq: st.curSeq, rest: rest, round: round}
 	if in.ByLoad && len(in.Load) == len(st.cur.Table) && len(st.cur.Members) > 0 {
 		info.imbalance = math.Round(imbalance(st.cur, in.Load, in.Capacity)*100) / 100
