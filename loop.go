@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -304,12 +303,13 @@ func (r *Rink) onWatch(b watchBatch) {
 	st := &r.st
 	self := r.opts.member
 	selfGone := false
-	before := maps.Clone(st.members) // to tell which member keys went (see ghosts)
+	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
 	if b.snapshot {
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
 		}
-		clear(st.members)
+		gone = st.members // those the listing has again are taken out below
+		st.members = make(map[string]memberInfo, len(gone))
 		st.memberGen++
 		clear(st.elect)
 		clear(st.strayElect)
@@ -338,6 +338,9 @@ func (r *Rink) onWatch(b watchBatch) {
 			m, ok := st.members[self]
 			selfGone = !ok || m.createRev != st.inc.createRev
 		}
+		for name := range st.members {
+			delete(gone, name)
+		}
 	} else {
 		for _, ev := range b.events {
 			key := string(ev.Kv.Key)
@@ -354,6 +357,12 @@ func (r *Rink) onWatch(b watchBatch) {
 				name, ok := r.keys.validMember(key)
 				if !ok {
 					continue // a stray key: it was never in the view
+				}
+				if m, ok := st.members[name]; ok {
+					if gone == nil {
+						gone = map[string]memberInfo{}
+					}
+					gone[name] = m
 				}
 				delete(st.members, name)
 				st.memberGen++
@@ -386,7 +395,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
-	r.noteGhosts(before)
+	r.noteGhosts(gone)
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
