@@ -376,7 +376,7 @@ func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
 // pending.
 func (r *Rink) loadPending(in planInput) bool {
 	l := r.st.lead
-	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur) || len(in.Load) != len(r.st.cur.Table) {
+	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(r.st.cur.Table) {
 		return false
 	}
 	if l.more {
@@ -737,15 +737,16 @@ func (r *Rink) loadSeen(est []float64) bool {
 }
 
 // allReported reports whether every member owning slots in m has
-// reported its load.
-func (r *Rink) allReported(m rankMap) bool {
+// reported its load; measured, and its rates over a load interval.
+func (r *Rink) allReported(m rankMap, measured ...bool) bool {
+	need := len(measured) > 0 && measured[0]
 	seen := make([]bool, len(m.Members))
 	for _, i := range m.Table {
 		if i < 0 || i >= len(seen) || seen[i] {
 			continue
 		}
 		seen[i] = true
-		if _, ok := r.st.lead.reports[m.Members[i]]; !ok {
+		if rep, ok := r.st.lead.reports[m.Members[i]]; !ok || need && rep.Unmeasured {
 			return false
 		}
 	}
@@ -763,7 +764,7 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 	if in.Load == nil {
 		return
 	}
-	if !r.allReported(*next) {
+	if !r.allReported(*next, l.estRate) {
 		return // some member's load is unknown yet
 	}
 	frozen := make([]bool, len(next.Table))

@@ -125,6 +125,10 @@ func (l *loadAcc) noteRole(role string, s int) {
 type loadReport struct {
 	Slots []slotLoad
 	Await []slotRoles
+	// Unmeasured marks a summary written before the member's first load
+	// interval (as it joins): it says which roles it awaits, and nothing
+	// yet of its rates. Balancing by rates waits for measured ones.
+	Unmeasured bool
 }
 
 // slotRoles is how many distinct roles a member awaits in a slot.
@@ -150,9 +154,10 @@ func (l loadReport) total() (rate float64, roles int) {
 }
 
 // encode renders the report as JSON:
-// {"v":1,"slots":[[slot,rate,age,roles],...],"await":[[slot,roles],...]},
+// {"v":1,"slots":[[slot,rate,age,roles],...],"unmeasured":true,"await":[[slot,roles],...]},
 // with rates to 4 significant digits and ages in seconds, to a tenth;
-// "await" is left out when empty (and members before it ignore it).
+// "await" is left out when empty, "unmeasured" when false (and members
+// before them ignore them).
 func (l loadReport) encode() []byte {
 	b := []byte(`{"v":1,"slots":[`)
 	for i, s := range l.Slots {
@@ -170,6 +175,9 @@ func (l loadReport) encode() []byte {
 		b = append(b, ']')
 	}
 	b = append(b, ']')
+	if l.Unmeasured {
+		b = append(b, `,"unmeasured":true`...)
+	}
 	if len(l.Await) > 0 {
 		b = append(b, `,"await":[`...)
 		for i, a := range l.Await {
@@ -193,9 +201,10 @@ func (l loadReport) encode() []byte {
 // rate) are dropped.
 func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 	var w struct {
-		V     int         `json:"v"`
-		Slots [][]float64 `json:"slots"`
-		Await [][]float64 `json:"await"`
+		V          int         `json:"v"`
+		Slots      [][]float64 `json:"slots"`
+		Await      [][]float64 `json:"await"`
+		Unmeasured bool        `json:"unmeasured"`
 	}
 	if json.Unmarshal(data, &w) != nil || w.V != 1 {
 		return loadReport{}, false
@@ -214,6 +223,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 		seen[int(s)] = true
 		rep.Slots = append(rep.Slots, slotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
 	}
+	rep.Unmeasured = w.Unmeasured
 	for _, e := range w.Await {
 		if len(e) < 2 {
 			continue
@@ -351,6 +361,7 @@ func (r *Rink) reportLoad() {
 	var last, rates loadReport // the last summary written; the last interval's
 	var lastInc *incarnation
 	var woke time.Time // the last write woken early
+	ticked := false    // a load interval has passed: rates measures one
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -379,10 +390,11 @@ func (r *Rink) reportLoad() {
 					since[s] = st.at
 				}
 			}
-			rates = meter.tick(now, units, since, roles, interval, window)
+			rates, ticked = meter.tick(now, units, since, roles, interval, window), true
 		}
 		m := r.owners.Load()
 		rep := withRoles(rates, roles, func(s int) bool { return m != nil && m.owner(s) == r.opts.member })
+		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
 			continue

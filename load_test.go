@@ -166,6 +166,14 @@ func TestLoadAwait(t *testing.T) {
 	if got, ok := decodeLoad([]byte(enc), 4); !ok || !slices.Equal(got.Await, want.Await) {
 		t.Fatalf("decoded %+v", got)
 	}
+	early := rep
+	early.Unmeasured = true
+	if enc := string(early.encode()); enc != `{"v":1,"slots":[[1,2,0,3]],"unmeasured":true,"await":[[2,0],[3,2]]}` {
+		t.Fatalf("encoded %s", enc)
+	}
+	if got, ok := decodeLoad(early.encode(), 4); !ok || !got.Unmeasured {
+		t.Fatalf("decoded %+v: a summary written before the first interval reads as measured", got)
+	}
 	if !loadChanged(rep, withRoles(rates, []int32{5, 3, 0, 1}, owns)) {
 		t.Error("other roles awaited in a slot not held: not a change")
 	}
