@@ -144,10 +144,11 @@ func (r *Rink) onElected(e elected) {
 	st.dirty = true
 	var ctx context.Context
 	ctx, st.lead.stopAgg = context.WithCancel(e.inc.ctx)
+	box := st.lead.rest // (st is the run goroutine's: read it here, not in the aggregator)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.aggregate(ctx, e.key, e.rev, st.lead.rest)
+		r.aggregate(ctx, e.key, e.rev, box)
 	}()
 }
 
