@@ -31,20 +31,66 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || st.cur.index(name) < 0 {
 			continue
 		}
-		if st.ghosts == nil {
-			st.ghosts = map[int64]string{}
-		}
-		if _, ok := st.ghosts[m.lease]; ok {
-			continue
-		}
-		st.ghosts[m.lease] = name
-		lease := m.lease
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			r.awaitLeaseGone(name, lease)
-		}()
+		r.addGhost(name, m.lease)
 	}
+}
+
+// noteCandidates makes ghosts of the leases that campaign for one of
+// names (their election keys, bound to the lease of the incarnation that
+// campaigns) while the member key of that name is gone or bound to another
+// lease, and the applied map ranks the name: an incarnation whose key an
+// operator deleted. It finds them from any view, not only from a deletion
+// seen (issue 22):
+//
+//   - a member whose first listing, or a listing after a broken watch,
+//     comes after the deletion: the map still ranks the member, whose
+//     election key is there while its lease lives;
+//   - a member restarted under the same name after an operator deleted
+//     the old key to let it in: the map ranks its own name, and the old
+//     incarnation's election key names it with the old lease.
+//
+// A graceful departure takes its member out of the map in the transaction
+// that deletes its key, so its election key, gone a moment later with the
+// revoked lease, makes no ghost. Only mismatches cost a look at the map.
+func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
+	st := &r.st
+	var own int64
+	if st.inc != nil {
+		own = int64(st.inc.lease)
+	}
+	for name := range names {
+		for key := range st.electOf[name] {
+			e, ok := st.elect[key]
+			if !ok || e.lease == 0 || e.lease == own {
+				continue
+			}
+			if m, ok := st.members[name]; ok && m.lease == e.lease {
+				continue
+			}
+			if _, ok := st.ghosts[e.lease]; ok || st.cur.index(name) < 0 {
+				continue
+			}
+			r.addGhost(name, e.lease)
+		}
+	}
+}
+
+// addGhost makes a ghost of a member's lease: nothing starts until etcd
+// says it is gone.
+func (r *Rink) addGhost(name string, lease int64) {
+	st := &r.st
+	if st.ghosts == nil {
+		st.ghosts = map[int64]string{}
+	}
+	if _, ok := st.ghosts[lease]; ok {
+		return
+	}
+	st.ghosts[lease] = name
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.awaitLeaseGone(name, lease)
+	}()
 }
 
 // awaitLeaseGone asks etcd until lease is gone, then tells the run

@@ -182,7 +182,7 @@ func (r *Rink) plan() {
 	}
 	st.dirty = false
 	now := time.Now()
-	live := liveByAge(st.members)
+	live := r.withGhosts(liveByAge(st.members), st.members, st.cur)
 	var leavers []string
 	for _, name := range live {
 		if st.members[name].leaving {
@@ -560,7 +560,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		return false // not ranked, or no usable map: nothing to hand over
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		live := deleteName(liveByAge(members), self)
+		live := deleteName(r.withGhosts(liveByAge(members), members, cur), self)
 		for _, name := range live {
 			if members[name].leaving {
 				live = deleteName(live, name) // it is on its way out: no heir
@@ -624,6 +624,21 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		}
 	}
 	return false
+}
+
+// withGhosts returns live (names of members with keys, oldest first) with
+// the ghosts that cur ranks (see ghosts.go) after them: planning keeps a
+// ghost ranked, with its slots, until etcd says its lease is gone. Its
+// member may still hold them, cut off etcd, until it fences; a map giving
+// them to others would let a newcomer that never saw the key go (and so
+// knows no ghost) start them at once (issue 22).
+func (r *Rink) withGhosts(live []string, members map[string]memberInfo, cur rankMap) []string {
+	for _, name := range r.st.ghosts {
+		if _, ok := members[name]; !ok && cur.index(name) >= 0 && !slices.Contains(live, name) {
+			live = append(live, name)
+		}
+	}
+	return live
 }
 
 // capacities returns the members' capacities other than 1, for planInput.

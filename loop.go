@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -26,16 +27,18 @@ type state struct {
 
 	// The view of the rink's keys, as of revision rev.
 	rev     int64
-	members map[string]memberInfo // live member keys by member name
-	elect   map[string]memberInfo // election keys: value and create revision
-	cur     rankMap               // newest applied map; Version 0 before any
-	curRev  int64                 // mod revision of cur's key (0: the key is gone)
-	curSeq  int64                 // etcd version of cur's key: its seq (see ackValue)
-	lineage int64                 // create revision of cur's key: seqs count within it
-	hist    map[int64]rankMap     // recently applied maps of the lineage, by seq
-	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
-	topVer  int64                 // the highest map version applied in the lineage
-	stale   bool                  // cur's version is not above every version before it
+	members map[string]memberInfo      // live member keys by member name
+	elect   map[string]memberInfo      // election keys: value, create revision and lease
+	electOf map[string]map[string]bool // election keys by candidate name (see noteCandidates)
+	touched map[string]bool            // during a batch: names whose member or election keys changed
+	cur     rankMap                    // newest applied map; Version 0 before any
+	curRev  int64                      // mod revision of cur's key (0: the key is gone)
+	curSeq  int64                      // etcd version of cur's key: its seq (see ackValue)
+	lineage int64                      // create revision of cur's key: seqs count within it
+	hist    map[int64]rankMap          // recently applied maps of the lineage, by seq
+	verSeq  map[int64]int64            // hist's seqs by map version (-1: the version repeats)
+	topVer  int64                      // the highest map version applied in the lineage
+	stale   bool                       // cur's version is not above every version before it
 	// taint is a map lineage that etcd's restore from a snapshot brought
 	// back (-1: the next lineage applied). Its acknowledgements may
 	// describe map histories the restore erased, so nothing is started in
@@ -254,6 +257,7 @@ func (r *Rink) initState() {
 	S := r.opts.slots
 	st.members = map[string]memberInfo{}
 	st.elect = map[string]memberInfo{}
+	st.electOf = map[string]map[string]bool{}
 	st.strayElect = map[string]strayElection{}
 	st.hist = map[int64]rankMap{}
 	st.verSeq = map[int64]int64{}
@@ -304,6 +308,8 @@ func (r *Rink) onWatch(b watchBatch) {
 	self := r.opts.member
 	selfGone := false
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
+	st.touched = map[string]bool{}
+	defer func() { st.touched = nil }()
 	if b.snapshot {
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
@@ -312,6 +318,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		st.members = make(map[string]memberInfo, len(gone))
 		st.memberGen++
 		clear(st.elect)
+		clear(st.electOf)
 		clear(st.strayElect)
 		st.floor, st.leader = ackFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
@@ -366,12 +373,13 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 				delete(st.members, name)
 				st.memberGen++
+				st.touched[name] = true
 				st.dirty = true
 				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
 					selfGone = true
 				}
 			case r.keys.isElection(key):
-				delete(st.elect, key)
+				r.dropElection(key)
 				delete(st.strayElect, key)
 				if key == st.leader {
 					st.leader = ""
@@ -396,6 +404,11 @@ func (r *Rink) onWatch(b watchBatch) {
 	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
 	r.noteGhosts(gone)
+	if b.snapshot {
+		r.noteCandidates(maps.Keys(st.electOf))
+	} else {
+		r.noteCandidates(maps.Keys(st.touched))
+	}
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
@@ -404,6 +417,25 @@ func (r *Rink) onWatch(b watchBatch) {
 		r.fence(st.inc, ErrFenced)
 	}
 	r.sweepStrays()
+}
+
+// dropElection takes an election key out of the view.
+func (r *Rink) dropElection(key string) {
+	st := &r.st
+	e, ok := st.elect[key]
+	if !ok {
+		return
+	}
+	delete(st.elect, key)
+	if keys := st.electOf[e.value]; keys != nil {
+		delete(keys, key)
+		if len(keys) == 0 {
+			delete(st.electOf, e.value)
+		}
+	}
+	if st.touched != nil {
+		st.touched[e.value] = true
+	}
 }
 
 // putKey records a put of a member or election key in the view. Stray keys
@@ -422,6 +454,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		protocols, capacity := metaOf(kv.Value)
 		leaving := leavingOf(kv.Value)
 		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
+		if st.touched != nil {
+			st.touched[name] = true
+		}
 		if !existed {
 			st.memberGen++
 		}
@@ -441,7 +476,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	case r.keys.isElection(key):
 		if !r.keys.isCandidate(kv) {
 			st.strays.note(r.log, key, "not made by a campaign")
-			delete(st.elect, key) // a candidate's key overwritten without its lease
+			r.dropElection(key) // a candidate's key overwritten without its lease
 			if key == st.leader {
 				st.leader = ""
 			}
@@ -451,7 +486,16 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			return
 		}
 		delete(st.strayElect, key)
-		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: candidateName(kv.Value)}
+		r.dropElection(key)
+		cand := candidateName(kv.Value)
+		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: cand, lease: kv.Lease}
+		if st.electOf[cand] == nil {
+			st.electOf[cand] = map[string]bool{}
+		}
+		st.electOf[cand][key] = true
+		if st.touched != nil {
+			st.touched[cand] = true
+		}
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
 		}
@@ -1119,6 +1163,7 @@ func (r *Rink) shutdown(cause error) {
 	// Out of the rink now: say so to Rank's readers and event observers.
 	st.inc = nil
 	clear(st.elect)
+	clear(st.electOf)
 	r.publishRank()
 	r.shutdownErr = err
 	r.stopCause = cause

@@ -1,0 +1,111 @@
+package rink
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// as records a member's events under another name, so that two
+// incarnations of one member name are told apart by the history checker.
+func (h *history) as(name string) Option {
+	return WithEvents(func(e Event) {
+		e.Member = name
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
+	})
+}
+
+// Issue 22, history 2: a restart under the same name. Member x holds a role
+// and is cut off etcd (a StatefulSet pod whose node is lost); an operator
+// deletes its key to let the replacement, also named x, in. The
+// replacement's first view shows a map that still ranks "x": it must not
+// start the old incarnation's slots while that incarnation may still hold
+// them (until its lease is gone), though they are ranked to its name.
+func TestSameNameReplacementWaitsForOldLease(t *testing.T) {
+	h := &history{}
+	p := newProxy(t)
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	old := join(t, proxyClient(t, p), name, WithMemberName("x"), h.as("x-old"))
+	settle(t, h, a, old)
+	role := roleOf(t, old)
+	ctxOld, err := old.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.PauseTx()
+	p.PauseRx()
+	defer func() { p.UnpauseTx(); p.UnpauseRx() }()
+	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("x")); err != nil {
+		t.Fatal(err)
+	}
+	repl := join(t, newClient(t), name, WithMemberName("x"), h.as("x-new"))
+	ctxNew, err := repl.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctxOld.Err() == nil {
+		t.Errorf("the replacement holds %s while the old x, cut off, still holds it", role)
+	}
+	_ = ctxNew
+	h.check(t)
+}
+
+// Issue 22, history 1: a newcomer that never saw the deletion. Member x
+// holds a role and is cut off etcd; newcomer w joins over a slow link
+// (150 ms each way), and right after w's key appears an operator deletes
+// x's key. w's first listing comes after the deletion: it has no x in it,
+// and no deletion to see. The leader must not give x's slots to w (or to
+// anybody) while x's lease lives: x holds them until it fences.
+func TestNewcomerNeverSawKeyDeleted(t *testing.T) {
+	h := &history{}
+	px, pw := newProxy(t), newProxy(t)
+	name := rinkName(t)
+	ttl := WithSessionTTL(4 * time.Second) // x holds on for 3.5 s after its last renewal
+	a := join(t, newClient(t), name, WithMemberName("a"), ttl, h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	x := join(t, proxyClient(t, px), name, WithMemberName("x"), ttl, h.hook())
+	settle(t, h, a, x)
+	role := roleOf(t, x)
+	ctxX, err := x.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.PauseTx()
+	px.PauseRx()
+	defer func() { px.UnpauseTx(); px.UnpauseRx() }()
+	pw.DelayTx(150*time.Millisecond, 0)
+	pw.DelayRx(150*time.Millisecond, 0)
+
+	// The operator deletes x's key as soon as w's appears.
+	op := newClient(t)
+	deleted := make(chan error, 1)
+	go func() {
+		ctx := ctxTimeout(t, 10*time.Second)
+		for ctx.Err() == nil {
+			if resp, err := op.Get(ctx, newKeys(name).member("w")); err == nil && len(resp.Kvs) > 0 {
+				_, err = op.Delete(ctx, newKeys(name).member("x"))
+				deleted <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		deleted <- ctx.Err()
+	}()
+	w := join(t, proxyClient(t, pw), name, WithMemberName("w"), ttl, h.hook())
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AwaitRoleContext(ctxTimeout(t, 15*time.Second), role); err != nil {
+		if _, err := a.AwaitRoleContext(ctxTimeout(t, 1*time.Second), role); err != nil {
+			t.Fatalf("nobody took %s over", role)
+		}
+	}
+	if ctxX.Err() == nil {
+		t.Errorf("%s is held again while x, cut off, still holds it", role)
+	}
+	h.check(t)
+}
