@@ -213,6 +213,7 @@ func (r *Rink) run(first *incarnation) {
 			st.heirWarm = w
 		case lease := <-r.ghostCh:
 			delete(st.ghosts, lease)
+			st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
 		case <-stopEnded:
 			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
 			r.shutdown(nil)
