@@ -15,29 +15,16 @@ import (
 // storm -seed 24).
 func TestKeyDeletedWhileCutOff(t *testing.T) {
 	h := &history{}
-	p := newProxy(t)
-	name := rinkName(t)
-	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
-	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
-	b := join(t, proxyClient(t, p), name, WithMemberName("b"), h.hook())
-	settle(t, h, a, b)
-	role := roleOf(t, b)
-	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.PauseTx()
-	p.PauseRx()
-	defer func() { p.UnpauseTx(); p.UnpauseRx() }()
-	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("b")); err != nil {
+	name, a, _, role, ctxX := cutOffHolder(t, h, nil, []Option{h.hook()})
+	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("x")); err != nil {
 		t.Fatal(err)
 	}
 	ctxA, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ctxB.Err() == nil {
-		t.Errorf("a holds %s while b, cut off, still holds it", role)
+	if ctxX.Err() == nil {
+		t.Errorf("a holds %s while x, cut off, still holds it", role)
 	}
 	_ = ctxA
 	h.check(t)

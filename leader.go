@@ -345,16 +345,18 @@ func (r *Rink) plan() {
 const reportWait = time.Second
 
 // holdForReports returns until when the waiting members ready to be
-// ranked (in.Ready) wait for load summaries, or zero: while balancing by
-// load, until every one of them and every member owning slots has
-// reported, and at most reportWait after the first of them became ready.
+// ranked (in.Ready) wait for load summaries, or zero: while the rink is
+// balanced by load (some load seen), until every one of them and every
+// member owning slots has reported, and at most reportWait after the first
+// of them became ready. A rink with no load seen ranks at once: there is
+// nothing to place by.
 func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
 	l := r.st.lead
-	if !r.opts.byLoad || len(in.Ready) == 0 {
+	if !in.ByLoad || len(in.Ready) == 0 {
 		return time.Time{}
 	}
 	var first time.Time
-	missing := !r.allReported(r.st.cur)
+	missing := !r.allReported(r.st.cur, false)
 	for name := range in.Ready {
 		if _, ok := l.reports[name]; !ok {
 			missing = true
@@ -749,20 +751,19 @@ func (r *Rink) loadSeen(est []float64) bool {
 			return true
 		}
 	}
-	return r.st.cur.ByLoad && !r.allReported(r.st.cur)
+	return r.st.cur.ByLoad && !r.allReported(r.st.cur, false)
 }
 
 // allReported reports whether every member owning slots in m has
-// reported its load; measured, and its rates over a load interval.
-func (r *Rink) allReported(m rankMap, measured ...bool) bool {
-	need := len(measured) > 0 && measured[0]
+// reported its load; with measured, its rates over a load interval.
+func (r *Rink) allReported(m rankMap, measured bool) bool {
 	seen := make([]bool, len(m.Members))
 	for _, i := range m.Table {
 		if i < 0 || i >= len(seen) || seen[i] {
 			continue
 		}
 		seen[i] = true
-		if rep, ok := r.st.lead.reports[m.Members[i]]; !ok || need && rep.Unmeasured {
+		if rep, ok := r.st.lead.reports[m.Members[i]]; !ok || measured && rep.Unmeasured {
 			return false
 		}
 	}

@@ -30,7 +30,7 @@ type state struct {
 	members map[string]memberInfo      // live member keys by member name
 	elect   map[string]memberInfo      // election keys: value, create revision and lease
 	electOf map[string]map[string]bool // election keys by candidate name (see noteCandidates)
-	touched map[string]bool            // during a batch: names whose member or election keys changed
+	touched map[string]bool            // names whose member or election keys the batch being folded changed
 	cur     rankMap                    // newest applied map; Version 0 before any
 	curRev  int64                      // mod revision of cur's key (0: the key is gone)
 	curSeq  int64                      // etcd version of cur's key: its seq (see ackValue)
@@ -259,6 +259,7 @@ func (r *Rink) initState() {
 	st.members = map[string]memberInfo{}
 	st.elect = map[string]memberInfo{}
 	st.electOf = map[string]map[string]bool{}
+	st.touched = map[string]bool{}
 	st.strayElect = map[string]strayElection{}
 	st.hist = map[int64]rankMap{}
 	st.verSeq = map[int64]int64{}
@@ -309,8 +310,6 @@ func (r *Rink) onWatch(b watchBatch) {
 	self := r.opts.member
 	selfGone := false
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
-	st.touched = map[string]bool{}
-	defer func() { st.touched = nil }()
 	if b.snapshot {
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
@@ -410,6 +409,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	} else {
 		r.noteCandidates(maps.Keys(st.touched))
 	}
+	clear(st.touched)
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
@@ -434,9 +434,7 @@ func (r *Rink) dropElection(key string) {
 			delete(st.electOf, e.value)
 		}
 	}
-	if st.touched != nil {
-		st.touched[e.value] = true
-	}
+	st.touched[e.value] = true
 }
 
 // putKey records a put of a member or election key in the view. Stray keys
@@ -455,9 +453,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		protocols, capacity := metaOf(kv.Value)
 		leaving := leavingOf(kv.Value)
 		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
-		if st.touched != nil {
-			st.touched[name] = true
-		}
+		st.touched[name] = true
 		if !existed {
 			st.memberGen++
 		}
@@ -494,9 +490,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			st.electOf[cand] = map[string]bool{}
 		}
 		st.electOf[cand][key] = true
-		if st.touched != nil {
-			st.touched[cand] = true
-		}
+		st.touched[cand] = true
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
 		}
