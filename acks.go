@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"sort"
 	"sync"
 	"time"
 
@@ -176,6 +177,11 @@ type ackReq struct {
 // acknowledgement never goes backwards. It is also guarded by the member
 // key's create revision and lease, so that an incarnation that has ended
 // writes nothing (a resumed one keeps the create revision, not the lease).
+//
+// Once it has written one, it watches the ack key for its deletion (an
+// operator's etcdctl del --prefix <rink>/acks/, issue 22) and writes the
+// newest acknowledgement again: nothing else would until the next map, and
+// until then the leader's floor would not know this member's.
 func (r *Rink) writeAcks() {
 	var (
 		cur  *ackReq
@@ -183,7 +189,18 @@ func (r *Rink) writeAcks() {
 		last *string      // the value we believe the key holds (nil: no key)
 
 		lazyUntil time.Time // when a lazy acknowledgement waiting is due
+
+		written  *ackReq            // the newest acknowledgement written
+		gone     clientv3.WatchChan // deletions of the ack key after written's write (nil: none watched)
+		stopGone context.CancelFunc // ends gone's watch
 	)
+	unwatch := func() {
+		if stopGone != nil {
+			stopGone()
+		}
+		gone, stopGone = nil, nil
+	}
+	defer unwatch()
 	member, key := r.keys.member(r.opts.member), r.keys.ack(r.opts.member)
 	b := newBackoff()
 	for {
@@ -191,6 +208,27 @@ func (r *Rink) writeAcks() {
 			select {
 			case req := <-r.ackCh:
 				cur = &req
+			case resp, ok := <-gone:
+				deleted := false
+				for _, ev := range resp.Events {
+					deleted = deleted || ev.Type == clientv3.EventTypeDelete
+				}
+				if ok && resp.Err() == nil && !deleted {
+					continue
+				}
+				// Deleted, or the watch ended: write it again (a write
+				// that finds the key as we left it only repeats it).
+				unwatch()
+				if written.inc.ctx.Err() != nil {
+					continue
+				}
+				if deleted {
+					r.log.Warn("own acknowledgement key deleted: writing it again")
+					last = nil
+				}
+				again := *written
+				again.lazy = false
+				cur = &again
 			case <-r.ctx.Done():
 				return
 			}
@@ -222,6 +260,7 @@ func (r *Rink) writeAcks() {
 		lazyUntil = time.Time{}
 		if cur.inc != inc {
 			inc, last = cur.inc, nil
+			unwatch()
 		}
 		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
 		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
@@ -239,7 +278,10 @@ func (r *Rink) writeAcks() {
 		switch {
 		case err == nil && resp.Succeeded:
 			v := string(val)
-			last, cur = &v, nil
+			written, last, cur = cur, &v, nil
+			if gone == nil {
+				gone, stopGone = watchDeletion(written.inc.ctx, r.cli, key, resp.Header.Revision+1)
+			}
 			b.reset()
 			continue
 		case err == nil:
@@ -272,41 +314,88 @@ func (r *Rink) writeAcks() {
 	}
 }
 
+// watchDeletion watches key for deletions from revision rev on, until
+// stop is called or ctx ends.
+func watchDeletion(ctx context.Context, cli *clientv3.Client, key string, rev int64) (_ clientv3.WatchChan, stop context.CancelFunc) {
+	ctx, stop = context.WithCancel(ctx)
+	return cli.Watch(ctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut()), stop
+}
+
 // ackView is the leader's view of the members, their acknowledgements and
 // the map, as of one revision, for computing the floor.
 type ackView struct {
-	members map[string]int64 // live member keys: their lease
+	members map[string]ackMember // live member keys
 	acks    map[string]ackKey
 	lineage int64 // the map key's create revision; 0 while it is absent
 	version int64
-	seq     int64  // the map key's etcd version
-	floor   []byte // the floor key's value; nil while it is absent
+	seq     int64           // the map key's etcd version
+	ranked  map[string]bool // the members the map ranks
+	marks   []mapMark       // the map's puts seen in this lineage, oldest first (see seqAt)
+	floor   []byte          // the floor key's value; nil while it is absent
 }
+
+// ackMember is a live member key in the leader's view.
+type ackMember struct {
+	lease     int64
+	createRev int64
+	// boundRev is a revision at or before which the key was bound to
+	// lease: the put that bound it, or, for a key first seen in a listing,
+	// its creation (every binding comes at or after it).
+	boundRev int64
+}
+
+// mapMark is one put of the map key: its mod revision and seq.
+type mapMark struct{ rev, seq int64 }
+
+// maxMarks bounds how many map puts the view remembers.
+const maxMarks = 1024
 
 type ackKey struct {
 	lease int64
 	ackValue
 }
 
-func (v *ackView) put(k keys, kv *mvccpb.KeyValue) {
+func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 	key := string(kv.Key)
 	switch {
 	case k.isMember(key):
 		// Stray member keys are left out, as members leave them out of
-		// their views (the run goroutine logs them).
-		if name, ok := k.validMember(key); ok {
-			v.members[name] = kv.Lease
+		// their views (the run goroutine logs them); a put that makes a
+		// key stray takes its member out.
+		name, ok := k.liveMember(kv)
+		if !ok {
+			delete(v.members, name)
+			return
 		}
+		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision, boundRev: kv.ModRevision}
+		if old, ok := v.members[name]; ok && old.lease == m.lease && old.createRev == m.createRev {
+			m.boundRev = old.boundRev // a rewrite under the same lease (leaving, capacity)
+		} else if listed {
+			m.boundRev = kv.CreateRevision
+		}
+		v.members[name] = m
 	case k.isAck(key):
 		a := ackKey{lease: kv.Lease}
 		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
 		v.acks[k.ackName(key)] = a
 	case k.isMap(key):
 		var m struct {
-			Version int64 `json:"version"`
+			Version int64    `json:"version"`
+			Members []string `json:"members"`
 		}
 		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
+		if kv.CreateRevision != v.lineage || listed {
+			v.marks = v.marks[:0]
+		}
+		if len(v.marks) == maxMarks {
+			v.marks = append(v.marks[:0], v.marks[maxMarks/2:]...)
+		}
+		v.marks = append(v.marks, mapMark{kv.ModRevision, kv.Version})
 		v.lineage, v.version, v.seq = kv.CreateRevision, m.Version, kv.Version
+		clear(v.ranked)
+		for _, name := range m.Members {
+			v.ranked[name] = true
+		}
 	case k.isFloor(key):
 		v.floor = kv.Value
 	}
@@ -319,10 +408,22 @@ func (v *ackView) del(k keys, key string) {
 	case k.isAck(key):
 		delete(v.acks, k.ackName(key))
 	case k.isMap(key):
-		v.lineage, v.version, v.seq = 0, 0, 0
+		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
+		clear(v.ranked)
 	case k.isFloor(key):
 		v.floor = nil
 	}
+}
+
+// seqAt returns the seq of the map that was current at revision rev, or 0
+// when the view cannot tell (the map changed since, and the put that made
+// that map current came before the view's first sight of the lineage).
+func (v *ackView) seqAt(rev int64) int64 {
+	i := sort.Search(len(v.marks), func(i int) bool { return v.marks[i].rev > rev })
+	if i == 0 {
+		return 0
+	}
+	return v.marks[i-1].seq
 }
 
 // noteLoad folds a load key's put or deletion into loads, and reports
@@ -346,15 +447,25 @@ func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, delete
 // An acknowledgement beyond the view's map (a version above the map's: an
 // older map was written by hand; a seq above the map's: a map the leader
 // has not seen) is unknown, never a bound.
+//
+// A member whose acknowledgement is unknown (it has written none yet, is
+// quiet after a resume, refuses the map, or its ack key was deleted) still
+// has a bound in seqs: a member acts only once its view has reached the
+// put that bound its key to its lease (see selfSeen), so it holds no slot
+// that the maps from the one current at that put on do not give it. That
+// seq stands in its seq acknowledgement (SeqLagging, for free), so that it
+// blocks only the slots those maps give it (issue 22), but not in
+// SeqFloor if the map ranks it: the rink is not at rest until every ranked
+// member has acknowledged the map.
 func (v *ackView) compute() *ackFloor {
 	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
 		return nil
 	}
 	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
 		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{}}
-	for name, lease := range v.members {
+	for name, m := range v.members {
 		var ack, seq int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
-		if a, ok := v.acks[name]; ok && a.lease == lease && a.Lineage == v.lineage {
+		if a, ok := v.acks[name]; ok && a.lease == m.lease && a.Lineage == v.lineage {
 			ack, seq = a.Ack, a.Seq
 		}
 		if ack > v.version {
@@ -363,10 +474,17 @@ func (v *ackView) compute() *ackFloor {
 		if seq > v.seq {
 			seq = 0
 		}
+		bound := seq
+		if ack < 1 && seq < 1 {
+			bound = v.seqAt(m.boundRev)
+			if !v.ranked[name] {
+				seq = bound
+			}
+		}
 		f.Floor = min(f.Floor, ack)
 		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.version)
 		f.SeqFloor = min(f.SeqFloor, seq)
-		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, seq, v.seq)
+		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, bound, v.seq)
 	}
 	return f
 }
@@ -397,7 +515,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	a := &aggregation{v: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}, loads: map[string]loadReport{}, reqs: reqs, rest: rest}
+	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]loadReport{}, reqs: reqs, rest: rest}
 	batches := make(chan watchBatch)
 	wg.Add(1)
 	go func() {
@@ -446,14 +564,16 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		clear(loads)
 		loadsChanged = true
 		v.lineage, v.version, v.floor = 0, 0, nil
+		v.marks = v.marks[:0]
+		clear(v.ranked)
 		for _, kv := range b.kvs {
-			v.put(r.keys, kv)
+			v.put(r.keys, kv, true)
 			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
 		}
 	}
 	for _, ev := range b.events {
 		if ev.Type == clientv3.EventTypePut {
-			v.put(r.keys, ev.Kv)
+			v.put(r.keys, ev.Kv, false)
 		} else {
 			v.del(r.keys, string(ev.Kv.Key))
 		}

@@ -45,7 +45,7 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
-	return &bare{t: t, r: r, sim: &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}}
+	return &bare{t: t, r: r, sim: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}}
 }
 
 // memberKV stands for a member key created at createRev (its lease is
@@ -66,13 +66,13 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	for _, kv := range kvs {
 		rev = max(rev, kv.ModRevision)
 		if !k.isMember(string(kv.Key)) {
-			b.sim.put(k, kv)
+			b.sim.put(k, kv, false)
 			out = append(out, kv)
 			continue
 		}
 		name := k.memberName(string(kv.Key))
-		b.sim.put(k, kv)
-		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease})
+		b.sim.put(k, kv, false)
+		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
 		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
 	if f := b.sim.compute(); f != nil && !b.manual {
@@ -400,18 +400,18 @@ func TestBarrierFloorBounds(t *testing.T) {
 // maxLagging members.
 func TestFloorFromView(t *testing.T) {
 	k := newKeys("bare")
-	v := &ackView{members: map[string]int64{}, acks: map[string]ackKey{}}
+	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
 	if v.compute() != nil {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease})
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease}, false)
 	}
 	ack := func(name string, lease, lineage, version int64) {
 		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage, Seq: version})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease})
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease}, false)
 	}
-	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20))
+	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20), false)
 	member("a", 1)
 	member("b", 2)
 	member("c", 3)
@@ -428,7 +428,7 @@ func TestFloorFromView(t *testing.T) {
 	}
 	// A member that predates seqs: known in versions, unknown in seqs.
 	val, _ := json.Marshal(ackValue{Ack: 5, Lineage: 10})
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack("a")), Value: val, Lease: 1})
+	v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack("a")), Value: val, Lease: 1}, false)
 	if f := v.compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
 		t.Fatalf("an ack without seq: %+v", f)
 	} else if _, ok := f.Lagging["a"]; ok {
@@ -449,6 +449,59 @@ func TestFloorFromView(t *testing.T) {
 	v.del(k, k.rankMap())
 	if v.compute() != nil {
 		t.Fatal("a floor after the map was deleted")
+	}
+}
+
+// A member whose acknowledgement is unknown (none written yet, quiet after
+// a resume, refusing the map, its ack key deleted) is bounded by the map
+// current when its key was bound to its lease: it acts only once its view
+// has reached that put (issue 22). The bound stands in SeqLagging, and in
+// SeqFloor only for members the map does not rank: the rink is not at rest
+// before every ranked member has acknowledged.
+func TestFloorBoundsUnknownAcks(t *testing.T) {
+	k := newKeys("bare")
+	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
+	member := func(name string, lease, createRev, modRev int64, listed bool) {
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
+	}
+	v.put(k, mapKV(twoSlots(5, []string{"a", "b"}, 0, 1), 10, 20), false) // seq 5 at revision 20
+	member("a", 1, 15, 15, false)                                         // ranked, bound before the map
+	member("b", 2, 16, 25, false)                                         // ranked, bound after it (a resume)
+	member("n", 3, 26, 26, false)                                         // a newcomer, not ranked
+	check := func(what string, seqFloor int64, lagging map[string]int64) {
+		t.Helper()
+		f := v.compute()
+		if f.SeqFloor != seqFloor || !reflect.DeepEqual(f.SeqLagging, lagging) || f.Floor != 0 || len(f.Lagging) != 3 {
+			t.Fatalf("%s: floor = %+v, want seq floor %d, seq lagging %v, versions unknown", what, f, seqFloor, lagging)
+		}
+	}
+	check("one map", 0, map[string]int64{"a": 0})
+	v.put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), false)
+	check("the next map", 0, map[string]int64{"a": 0, "b": 5, "n": 5})
+	member("b", 2, 16, 31, false) // rewritten under the same lease: bound as before
+	check("b rewritten", 0, map[string]int64{"a": 0, "b": 5, "n": 5})
+	member("b", 4, 16, 32, false) // a resume: bound to a new lease after map 6
+	check("b resumed", 0, map[string]int64{"a": 0, "n": 5})
+	delete(v.ranked, "a")
+	delete(v.ranked, "b")
+	v.ranked["n"] = true
+	check("n ranked, a and b not", 0, map[string]int64{"a": 0, "n": 5})
+	// A listing tells no binding: its members are bounded from their
+	// creation, and the map's puts before the listing are not known.
+	clear(v.members) // (as fold does for a listing)
+	v.put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), true)
+	member("a", 1, 15, 15, true)
+	member("b", 4, 16, 32, true)
+	member("n", 3, 26, 26, true)
+	check("listed", 0, map[string]int64{"a": 0, "b": 0, "n": 0})
+	v.ranked = map[string]bool{}
+	val, _ := json.Marshal(ackValue{Ack: 6, Lineage: 10, Seq: 6})
+	for _, name := range []string{"a", "b", "n"} {
+		lease := map[string]int64{"a": 1, "b": 4, "n": 3}[name]
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease}, false)
+	}
+	if f := v.compute(); f.SeqFloor != 6 || len(f.SeqLagging) != 0 || f.Floor != 6 {
+		t.Fatalf("every acknowledgement in: %+v", f)
 	}
 }
 

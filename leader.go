@@ -182,7 +182,8 @@ func (r *Rink) plan() {
 	}
 	st.dirty = false
 	now := time.Now()
-	live := r.withGhosts(liveByAge(st.members), st.members, st.cur)
+	proto, strangers := rinkProtocol(st.members)
+	live := r.withGhosts(speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
 	var leavers []string
 	for _, name := range live {
 		if st.members[name].leaving {
@@ -281,12 +282,11 @@ func (r *Rink) plan() {
 			return plan(st.cur, in)
 		}, now)
 	}
-	proto, strangers := rinkProtocol(st.members)
 	next.Schema = proto
 	if s := strings.Join(strangers, ","); s != l.strangers {
 		l.strangers = s
 		if s != "" {
-			r.log.Warn("members speak none of this member's protocols: they will refuse its maps", zap.Strings("members", strangers), zap.Ints("protocols", speaks))
+			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", speaks))
 		}
 	}
 	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil {
@@ -562,7 +562,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		return false // not ranked, or no usable map: nothing to hand over
 	}
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		live := deleteName(r.withGhosts(liveByAge(members), members, cur), self)
+		live := deleteName(r.withGhosts(speakers(liveByAge(members), members, cur.Schema), members, cur), self)
 		for _, name := range live {
 			if members[name].leaving {
 				live = deleteName(live, name) // it is on its way out: no heir
@@ -607,9 +607,9 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			k := string(kv.Key)
 			switch {
 			case r.keys.isMember(k):
-				if name, ok := r.keys.validMember(k); ok {
-					_, capacity := metaOf(kv.Value)
-					members[name] = memberInfo{createRev: kv.CreateRevision, capacity: capacity, leaving: leavingOf(kv.Value)}
+				if name, ok := r.keys.liveMember(kv); ok {
+					protocols, capacity := metaOf(kv.Value)
+					members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value)}
 				}
 				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
 			case r.keys.isMap(k):

@@ -58,8 +58,8 @@ type state struct {
 	floor   ackFloor // the leader's summary of acknowledgements (zero: none)
 	leader  string   // election key of the lowest create revision ("": recompute)
 
-	strays     strayLog                 // stray keys already logged (see stray.go)
-	strayElect map[string]strayElection // stray election keys, by key
+	strays    strayLog            // stray keys already logged (see stray.go)
+	strayKeys map[string]strayKey // stray keys to delete (see sweepStrays), by key
 
 	// Per slot: whether the applied map gives it to this member, since which
 	// map seq (and that map's mod revision) it has continuously done so, and
@@ -260,7 +260,7 @@ func (r *Rink) initState() {
 	st.elect = map[string]memberInfo{}
 	st.electOf = map[string]map[string]bool{}
 	st.touched = map[string]bool{}
-	st.strayElect = map[string]strayElection{}
+	st.strayKeys = map[string]strayKey{}
 	st.hist = map[int64]rankMap{}
 	st.verSeq = map[int64]int64{}
 	st.owned = make([]bool, S)
@@ -319,7 +319,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		st.memberGen++
 		clear(st.elect)
 		clear(st.electOf)
-		clear(st.strayElect)
+		clear(st.strayKeys)
 		st.floor, st.leader = ackFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
@@ -357,7 +357,14 @@ func (r *Rink) onWatch(b watchBatch) {
 				} else {
 					r.putKey(ev.Kv)
 				}
-				continue
+				if _, ok := st.members[r.keys.memberName(key)]; !ok || !r.keys.isMember(key) || ev.Kv.Lease != 0 {
+					continue
+				}
+				// A live member's key put without a lease (by hand): a
+				// stray now, and its member is gone as if the key were
+				// deleted (putKey logged it and will have it swept).
+			} else {
+				delete(st.strayKeys, key)
 			}
 			switch {
 			case r.keys.isMember(key):
@@ -365,12 +372,14 @@ func (r *Rink) onWatch(b watchBatch) {
 				if !ok {
 					continue // a stray key: it was never in the view
 				}
-				if m, ok := st.members[name]; ok {
-					if gone == nil {
-						gone = map[string]memberInfo{}
-					}
-					gone[name] = m
+				m, ok := st.members[name]
+				if !ok {
+					continue // a stray key put without a lease, or a deletion seen twice
 				}
+				if gone == nil {
+					gone = map[string]memberInfo{}
+				}
+				gone[name] = m
 				delete(st.members, name)
 				st.memberGen++
 				st.touched[name] = true
@@ -380,7 +389,6 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 			case r.keys.isElection(key):
 				r.dropElection(key)
-				delete(st.strayElect, key)
 				if key == st.leader {
 					st.leader = ""
 				}
@@ -449,6 +457,14 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			st.strays.note(r.log, key, "not a member name")
 			return
 		}
+		if kv.Lease == 0 {
+			st.strays.note(r.log, key, "bound to no lease")
+			if s, ok := st.strayKeys[key]; !ok || s.rev != kv.ModRevision {
+				st.strayKeys[key] = strayKey{rev: kv.ModRevision}
+			}
+			return
+		}
+		delete(st.strayKeys, key)
 		old, existed := st.members[name]
 		protocols, capacity := metaOf(kv.Value)
 		leaving := leavingOf(kv.Value)
@@ -477,12 +493,12 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			if key == st.leader {
 				st.leader = ""
 			}
-			if s, ok := st.strayElect[key]; !ok || s.rev != kv.ModRevision {
-				st.strayElect[key] = strayElection{rev: kv.ModRevision}
+			if s, ok := st.strayKeys[key]; !ok || s.rev != kv.ModRevision {
+				st.strayKeys[key] = strayKey{rev: kv.ModRevision}
 			}
 			return
 		}
-		delete(st.strayElect, key)
+		delete(st.strayKeys, key)
 		r.dropElection(key)
 		cand := candidateName(kv.Value)
 		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: cand, lease: kv.Lease}

@@ -221,7 +221,10 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					}
 					return
 				}
-				if deleted {
+				if deleted || kv.Lease == 0 {
+					if !deleted {
+						strays.note(ob.log, key, "bound to no lease")
+					}
 					delete(members, name)
 					return
 				}

@@ -121,10 +121,18 @@ func metaOf(value []byte) (protocols []int, capacity float64) {
 	return slices.Compact(out), capacityOr1(c)
 }
 
+// speakers returns the names of live (in order) whose members speak
+// proto. The others would refuse a map in it, and so never hold what it
+// gives them: the leader leaves them unranked (issue 22).
+func speakers(live []string, members map[string]memberInfo, proto int) []string {
+	return slices.DeleteFunc(live, func(name string) bool { return !slices.Contains(members[name].protocols, proto) })
+}
+
 // rinkProtocol returns the protocol the leader proclaims in: the highest
 // that this build and every member listed speak. When some member shares
 // none with this build, it returns this build's highest, and those members'
-// names: they will refuse the map until they are gone (or upgraded).
+// names: they would refuse the map, so they are not ranked (see speakers)
+// until a leader that speaks their protocol proclaims one.
 func rinkProtocol(members map[string]memberInfo) (proto int, strangers []string) {
 	common := slices.Clone(speaks)
 	for name, m := range members {

@@ -15,18 +15,31 @@ import (
 // etcdctl can put anything there. A member key whose name no member can
 // have (empty, with a '/', a space, a reserved segment...) is ignored by
 // members, the leader, its acknowledgement aggregator and observers alike:
-// ranking it would make a map every member refuses. An election key that no
-// campaign made (not named by the lease it is bound to, or bound to none)
-// is ignored too, and deleted by the member whose own election key is the
-// lowest: concurrency.Election would otherwise wait for it to go before
-// electing anyone whose key is newer. Other keys under the prefix are never
-// read.
+// ranking it would make a map every member refuses. So is a member key
+// bound to no lease (see liveMember), which is also deleted. An election
+// key that no campaign made (not named by the lease it is bound to, or
+// bound to none) is ignored too, and deleted: concurrency.Election would
+// otherwise wait for it to go before electing anyone whose key is newer.
+// The member whose own election key is the lowest (it leads, or is next)
+// deletes stray keys, each guarded by the revision it saw. Other keys
+// under the prefix are never read.
 
 // validMember returns the member name of a member key, and whether a member
 // can have that name.
 func (k keys) validMember(key string) (string, bool) {
 	name := k.memberName(key)
 	return name, validName(name, false) == ""
+}
+
+// liveMember returns the member name of a member key, and whether it
+// names a member: a name a member can have, on a key bound to a lease.
+// Every member's key is bound to its lease; one bound to none was put by
+// hand (etcdctl put <rink>/members/zz '{}'), and would be a member that
+// never goes and never acknowledges a map. It is a stray: ignored, and
+// deleted by the member that sweeps stray election keys.
+func (k keys) liveMember(kv *mvccpb.KeyValue) (string, bool) {
+	name, ok := k.validMember(string(kv.Key))
+	return name, ok && kv.Lease != 0
 }
 
 // electionKey returns the election key that a campaign on lease creates.
@@ -69,26 +82,27 @@ func (s *strayLog) note(log *zap.Logger, key, why string) {
 	log.Warn("ignoring a stray key under the rink's prefix", zap.String("key", key), zap.String("why", why))
 }
 
-// strayElection is a stray election key in a member's view.
-type strayElection struct {
+// strayKey is a stray key that the sweeper deletes: an election key no
+// campaign made, or a member key bound to no lease.
+type strayKey struct {
 	rev   int64 // its mod revision
 	tried bool  // a deletion at rev has been started
 }
 
-// sweepStrays deletes the stray election keys of the view, if this member's
+// sweepStrays deletes the stray keys of the view (see strayKey), if this member's
 // own election key is the lowest (it leads, or is next): exactly one member
 // does it. Each deletion is guarded by the mod revision seen, and retried
 // until it is done, the key has changed, or the incarnation ends.
 func (r *Rink) sweepStrays() {
 	st := &r.st
-	if st.inc == nil || len(st.strayElect) == 0 || lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
+	if st.inc == nil || len(st.strayKeys) == 0 || lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
 		return
 	}
-	for key, s := range st.strayElect {
+	for key, s := range st.strayKeys {
 		if s.tried {
 			continue
 		}
-		st.strayElect[key] = strayElection{rev: s.rev, tried: true}
+		st.strayKeys[key] = strayKey{rev: s.rev, tried: true}
 		inc, rev := st.inc, s.rev
 		r.wg.Add(1)
 		go func() {
@@ -100,7 +114,7 @@ func (r *Rink) sweepStrays() {
 				cancel()
 				if err == nil {
 					if resp.Succeeded {
-						r.log.Warn("deleted a stray election key: it would block elections", zap.String("key", key))
+						r.log.Warn("deleted a stray key", zap.String("key", key))
 					}
 					return
 				}

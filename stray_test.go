@@ -190,7 +190,7 @@ func TestLeaderRefusesOwnBadMap(t *testing.T) {
 	st.lead = &leadership{inc: st.inc, key: newKeys("bare").election() + "none", rev: 1,
 		since: map[string]time.Time{}, retry: newBackoff(), stopAgg: func() {}}
 	for i := 0; i < 2; i++ {
-		st.members[""] = memberInfo{createRev: 9, lease: 9}
+		st.members[""] = memberInfo{createRev: 9, lease: 9, protocols: ownProtocols}
 		st.dirty = true
 		b.r.plan()
 		if st.lead.busy {
