@@ -28,7 +28,7 @@ import (
 func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 	st := &r.st
 	for name, m := range gone {
-		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || st.cur.index(name) < 0 {
+		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || r.rankedIndex(name) < 0 {
 			continue
 		}
 		r.addGhost(name, m.lease)
@@ -67,7 +67,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
 			if m, ok := st.members[name]; ok && m.lease == e.lease {
 				continue
 			}
-			if _, ok := st.ghosts[e.lease]; ok || st.cur.index(name) < 0 {
+			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 {
 				continue
 			}
 			r.addGhost(name, e.lease)

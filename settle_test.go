@@ -369,3 +369,60 @@ func TestSettledRollingDeployAfterFirstSettle(t *testing.T) {
 		}
 	}
 }
+
+// indexCur keeps unlisted (the ranked members without a key) from the
+// positions where two maps' members differ; it must agree with a scan of
+// the whole map after any sequence of maps and member keys.
+func FuzzIndexCur(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 200, 4, 5, 130, 1, 2, 7, 250, 0})
+	f.Add([]byte{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 200, 1})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		b := newBare(t, "m0", 2, 5)
+		st := &b.r.st
+		var members []string
+		for _, op := range ops {
+			name := fmt.Sprint("m", op%32)
+			switch {
+			case op >= 192: // a map: the members so far, rotated
+				prev := st.cur.Members
+				next := slices.Clone(members)
+				if len(next) > 0 {
+					k := int(op) % len(next)
+					next = append(next[k:], next[:k]...)
+				}
+				st.cur.Members = next
+				b.r.indexCur(prev)
+			case op >= 96: // a key deleted
+				if _, ok := st.members[name]; ok {
+					delete(st.members, name)
+					if b.r.rankedIndex(name) >= 0 {
+						st.unlisted[name] = true
+					}
+				}
+			default: // a key put; the next map ranks it
+				if _, ok := st.members[name]; !ok {
+					st.members[name] = memberInfo{}
+					delete(st.unlisted, name)
+				}
+				if !slices.Contains(members, name) {
+					members = append(members, name)
+				}
+				if op%7 == 0 && len(members) > 1 {
+					members = members[1:] // and one leaves the next map
+				}
+			}
+			want := map[string]bool{}
+			for _, n := range st.cur.Members {
+				if _, ok := st.members[n]; !ok {
+					want[n] = true
+				}
+			}
+			if !maps.Equal(st.unlisted, want) {
+				t.Fatalf("after %d: unlisted %v, want %v (map %v)", op, st.unlisted, want, st.cur.Members)
+			}
+			if got := b.r.rankedIndex("m0"); got != slices.Index(st.cur.Members, "m0") {
+				t.Fatalf("own index %d, want %d", got, slices.Index(st.cur.Members, "m0"))
+			}
+		}
+	})
+}

@@ -130,12 +130,16 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 	h := &history{}
 	p := newProxy(t)
 	_, a, b, c := threeSettled(t, h, proxiedClient(t, p), WithSessionTTL(ttl))
-	version := a.Rank().Version
 	role := roleOf(t, b)
 	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A role awaited for the first time is reported at once, and the
+	// leader proclaims a map balanced by load: let it come first.
+	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.owners.Load().ByLoad })
+	settle(t, h, a, b, c)
+	version := a.Rank().Version
 	mark := time.Now()
 	p.PauseTx()
 	p.PauseRx()

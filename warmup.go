@@ -196,7 +196,7 @@ func (r *Rink) heirsReady(w *warmState) bool {
 func (r *Rink) applyIncoming() {
 	st := &r.st
 	var in []int
-	idx := st.cur.index(r.opts.member)
+	idx := r.rankedIndex(r.opts.member)
 	for _, s := range st.cur.Incoming[r.opts.member] {
 		if s >= 0 && s < len(st.cur.Table) && (idx < 0 || st.cur.Table[s] != idx) {
 			in = append(in, s)
@@ -250,7 +250,7 @@ func (r *Rink) onWarmed(v int64) {
 // up from it.
 func (r *Rink) startLeaving() bool {
 	st := &r.st
-	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || st.cur.index(r.opts.member) < 0 ||
+	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || r.rankedIndex(r.opts.member) < 0 ||
 		!slices.ContainsFunc(st.held, func(h context.CancelCauseFunc) bool { return h != nil }) {
 		return false
 	}
@@ -317,7 +317,7 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 // and nobody else would serve them meanwhile.
 func (r *Rink) heirsWarm() bool {
 	st := &r.st
-	idx := st.cur.index(r.opts.member)
+	idx := r.rankedIndex(r.opts.member)
 	if idx < 0 {
 		return false
 	}
@@ -386,7 +386,7 @@ func (r *Rink) leftWarm() bool {
 		return true
 	default:
 	}
-	return st.inc == nil || st.cur.index(r.opts.member) < 0 && len(st.draining) == 0 || slices.Contains(st.cur.Leave, r.opts.member) || r.heirsWarm()
+	return st.inc == nil || r.rankedIndex(r.opts.member) < 0 && len(st.draining) == 0 || slices.Contains(st.cur.Leave, r.opts.member) || r.heirsWarm()
 }
 
 // keepRound puts back into next the moves of the last load round that are

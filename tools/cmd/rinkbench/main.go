@@ -74,7 +74,7 @@ var scenarios = []struct {
 		return bench.Drain(env, 10)
 	}},
 	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
-		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles)
+		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles, cfg.scaleProfile)
 	}},
 }
 
@@ -88,6 +88,7 @@ type config struct {
 	noFsync   bool
 
 	scaleMembers, scaleRoles int
+	scaleProfile             string
 	loadRoles                int
 	shiftEvery               time.Duration
 	shifts                   int
@@ -104,6 +105,7 @@ func main() {
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
 	flag.IntVar(&cfg.scaleMembers, "scale-members", 1000, "members of the scale scenario's breadth part")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
+	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file")
 	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
 	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
 	flag.IntVar(&cfg.shifts, "shifts", 10, "how many hot sets the load-shift scenario draws")

@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -90,6 +92,8 @@ type Breadth struct {
 	SetupTime      time.Duration
 	BytesPerMember float64
 	Goroutines     float64 // per member
+	// Profile, if set, is a file to write a CPU profile of Run's join to.
+	Profile string
 }
 
 func (b *Breadth) options(name string) []rink.Option {
@@ -226,12 +230,18 @@ func (b *Breadth) Run() (Sample, error) {
 		"goroutines_per_member": b.Goroutines,
 	}
 	// One join.
-	cpu0, t0 := cpuTime(), time.Now()
-	name, err := b.join()
+	stop, err := startProfile(b.Profile)
 	if err != nil {
 		return nil, err
 	}
+	cpu0, t0 := cpuTime(), time.Now()
+	name, err := b.join()
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	at, err := b.settle(time.Minute)
+	stop()
 	if err != nil {
 		return nil, err
 	}
@@ -269,6 +279,23 @@ func (b *Breadth) Run() (Sample, error) {
 	s["leave_held_s"] = b.lastAcquired("", t0).Sub(t0).Seconds()
 	s["overlaps"] = float64(overlaps(b.rec.snapshot()))
 	return s, nil
+}
+
+// startProfile starts a CPU profile into file, if it is not empty; stop
+// ends it.
+func startProfile(file string) (stop func(), err error) {
+	if file == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // allHeld reports whether every slot is held by the member the current map
@@ -446,11 +473,14 @@ func Depth(env Env, nroles int) (Sample, error) {
 // Scale runs the breadth part (members in one process on 4 clients: one
 // join and one leave) and then the depth part (2 members awaiting nroles
 // roles) and reports the figures of both.
-func Scale(env Env, members, nroles int) (Sample, error) {
+//
+// With profile set, it writes a CPU profile of the one join to that file.
+func Scale(env Env, members, nroles int, profile string) (Sample, error) {
 	b, err := NewBreadth(env, members, 4)
 	if err != nil {
 		return nil, err
 	}
+	b.Profile = profile
 	s, err := b.Run()
 	b.Close()
 	if err != nil {
