@@ -338,10 +338,13 @@ type ackView struct {
 type ackMember struct {
 	lease     int64
 	createRev int64
-	// boundRev is a revision at or before which the key was bound to
-	// lease: the put that bound it, or, for a key first seen in a listing,
-	// its creation (every binding comes at or after it).
-	boundRev int64
+	// carried is the acknowledgement the member wrote under an earlier
+	// lease of the same key (a resume rebinds the key to a new lease, and
+	// the old lease takes the old ack key with it), if the view saw it.
+	// An acknowledgement speaks of the process, whose view never goes
+	// back, whatever its lease: it stays a bound until the member writes
+	// one under its new lease.
+	carried ackValue
 }
 
 // mapMark is one put of the map key: its mod revision and seq.
@@ -367,11 +370,12 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 			delete(v.members, name)
 			return
 		}
-		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision, boundRev: kv.ModRevision}
-		if old, ok := v.members[name]; ok && old.lease == m.lease && old.createRev == m.createRev {
-			m.boundRev = old.boundRev // a rewrite under the same lease (leaving, capacity)
-		} else if listed {
-			m.boundRev = kv.CreateRevision
+		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision}
+		if old, ok := v.members[name]; ok && old.createRev == m.createRev {
+			m.carried = old.carried
+			if a, ok := v.acks[name]; ok && old.lease != m.lease && a.lease == old.lease && a.Seq > 0 {
+				m.carried = a.ackValue // a resume: the old lease's ack key goes next
+			}
 		}
 		v.members[name] = m
 	case k.isAck(key):
@@ -450,13 +454,21 @@ func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, delete
 //
 // A member whose acknowledgement is unknown (it has written none yet, is
 // quiet after a resume, refuses the map, or its ack key was deleted) still
-// has a bound in seqs: a member acts only once its view has reached the
-// put that bound its key to its lease (see selfSeen), so it holds no slot
-// that the maps from the one current at that put on do not give it. That
-// seq stands in its seq acknowledgement (SeqLagging, for free), so that it
-// blocks only the slots those maps give it (issue 22), but not in
-// SeqFloor if the map ranks it: the rink is not at rest until every ranked
-// member has acknowledged the map.
+// has a bound in seqs, which stands in its seq acknowledgement (SeqLagging,
+// for free), so that it blocks only the slots it could hold (issue 22):
+//
+//   - the acknowledgement it wrote under an earlier lease of its key, if
+//     the view saw it (see ackMember.carried);
+//   - else the seq of the map current when its key was created: a member
+//     acts only once its view has reached its own key (see selfSeen), so
+//     it holds no slot that the maps from that one on do not give it.
+//
+// Not the map current at a resume: a member quiet after a resume holds
+// nothing, but its quiet time (see hush) also keeps the slots it owned
+// from others, which after a restore of etcd a member nobody sees may
+// still act on. Such a bound counts in SeqFloor only for members that the
+// map does not rank: the rink is not at rest until every ranked member has
+// acknowledged the map.
 func (v *ackView) compute() *ackFloor {
 	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
 		return nil
@@ -476,7 +488,11 @@ func (v *ackView) compute() *ackFloor {
 		}
 		bound := seq
 		if ack < 1 && seq < 1 {
-			bound = v.seqAt(m.boundRev)
+			if c := m.carried; c.Lineage == v.lineage && c.Seq > 0 && c.Seq <= v.seq {
+				bound = c.Seq
+			} else {
+				bound = v.seqAt(m.createRev)
+			}
 			if !v.ranked[name] {
 				seq = bound
 			}
