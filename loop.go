@@ -349,7 +349,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		st.dirty = true
 		if st.inc != nil && b.rev >= st.inc.createRev {
 			m, ok := st.members[self]
-			selfGone = !ok || m.createRev != st.inc.createRev
+			selfGone = !ok || m.createRev != st.inc.createRev || r.reboundSelf(m.lease, m.modRev)
 		}
 		for name := range st.members {
 			delete(gone, name)
@@ -362,6 +362,9 @@ func (r *Rink) onWatch(b watchBatch) {
 					r.applyMap(ev.Kv)
 				} else {
 					r.putKey(ev.Kv)
+				}
+				if key == r.keys.member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
+					selfGone = true
 				}
 				if _, ok := st.members[r.keys.memberName(key)]; !ok || !r.keys.isMember(key) || ev.Kv.Lease != 0 {
 					continue
@@ -430,10 +433,20 @@ func (r *Rink) onWatch(b watchBatch) {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
 		// take our slots now: stop holding them at once.
-		r.log.Warn("own member key deleted: fencing")
+		r.log.Warn("own member key deleted, or bound to another lease: fencing")
 		r.fence(st.inc, ErrFenced)
 	}
 	r.sweepStrays()
+}
+
+// reboundSelf reports whether our member key, seen bound to lease at
+// modRev, was bound to a lease not ours after our incarnation bound it: by
+// hand (etcdctl put --lease). Our writes are guarded by our lease, so we
+// could acknowledge nothing more: we fence, and join again once that key
+// is gone.
+func (r *Rink) reboundSelf(lease, modRev int64) bool {
+	inc := r.st.inc
+	return inc != nil && lease != int64(inc.lease) && modRev > inc.boundRev
 }
 
 // dropElection takes an election key out of the view.

@@ -166,3 +166,37 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 	settle(t, h, a, b)
 	h.check(t)
 }
+
+// A member whose key an operator binds to another lease (etcdctl put
+// --lease) can write nothing any more: its acknowledgements are guarded
+// by its own lease. It fences, and joins again once that key is gone.
+func TestOwnKeyReboundFences(t *testing.T) {
+	h := &history{}
+	name, a, b, _ := threeSettled(t, h, newClient(t))
+	role := roleOf(t, b)
+	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := newClient(t)
+	lease, err := op.Grant(context.Background(), 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = op.Revoke(context.Background(), lease.ID) })
+	mark := time.Now()
+	if _, err := op.Put(context.Background(), newKeys(name).member("b"), memberValue(1), clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctxB.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("b still holds its role with its key bound to another lease")
+	}
+	if _, err := op.Revoke(context.Background(), lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "b rejoined and ranked", func() bool { return rejoinedSince(h, "b", mark) && b.Rank().Index >= 0 })
+	eventually(t, 10*time.Second, role+" held", func() bool { return len(holding(role, a, b)) == 1 })
+	h.check(t)
+}
