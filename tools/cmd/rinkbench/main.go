@@ -2,13 +2,16 @@
 // write seen by a watch on another client), graceful handover against it,
 // failover after a member is cut off, roles moved by a scale-out, a crash
 // and a rolling deploy, a cache's hit rate through a rolling deploy and a
-// scale-out with warm-up on and off, the steady cost on etcd, and scale (a thousand
-// members in one process; a hundred thousand roles awaited). Each scenario runs -runs times and reports the
-// min, median and max of each figure; -json prints one JSON object per
-// scenario instead.
+// scale-out with warm-up on and off, the steady cost on etcd, and scale (a
+// thousand members in one process, what a join and a leave cost them and
+// etcd; a hundred thousand roles awaited). Each scenario runs -runs times
+// and reports the min, median and max of each figure; -json prints one
+// JSON object per scenario instead. -scale-members takes several sizes,
+// each reported as a scale result of its own.
 //
 //	go run ./tools/cmd/rinkbench
 //	go run ./tools/cmd/rinkbench -scenario handover,failover -runs 5 -json
+//	go run ./tools/cmd/rinkbench -scenario scale -scale-members 1000,10000 -runs 1 -json
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,6 +30,7 @@ import (
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
 
+	"github.com/rink-go/rink"
 	"github.com/rink-go/rink/internal/embedetcd"
 	"github.com/rink-go/rink/tools/internal/bench"
 )
@@ -73,9 +79,72 @@ var scenarios = []struct {
 	{"drain", "a member runs two roles under Run with a drain timeout, one slow to wind down (100 ms), and shuts down: the other role's handover gap, with and without the drain", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Drain(env, 10)
 	}},
-	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
-		return bench.Scale(env, cfg.scaleMembers, cfg.scaleRoles, cfg.scaleProfile)
+	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave, and what each cost etcd; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Scale(env, cfg.scaleConfig())
 	}},
+}
+
+// sizes splits a scenario's configuration into the configurations it runs
+// as results of their own: one per -scale-members size for scale.
+func sizes(name string, cfg config) []config {
+	if name != "scale" || len(cfg.scaleMembers) < 2 {
+		return []config{cfg}
+	}
+	var out []config
+	for _, n := range cfg.scaleMembers {
+		c := cfg
+		c.scaleMembers = []int{n}
+		if c.scaleProfile != "" {
+			ext := filepath.Ext(c.scaleProfile)
+			c.scaleProfile = fmt.Sprintf("%s-%d%s", strings.TrimSuffix(c.scaleProfile, ext), n, ext)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// scaleConfig is the scale scenario's configuration for its (first) size.
+func (cfg config) scaleConfig() bench.ScaleConfig {
+	return bench.ScaleConfig{Members: cfg.scaleMembers[0], Slots: cfg.scaleSlots, TTL: cfg.scaleTTL, Roles: cfg.scaleRoles, Profile: cfg.scaleProfile, LoadInterval: cfg.scaleLoadInterval}
+}
+
+// about says, for a scenario's heading, what configuration it ran.
+func (cfg config) about(name string) string {
+	if name != "scale" {
+		return ""
+	}
+	sc := cfg.scaleConfig()
+	if sc.Slots == 0 {
+		sc.Slots = bench.ScaleSlots(sc.Members)
+	}
+	if sc.TTL == 0 {
+		sc.TTL = bench.ScaleTTL(sc.Members)
+	}
+	return fmt.Sprintf(" (%d members, %d slots, session TTL %v)", sc.Members, sc.Slots, sc.TTL)
+}
+
+// intList is a flag of comma-separated integers.
+type intList []int
+
+func (l *intList) String() string {
+	var out []string
+	for _, n := range *l {
+		out = append(out, strconv.Itoa(n))
+	}
+	return strings.Join(out, ",")
+}
+
+func (l *intList) Set(v string) error {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("%q: want comma-separated integers", v)
+		}
+		out = append(out, n)
+	}
+	*l = out
+	return nil
 }
 
 type config struct {
@@ -87,11 +156,14 @@ type config struct {
 	json      bool
 	noFsync   bool
 
-	scaleMembers, scaleRoles int
-	scaleProfile             string
-	loadRoles                int
-	shiftEvery               time.Duration
-	shifts                   int
+	scaleMembers           []int
+	scaleRoles, scaleSlots int
+	scaleTTL               time.Duration
+	scaleProfile           string
+	scaleLoadInterval      time.Duration // of the scale scenario's members: 0, the default; the tests shorten it
+	loadRoles              int
+	shiftEvery             time.Duration
+	shifts                 int
 }
 
 func main() {
@@ -103,9 +175,12 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
-	flag.IntVar(&cfg.scaleMembers, "scale-members", 1000, "members of the scale scenario's breadth part")
+	cfg.scaleMembers = []int{1000}
+	flag.Var((*intList)(&cfg.scaleMembers), "scale-members", "members of the scale scenario's breadth part; comma-separated sizes (1000,10000) run as results of their own")
+	flag.IntVar(&cfg.scaleSlots, "scale-slots", 0, "slots of the scale scenario's rink (0: the least power of two that is at least the members and 1024)")
+	flag.DurationVar(&cfg.scaleTTL, "scale-ttl", 0, "session TTL of the scale scenario's members (0: 10s, or 3 s per 1,000 members where that is longer, to keep renewals at 1,000 a second)")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
-	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file")
+	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file (with several -scale-members, to one file per size, named with the size)")
 	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
 	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
 	flag.IntVar(&cfg.shifts, "shifts", 10, "how many hot sets the load-shift scenario draws")
@@ -139,8 +214,22 @@ func run(out, errOut io.Writer, cfg config) error {
 	if cfg.shiftEvery == 0 {
 		cfg.shiftEvery, cfg.shifts = time.Minute, 10
 	}
-	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleMembers < 2 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 || cfg.shiftEvery < time.Second || cfg.shifts < 1 {
-		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -scale-members at least 2, -hold above 0")
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 || cfg.shiftEvery < time.Second || cfg.shifts < 1 {
+		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -hold above 0")
+	}
+	if len(cfg.scaleMembers) == 0 {
+		return fmt.Errorf("-scale-members: no size")
+	}
+	for _, n := range cfg.scaleMembers {
+		if n < 2 {
+			return fmt.Errorf("-scale-members must be at least 2")
+		}
+	}
+	if cfg.scaleSlots < 0 || cfg.scaleSlots > rink.MaxSlots {
+		return fmt.Errorf("-scale-slots must be 0 to %d", rink.MaxSlots)
+	}
+	if cfg.scaleTTL != 0 && (cfg.scaleTTL < rink.MinSessionTTL || cfg.scaleTTL%time.Second != 0) {
+		return fmt.Errorf("-scale-ttl must be 0 or whole seconds, at least %v", rink.MinSessionTTL)
 	}
 	want := map[string]bool{}
 	for _, n := range strings.Split(cfg.scenario, ",") {
@@ -164,35 +253,42 @@ func run(out, errOut io.Writer, cfg config) error {
 		if !want["all"] && !want[s.name] {
 			continue
 		}
-		res := bench.Result{Scenario: s.name}
-		began := time.Now()
-		for i := 0; i < cfg.runs; i++ {
-			runCfg := cfg
-			if i > 0 {
-				runCfg.plot = "" // the first run draws
-			}
-			sample, err := s.run(env, runCfg)
-			if err != nil {
-				return fmt.Errorf("%s, run %d: %w", s.name, i+1, err)
-			}
-			res.Runs = append(res.Runs, sample)
-		}
-		if cfg.json {
-			if err := json.NewEncoder(out).Encode(jsonResult{s.name, cfg.runs, res.Summaries(), res.Runs}); err != nil {
+		for _, cfg := range sizes(s.name, cfg) {
+			if err := runScenario(out, env, cfg, s.name, s.about, s.run); err != nil {
 				return err
 			}
-			continue
 		}
-		fmt.Fprintf(out, "%s — %s (%v)\n", s.name, s.about, time.Since(began).Round(time.Second))
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "figure\tmin\tmedian\tmax\t")
-		sums := res.Summaries()
-		for _, f := range res.Figures() {
-			fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t\n", f, sums[f].Min, sums[f].Median, sums[f].Max)
-		}
-		tw.Flush()
-		fmt.Fprintln(out)
 	}
+	return nil
+}
+
+// runScenario runs one scenario -runs times and prints its result.
+func runScenario(out io.Writer, env bench.Env, cfg config, name, about string, runOnce func(bench.Env, config) (bench.Sample, error)) error {
+	res := bench.Result{Scenario: name}
+	began := time.Now()
+	for i := 0; i < cfg.runs; i++ {
+		runCfg := cfg
+		if i > 0 {
+			runCfg.plot = "" // the first run draws
+		}
+		sample, err := runOnce(env, runCfg)
+		if err != nil {
+			return fmt.Errorf("%s%s, run %d: %w", name, cfg.about(name), i+1, err)
+		}
+		res.Runs = append(res.Runs, sample)
+	}
+	if cfg.json {
+		return json.NewEncoder(out).Encode(jsonResult{name, cfg.runs, res.Summaries(), res.Runs})
+	}
+	fmt.Fprintf(out, "%s%s — %s (%v)\n", name, cfg.about(name), about, time.Since(began).Round(time.Second))
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "figure\tmin\tmedian\tmax\t")
+	sums := res.Summaries()
+	for _, f := range res.Figures() {
+		fmt.Fprintf(tw, "%s\t%.3f\t%.3f\t%.3f\t\n", f, sums[f].Min, sums[f].Median, sums[f].Max)
+	}
+	tw.Flush()
+	fmt.Fprintln(out)
 	return nil
 }
 

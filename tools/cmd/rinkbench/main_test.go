@@ -15,7 +15,7 @@ import (
 func TestAllScenarios(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: 20, scaleRoles: 1000, loadRoles: 1000, shiftEvery: 3 * time.Second, shifts: 2}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "all", runs: 1, handovers: 3, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{20}, scaleRoles: 1000, scaleLoadInterval: time.Second, loadRoles: 1000, shiftEvery: 3 * time.Second, shifts: 2}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	seen := map[string]bool{}
@@ -56,14 +56,79 @@ var wantFigures = map[string][]string{
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
 	"drain":           {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
+	"scale": {"members", "slots", "ttl_s", "join_converge_s", "join_cpu_ms", "leave_converge_s", "kib_per_member", "setup_s",
+		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join"},
+}
+
+// TestScaleSizes runs the scale scenario at two sizes: each is a result
+// of its own, named scale, with its members, slots and TTL.
+func TestScaleSizes(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out, errOut bytes.Buffer
+	if err := run(&out, &errOut, config{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{3, 5}, scaleRoles: 100, scaleLoadInterval: time.Second}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var members []float64
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var r jsonResult
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		if r.Scenario != "scale" {
+			t.Errorf("scenario %q", r.Scenario)
+		}
+		members = append(members, r.Figures["members"].Max)
+		if f := r.Figures["slots"]; f.Max != 1024 {
+			t.Errorf("slots %+v", f)
+		}
+		if f := r.Figures["ttl_s"]; f.Max != 10 {
+			t.Errorf("ttl_s %+v", f)
+		}
+		// 3 or 5 members and a newcomer on 1,024 slots: the newcomer
+		// takes slots from every one of them.
+		if f := r.Figures["members_changed_join"]; f.Max != r.Figures["members"].Max+1 {
+			t.Errorf("%v members: members_changed_join %+v", r.Figures["members"].Max, f)
+		}
+		for _, f := range wantFigures["scale"] {
+			if s, ok := r.Figures[f]; !ok || s.Min <= 0 {
+				t.Errorf("figure %s missing or not positive: %+v", f, s)
+			}
+		}
+		if o := r.Figures["overlaps"]; o.Max != 0 {
+			t.Errorf("overlaps %+v", o)
+		}
+	}
+	if len(members) != 2 || members[0] != 3 || members[1] != 5 {
+		t.Errorf("results for %v members, want 3 and 5", members)
+	}
+}
+
+func TestScaleMembersFlag(t *testing.T) {
+	for in, want := range map[string]string{"1000": "1000", "1000,10000": "1000,10000", " 2 , 3": "2,3"} {
+		var l intList
+		if err := l.Set(in); err != nil || l.String() != want {
+			t.Errorf("%q: %v, %v", in, l.String(), err)
+		}
+	}
+	for _, in := range []string{"", "1000,", "ten", "1000;2000"} {
+		var l intList
+		if err := l.Set(in); err == nil {
+			t.Errorf("%q accepted: %v", in, l)
+		}
+	}
 }
 
 func TestBadFlags(t *testing.T) {
 	for _, cfg := range []config{
-		{scenario: "nope", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 1},
-		{scenario: "all", runs: 0, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 1},
-		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 1, scaleRoles: 1},
-		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: 2, scaleRoles: 0},
+		{scenario: "nope", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{2}, scaleRoles: 1},
+		{scenario: "all", runs: 0, handovers: 1, hold: time.Second, scaleMembers: []int{2}, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{1}, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{2}, scaleRoles: 0},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: nil, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{5, 1}, scaleRoles: 1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{2}, scaleRoles: 1, scaleSlots: -1},
+		{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, scaleMembers: []int{2}, scaleRoles: 1, scaleTTL: 1500 * time.Millisecond},
 	} {
 		if err := run(&bytes.Buffer{}, &bytes.Buffer{}, cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)

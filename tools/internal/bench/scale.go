@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
@@ -82,12 +83,16 @@ func (l *applyLog) converged(names []string) (int64, time.Time, bool) {
 // Breadth is a rink of many members in this process, sharing a few clients.
 type Breadth struct {
 	name    string
+	cfg     BreadthConfig
 	clients []*clientv3.Client
 	members map[string]*rink.Rink
 	order   []string
 	log     *applyLog
 	rec     *recorder
 	next    int
+	// The etcd revisions that began and ended Run's join and leave
+	// windows (for the tests, which count the writes in them).
+	joinRevs, leaveRevs [2]int64
 	// Setup figures: how long building the rink took and what it costs.
 	SetupTime      time.Duration
 	BytesPerMember float64
@@ -96,11 +101,27 @@ type Breadth struct {
 	Profile string
 }
 
+// BreadthConfig is the rink of a Breadth.
+type BreadthConfig struct {
+	Slots int           // rink.WithSlots
+	TTL   time.Duration // rink.WithSessionTTL
+	// LoadInterval is the members' rink.WithLoadInterval; 0 leaves the
+	// default (rink.DefaultLoadInterval). A member whose slots a change
+	// moved writes its load summary at its next load interval, so Run
+	// counts a change's writes until one has passed.
+	LoadInterval time.Duration
+}
+
 func (b *Breadth) options(name string) []rink.Option {
-	return []rink.Option{
+	opts := []rink.Option{
 		rink.WithMemberName(name), rink.WithRebalanceDelay(0), rink.WithJoinTimeout(time.Minute),
+		rink.WithSlots(b.cfg.Slots), rink.WithSessionTTL(b.cfg.TTL),
 		rink.WithEvents(func(e rink.Event) { b.log.observe(e); b.rec.observe(e) }),
 	}
+	if b.cfg.LoadInterval != 0 {
+		opts = append(opts, rink.WithLoadInterval(b.cfg.LoadInterval))
+	}
+	return opts
 }
 
 func (b *Breadth) join() (string, error) {
@@ -116,11 +137,14 @@ func (b *Breadth) join() (string, error) {
 	return name, nil
 }
 
-// NewBreadth starts n members on the given number of clients (joining up to
-// 32 at a time) and waits until every one has applied the same map, in
-// which all of them are ranked.
-func NewBreadth(env Env, n, clients int) (*Breadth, error) {
-	b := &Breadth{name: nextRink("scale"), members: map[string]*rink.Rink{}, log: &applyLog{last: map[string]applied{}}, rec: &recorder{}}
+// NewBreadth starts n members of a rink on the given number of clients
+// (joining up to 32 at a time) and waits until every one has applied the
+// same map, in which all of them are ranked.
+func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
+	if cfg.LoadInterval == 0 {
+		cfg.LoadInterval = rink.DefaultLoadInterval
+	}
+	b := &Breadth{name: nextRink("scale"), cfg: cfg, members: map[string]*rink.Rink{}, log: &applyLog{last: map[string]applied{}}, rec: &recorder{}}
 	for range clients {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: env.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
@@ -167,7 +191,8 @@ func NewBreadth(env Env, n, clients int) (*Breadth, error) {
 		b.Close()
 		return nil, firstErr
 	}
-	if _, err := b.settle(2 * time.Minute); err != nil {
+	// A minute per thousand members, and at least two.
+	if _, err := b.settle(max(2*time.Minute, time.Duration(n)*60*time.Millisecond)); err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -221,15 +246,72 @@ func (b *Breadth) settle(d time.Duration) (time.Time, error) {
 
 // Run measures one join and one leave: the time until every member has
 // applied the map that follows, the CPU the process spent meanwhile, and
-// the time until the slots that moved are held again.
+// the time until the slots that moved are held again; and what each cost
+// etcd, from the change until the rink is at rest again and a load
+// interval has passed (see restAfter): the bytes it sent to clients (less
+// the answers to lease renewals), the writes it committed and its raft
+// proposals; and the members whose slots the change moved.
 func (b *Breadth) Run() (Sample, error) {
+	n := float64(len(b.order))
 	s := Sample{
-		"members":               float64(len(b.order)),
+		"members":               n,
+		"slots":                 float64(b.cfg.Slots),
+		"ttl_s":                 b.cfg.TTL.Seconds(),
 		"setup_s":               b.SetupTime.Seconds(),
 		"kib_per_member":        b.BytesPerMember / 1024,
 		"goroutines_per_member": b.Goroutines,
 	}
+	// What building the rink wrote (the last acknowledgements, floors and
+	// load summaries) is not the join's.
+	if err := until(time.Minute, "every slot held", b.allHeld); err != nil {
+		return nil, fmt.Errorf("before the join: %w", err)
+	}
+	if err := b.restAfter(time.Now()); err != nil {
+		return nil, fmt.Errorf("before the join: %w", err)
+	}
+	kaSize, err := b.keepAliveSize()
+	if err != nil {
+		return nil, err
+	}
+	// measure reads etcd's counters and the map before a change, and
+	// returns a function that, once the change is done and the rink at
+	// rest, records the change's cost under the given suffix.
+	measure := func(suffix string, revs *[2]int64) (done func(heldAt time.Time) error, err error) {
+		before, err := b.readMap()
+		if err != nil {
+			return nil, err
+		}
+		c0, err := readEtcd()
+		if err != nil {
+			return nil, err
+		}
+		return func(heldAt time.Time) error {
+			if err := b.restAfter(heldAt); err != nil {
+				return err
+			}
+			c1, err := readEtcd()
+			if err != nil {
+				return err
+			}
+			after, err := b.readMap()
+			if err != nil {
+				return err
+			}
+			cost := costBetween(c0, c1, kaSize)
+			s["etcd_sent_bytes_per_member_"+suffix] = cost.sentBytes / n
+			s["etcd_writes_per_"+suffix] = cost.writes
+			s["etcd_proposals_per_"+suffix] = cost.proposals
+			s["members_changed_"+suffix] = float64(membersChanged(before, after))
+			*revs = [2]int64{int64(c0.revision), int64(c1.revision)}
+			return nil
+		}, nil
+	}
+
 	// One join.
+	joined, err := measure("join", &b.joinRevs)
+	if err != nil {
+		return nil, err
+	}
 	stop, err := startProfile(b.Profile)
 	if err != nil {
 		return nil, err
@@ -251,8 +333,15 @@ func (b *Breadth) Run() (Sample, error) {
 		return nil, err
 	}
 	s["join_held_s"] = b.lastAcquired(name, t0).Sub(t0).Seconds()
+	if err := joined(time.Now()); err != nil {
+		return nil, fmt.Errorf("after the join: %w", err)
+	}
 
 	// One leave: a member from the middle, neither the leader nor the newest.
+	left, err := measure("leave", &b.leaveRevs)
+	if err != nil {
+		return nil, err
+	}
 	leaver := b.order[len(b.order)/2]
 	cpu0, t0 = cpuTime(), time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -277,8 +366,144 @@ func (b *Breadth) Run() (Sample, error) {
 		return nil, err
 	}
 	s["leave_held_s"] = b.lastAcquired("", t0).Sub(t0).Seconds()
+	if err := left(time.Now()); err != nil {
+		return nil, fmt.Errorf("after the leave: %w", err)
+	}
 	s["overlaps"] = float64(overlaps(b.rec.snapshot()))
 	return s, nil
+}
+
+// restQuiet is how long etcd's revision must stay put, once every member
+// says the rink is at rest, for rest to believe that the change has made
+// all its writes.
+const restQuiet = 250 * time.Millisecond
+
+// restAfter waits until a load interval (and restQuiet) has passed since
+// heldAt, when every slot was held by the member the map gives it to, and
+// then for rest: every member whose slots changed has written its load
+// summary, at its first load interval since.
+func (b *Breadth) restAfter(heldAt time.Time) error {
+	time.Sleep(time.Until(heldAt.Add(b.cfg.LoadInterval + restQuiet)))
+	return b.rest(time.Minute)
+}
+
+// rest waits until every member says that the rink is at rest with the
+// map they have all applied (Rank.Settled: every live member has
+// acknowledged it and the leader plans no move after it), and then until
+// etcd's revision has not moved for restQuiet: a change's cost is counted
+// until then, acknowledgements and the floor included.
+func (b *Breadth) rest(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var rev float64
+	var since time.Time
+	for {
+		if time.Now().After(deadline) {
+			settled := 0
+			for _, name := range b.order {
+				if b.members[name].Rank().Settled {
+					settled++
+				}
+			}
+			return fmt.Errorf("not within %v: every member settled and etcd quiet for %v (%d of %d members settled)", d, restQuiet, settled, len(b.order))
+		}
+		time.Sleep(10 * time.Millisecond)
+		if !b.settledAll() {
+			since = time.Time{}
+			continue
+		}
+		c, err := readEtcd()
+		if err != nil {
+			return err
+		}
+		if since.IsZero() || c.revision != rev {
+			rev, since = c.revision, time.Now()
+			continue
+		}
+		if time.Since(since) >= restQuiet {
+			return nil
+		}
+	}
+}
+
+// settledAll reports whether every member has applied the same map and
+// says the rink is at rest with it.
+func (b *Breadth) settledAll() bool {
+	v, _, ok := b.log.converged(b.order)
+	if !ok {
+		return false
+	}
+	for _, name := range b.order {
+		if rk := b.members[name].Rank(); !rk.Settled || rk.Version != v {
+			return false
+		}
+	}
+	return true
+}
+
+// slotMap is what Run reads of the rink's map (rink/<name>/map, JSON): the
+// ranked members and, per slot, the index of its owner among them.
+type slotMap struct {
+	Version int64    `json:"version"`
+	Members []string `json:"members"`
+	Table   []int    `json:"table"`
+}
+
+func (m slotMap) owner(slot int) string {
+	if slot < len(m.Table) && m.Table[slot] >= 0 && m.Table[slot] < len(m.Members) {
+		return m.Members[m.Table[slot]]
+	}
+	return ""
+}
+
+// readMap reads the rink's map from etcd.
+func (b *Breadth) readMap() (slotMap, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	key := "rink/" + b.name + "/map"
+	resp, err := b.clients[0].Get(ctx, key)
+	if err != nil {
+		return slotMap{}, err
+	}
+	if len(resp.Kvs) == 0 {
+		return slotMap{}, fmt.Errorf("no map at %s", key)
+	}
+	var m slotMap
+	if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil {
+		return slotMap{}, fmt.Errorf("the map at %s: %w", key, err)
+	}
+	return m, nil
+}
+
+// membersChanged counts the members whose slots differ between two maps:
+// every member that gained or lost a slot, a newcomer or a leaver
+// included.
+func membersChanged(before, after slotMap) int {
+	changed := map[string]bool{}
+	for slot := range max(len(before.Table), len(after.Table)) {
+		if was, is := before.owner(slot), after.owner(slot); was != is {
+			changed[was], changed[is] = true, true
+		}
+	}
+	delete(changed, "")
+	return len(changed)
+}
+
+// keepAliveSize is the size of etcd's answer to a renewal of one of the
+// members' leases (see keepAliveSize): lease IDs from one etcd member all
+// have the same length, and the revision's length does not change over a
+// run but at 16,384 and 2,097,152.
+func (b *Breadth) keepAliveSize() (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := b.clients[0].Leases(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Leases) == 0 {
+		return 0, fmt.Errorf("no leases")
+	}
+	h := resp.ResponseHeader
+	return keepAliveSize(h.ClusterId, h.MemberId, h.Revision, h.RaftTerm, int64(resp.Leases[0].ID), int64(b.cfg.TTL/time.Second)), nil
 }
 
 // startProfile starts a CPU profile into file, if it is not empty; stop
@@ -302,7 +527,7 @@ func startProfile(file string) (stop func(), err error) {
 // gives it to.
 func (b *Breadth) allHeld() bool {
 	held := heldBy(b.rec.snapshot())
-	if len(held) != rink.DefaultSlots {
+	if len(held) != b.cfg.Slots {
 		return false
 	}
 	for _, who := range held {
@@ -470,23 +695,68 @@ func Depth(env Env, nroles int) (Sample, error) {
 	}, nil
 }
 
+// ScaleConfig is one size of the scale scenario.
+type ScaleConfig struct {
+	Members int           // of the breadth part
+	Slots   int           // of the breadth part's rink; 0: ScaleSlots(Members)
+	TTL     time.Duration // of the breadth part's members; 0: ScaleTTL(Members)
+	Roles   int           // awaited by each member of the depth part
+	// LoadInterval is the breadth part's members' (0: the default); see
+	// BreadthConfig.
+	LoadInterval time.Duration
+	// Profile, if set, is a file to write a CPU profile of the one join to.
+	Profile string
+}
+
+// ScaleRenewalsPerSecond is the most lease renewals per second that
+// ScaleTTL lets the breadth part's members make: a member renews every
+// third of its TTL, and a renewal (clientv3's KeepAliveOnce, a stream of
+// its own) costs about 50 µs of CPU, client and etcd together, on the
+// 2-core machine the benchmarks run on; so 1,000 a second take about 5 %
+// of it.
+const ScaleRenewalsPerSecond = 1000
+
+// ScaleTTL is the session TTL the scale scenario gives n members: the
+// default (10 s), or longer where n members would renew more than
+// ScaleRenewalsPerSecond times a second (30 s for 10,000).
+func ScaleTTL(n int) time.Duration {
+	secs := (3*n + ScaleRenewalsPerSecond - 1) / ScaleRenewalsPerSecond
+	return max(rink.DefaultSessionTTL, time.Duration(secs)*time.Second)
+}
+
+// ScaleSlots is the slot count the scale scenario gives a rink of n
+// members: the least power of two that gives every member a slot, and the
+// default (1,024) at least. A join then moves about one slot per member
+// it concerns.
+func ScaleSlots(n int) int {
+	slots := rink.DefaultSlots
+	for slots < n && slots < rink.MaxSlots {
+		slots *= 2
+	}
+	return slots
+}
+
 // Scale runs the breadth part (members in one process on 4 clients: one
-// join and one leave) and then the depth part (2 members awaiting nroles
-// roles) and reports the figures of both.
-//
-// With profile set, it writes a CPU profile of the one join to that file.
-func Scale(env Env, members, nroles int, profile string) (Sample, error) {
-	b, err := NewBreadth(env, members, 4)
+// join and one leave) and then the depth part (2 members awaiting roles)
+// and reports the figures of both.
+func Scale(env Env, cfg ScaleConfig) (Sample, error) {
+	if cfg.Slots == 0 {
+		cfg.Slots = ScaleSlots(cfg.Members)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = ScaleTTL(cfg.Members)
+	}
+	b, err := NewBreadth(env, cfg.Members, 4, BreadthConfig{Slots: cfg.Slots, TTL: cfg.TTL, LoadInterval: cfg.LoadInterval})
 	if err != nil {
 		return nil, err
 	}
-	b.Profile = profile
+	b.Profile = cfg.Profile
 	s, err := b.Run()
 	b.Close()
 	if err != nil {
 		return nil, err
 	}
-	d, err := Depth(env, nroles)
+	d, err := Depth(env, cfg.Roles)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/embedetcd"
+)
+
+func startEtcd(t *testing.T) (*embedetcd.Server, *clientv3.Client) {
+	t.Helper()
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return srv, cli
+}
+
+// TestKeepAliveSize checks the size Run subtracts per lease renewal
+// against what etcd's own counter adds for renewals and nothing else.
+func TestKeepAliveSize(t *testing.T) {
+	_, cli := startEtcd(t)
+	ctx := context.Background()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil { // a revision above 1
+		t.Fatal(err)
+	}
+	grant, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, err := readEtcd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const renewals = 10
+	var resp *clientv3.LeaseKeepAliveResponse
+	for range renewals {
+		if resp, err = cli.KeepAliveOnce(ctx, grant.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c1, err := readEtcd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := resp.ResponseHeader
+	size := keepAliveSize(h.ClusterId, h.MemberId, h.Revision, h.RaftTerm, int64(grant.ID), 30)
+	if got := c1.keepAlives - c0.keepAlives; got != renewals {
+		t.Fatalf("%v renewals counted, want %d", got, renewals)
+	}
+	if got, want := c1.sentBytes-c0.sentBytes, float64(renewals*size); got != want {
+		t.Fatalf("etcd sent %v bytes for %d renewals; keepAliveSize says %d each (%v)", got, renewals, size, want)
+	}
+	if cost := costBetween(c0, c1, size); cost.sentBytes != 0 || cost.writes != 0 || cost.renewals != renewals {
+		t.Fatalf("renewals alone cost %+v", cost)
+	}
+	t.Logf("a renewal's answer: %d bytes", size)
+}
+
+func TestMembersChanged(t *testing.T) {
+	before := slotMap{Members: []string{"a", "b", "c"}, Table: []int{0, 1, 2, 0, 1, 2}}
+	for _, c := range []struct {
+		after slotMap
+		want  int
+	}{
+		{before, 0},
+		{slotMap{Members: []string{"c", "a", "b"}, Table: []int{1, 2, 0, 1, 2, 0}}, 0}, // reindexed, same owners
+		{slotMap{Members: []string{"a", "b", "c", "d"}, Table: []int{0, 1, 2, 3, 1, 2}}, 2},
+		{slotMap{Members: []string{"a", "b", "c", "d"}, Table: []int{3, 1, 2, 0, 3, 2}}, 3},
+		{slotMap{Members: []string{"a", "c"}, Table: []int{0, 0, 1, 0, 1, 1}}, 3},
+	} {
+		if got := membersChanged(before, c.after); got != c.want {
+			t.Errorf("%v -> %v: %d members changed, want %d", before, c.after, got, c.want)
+		}
+	}
+}
+
+func TestScaleSizes(t *testing.T) {
+	for _, c := range []struct {
+		members, slots int
+		ttl            time.Duration
+	}{
+		{2, 1024, 10 * time.Second},
+		{1000, 1024, 10 * time.Second},
+		{2000, 2048, 10 * time.Second},
+		{5000, 8192, 15 * time.Second},
+		{10000, 16384, 30 * time.Second},
+		{100000, rink.MaxSlots, 300 * time.Second},
+	} {
+		if got := ScaleSlots(c.members); got != c.slots {
+			t.Errorf("ScaleSlots(%d) = %d, want %d", c.members, got, c.slots)
+		}
+		if got := ScaleTTL(c.members); got != c.ttl {
+			t.Errorf("ScaleTTL(%d) = %v, want %v", c.members, got, c.ttl)
+		}
+	}
+}
+
+// write is one revision seen by a watch on every key.
+type write struct {
+	rev int64
+	at  time.Time
+	ops []string
+}
+
+// TestBreadthCountsWrites runs the breadth part on 3 members, with a watch
+// on every key of etcd beside it, and checks the writes Run counts from
+// etcd's metrics against the revisions the watch saw in each window. It
+// logs the writes, for counting them by hand.
+func TestBreadthCountsWrites(t *testing.T) {
+	srv, cli := startEtcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var writes []write
+	wch := cli.Watch(ctx, "", clientv3.WithPrefix())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for resp := range wch {
+			mu.Lock()
+			for _, ev := range resp.Events {
+				if len(writes) == 0 || writes[len(writes)-1].rev != ev.Kv.ModRevision {
+					writes = append(writes, write{rev: ev.Kv.ModRevision, at: time.Now()})
+				}
+				op := "put "
+				if ev.Type == clientv3.EventTypeDelete {
+					op = "del "
+				}
+				w := &writes[len(writes)-1]
+				w.ops = append(w.ops, op+string(ev.Kv.Key))
+			}
+			mu.Unlock()
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+
+	b, err := NewBreadth(Env{Endpoints: []string{srv.Endpoint()}}, 3, 2, BreadthConfig{Slots: ScaleSlots(3), TTL: ScaleTTL(3), LoadInterval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.Run()
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The watch has seen every write of the windows once it has seen the
+	// last one.
+	if err := until(10*time.Second, "the watch saw the leave's writes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(writes) > 0 && writes[len(writes)-1].rev >= b.leaveRevs[1]
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range []struct {
+		change string
+		revs   [2]int64
+	}{{"join", b.joinRevs}, {"leave", b.leaveRevs}} {
+		var seen []string
+		n := 0
+		for _, w := range writes {
+			if w.rev > c.revs[0] && w.rev <= c.revs[1] {
+				n++
+				ops := append([]string(nil), w.ops...)
+				sort.Strings(ops)
+				seen = append(seen, fmt.Sprintf("  %d %s: %s", w.rev, w.at.Format("05.000"), strings.Join(ops, ", ")))
+			}
+		}
+		t.Logf("the %s (%s): %v writes, %v proposals, %v members changed, %.0f bytes per member\n%s", c.change, b.name, s["etcd_writes_per_"+c.change], s["etcd_proposals_per_"+c.change],
+			s["members_changed_"+c.change], s["etcd_sent_bytes_per_member_"+c.change], strings.Join(seen, "\n"))
+		if got := s["etcd_writes_per_"+c.change]; got != float64(n) || n == 0 {
+			t.Errorf("the %s: %v writes counted, the watch saw %d", c.change, got, n)
+		}
+		if got := s["etcd_proposals_per_"+c.change]; got < float64(n) {
+			t.Errorf("the %s: %v proposals, fewer than the %d writes", c.change, got, n)
+		}
+		if s["etcd_sent_bytes_per_member_"+c.change] <= 0 {
+			t.Errorf("the %s: no bytes sent", c.change)
+		}
+	}
+	// 3 members and a newcomer on 1,024 slots: the newcomer takes slots
+	// from each of the 3; the leaver's slots go to the 3 left.
+	if got := s["members_changed_join"]; got != 4 {
+		t.Errorf("members_changed_join %v, want 4", got)
+	}
+	if got := s["members_changed_leave"]; got != 4 {
+		t.Errorf("members_changed_leave %v, want 4", got)
+	}
+	if s["overlaps"] != 0 {
+		t.Errorf("overlaps %v", s["overlaps"])
+	}
+}
