@@ -178,10 +178,11 @@ type ackReq struct {
 // key's create revision and lease, so that an incarnation that has ended
 // writes nothing (a resumed one keeps the create revision, not the lease).
 //
-// Once it has written one, it watches the ack key for its deletion (an
-// operator's etcdctl del --prefix <rink>/acks/, issue 22) and writes the
-// newest acknowledgement again: nothing else would until the next map, and
-// until then the leader's floor would not know this member's.
+// Once it has written one, it watches the ack key, and when somebody else
+// deletes or overwrites it (an operator's etcdctl del --prefix
+// <rink>/acks/, or a put, issue 22) it writes the newest acknowledgement
+// again: nothing else would until the next map, and until then the
+// leader's floor would not know this member's.
 func (r *Rink) writeAcks() {
 	var (
 		cur  *ackReq
@@ -191,7 +192,8 @@ func (r *Rink) writeAcks() {
 		lazyUntil time.Time // when a lazy acknowledgement waiting is due
 
 		written  *ackReq            // the newest acknowledgement written
-		gone     clientv3.WatchChan // deletions of the ack key after written's write (nil: none watched)
+		wroteRev int64              // the revision written's write committed at
+		gone     clientv3.WatchChan // the ack key's changes after written's write (nil: none watched)
 		stopGone context.CancelFunc // ends gone's watch
 	)
 	unwatch := func() {
@@ -209,22 +211,33 @@ func (r *Rink) writeAcks() {
 			case req := <-r.ackCh:
 				cur = &req
 			case resp, ok := <-gone:
-				deleted := false
+				// Our own puts come back up to wroteRev; anything else
+				// is somebody else's.
+				var foreign *clientv3.Event
 				for _, ev := range resp.Events {
-					deleted = deleted || ev.Type == clientv3.EventTypeDelete
+					if ev.Type == clientv3.EventTypeDelete || ev.Kv.ModRevision > wroteRev {
+						foreign = ev
+					}
 				}
-				if ok && resp.Err() == nil && !deleted {
+				if ok && resp.Err() == nil && foreign == nil {
 					continue
 				}
-				// Deleted, or the watch ended: write it again (a write
+				// Changed, or the watch ended: write it again (a write
 				// that finds the key as we left it only repeats it).
-				unwatch()
 				if written.inc.ctx.Err() != nil {
+					unwatch()
 					continue
 				}
-				if deleted {
+				switch {
+				case foreign == nil:
+					unwatch()
+				case foreign.Type == clientv3.EventTypeDelete:
 					r.log.Warn("own acknowledgement key deleted: writing it again")
 					last = nil
+				default:
+					r.log.Warn("own acknowledgement key overwritten: writing it again")
+					v := string(foreign.Kv.Value)
+					last = &v
 				}
 				again := *written
 				again.lazy = false
@@ -278,9 +291,9 @@ func (r *Rink) writeAcks() {
 		switch {
 		case err == nil && resp.Succeeded:
 			v := string(val)
-			written, last, cur = cur, &v, nil
+			written, last, cur, wroteRev = cur, &v, nil, resp.Header.Revision
 			if gone == nil {
-				gone, stopGone = watchDeletion(written.inc.ctx, r.cli, key, resp.Header.Revision+1)
+				gone, stopGone = watchKey(written.inc.ctx, r.cli, key, wroteRev+1)
 			}
 			b.reset()
 			continue
@@ -314,11 +327,11 @@ func (r *Rink) writeAcks() {
 	}
 }
 
-// watchDeletion watches key for deletions from revision rev on, until
-// stop is called or ctx ends.
-func watchDeletion(ctx context.Context, cli *clientv3.Client, key string, rev int64) (_ clientv3.WatchChan, stop context.CancelFunc) {
+// watchKey watches key from revision rev on, until stop is called or ctx
+// ends.
+func watchKey(ctx context.Context, cli *clientv3.Client, key string, rev int64) (_ clientv3.WatchChan, stop context.CancelFunc) {
 	ctx, stop = context.WithCancel(ctx)
-	return cli.Watch(ctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut()), stop
+	return cli.Watch(ctx, key, clientv3.WithRev(rev)), stop
 }
 
 // ackView is the leader's view of the members, their acknowledgements and

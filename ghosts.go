@@ -59,7 +59,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
 		own = int64(st.inc.lease)
 	}
 	for name := range names {
-		for key := range st.electOf[name] {
+		for _, key := range st.electOf[name] {
 			e, ok := st.elect[key]
 			if !ok || e.lease == 0 || e.lease == own {
 				continue

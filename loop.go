@@ -27,18 +27,18 @@ type state struct {
 
 	// The view of the rink's keys, as of revision rev.
 	rev     int64
-	members map[string]memberInfo      // live member keys by member name
-	elect   map[string]memberInfo      // election keys: value, create revision and lease
-	electOf map[string]map[string]bool // election keys by candidate name (see noteCandidates)
-	touched map[string]bool            // names whose member or election keys the batch being folded changed
-	cur     rankMap                    // newest applied map; Version 0 before any
-	curRev  int64                      // mod revision of cur's key (0: the key is gone)
-	curSeq  int64                      // etcd version of cur's key: its seq (see ackValue)
-	lineage int64                      // create revision of cur's key: seqs count within it
-	hist    map[int64]rankMap          // recently applied maps of the lineage, by seq
-	verSeq  map[int64]int64            // hist's seqs by map version (-1: the version repeats)
-	topVer  int64                      // the highest map version applied in the lineage
-	stale   bool                       // cur's version is not above every version before it
+	members map[string]memberInfo // live member keys by member name
+	elect   map[string]electInfo  // election keys
+	electOf map[string][]string   // election keys by candidate name (see noteCandidates); mostly one each
+	touched map[string]bool       // names whose member or election keys the batch being folded changed
+	cur     rankMap               // newest applied map; Version 0 before any
+	curRev  int64                 // mod revision of cur's key (0: the key is gone)
+	curSeq  int64                 // etcd version of cur's key: its seq (see ackValue)
+	lineage int64                 // create revision of cur's key: seqs count within it
+	hist    map[int64]rankMap     // recently applied maps of the lineage, by seq
+	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
+	topVer  int64                 // the highest map version applied in the lineage
+	stale   bool                  // cur's version is not above every version before it
 	// taint is a map lineage that etcd's restore from a snapshot brought
 	// back (-1: the next lineage applied). Its acknowledgements may
 	// describe map histories the restore erased, so nothing is started in
@@ -115,12 +115,18 @@ type state struct {
 // memberInfo is what the view knows of a member key or an election key.
 type memberInfo struct {
 	createRev int64
-	modRev    int64 // member keys in a member's view
+	modRev    int64 // in a member's view
 	lease     int64
-	value     string  // election keys: the candidate's member name
-	protocols []int   // member keys: the protocols the member speaks (see protocol.go)
-	capacity  float64 // member keys: the member's capacity (see WithCapacity)
-	leaving   bool    // member keys: the member is leaving with a warm-up (see warmup.go)
+	protocols []int   // the protocols the member speaks (see protocol.go)
+	capacity  float64 // the member's capacity (see WithCapacity)
+	leaving   bool    // the member is leaving with a warm-up (see warmup.go)
+}
+
+// electInfo is an election key in a view.
+type electInfo struct {
+	createRev int64
+	lease     int64
+	value     string // the candidate's member name
 }
 
 // maxHistory bounds the applied maps kept for the handover check. A member
@@ -260,8 +266,8 @@ func (r *Rink) initState() {
 	S := r.opts.slots
 	st.members = map[string]memberInfo{}
 	st.selfIdx, st.unlisted = -1, map[string]bool{}
-	st.elect = map[string]memberInfo{}
-	st.electOf = map[string]map[string]bool{}
+	st.elect = map[string]electInfo{}
+	st.electOf = map[string][]string{}
 	st.touched = map[string]bool{}
 	st.strayKeys = map[string]strayKey{}
 	st.hist = map[int64]rankMap{}
@@ -296,6 +302,11 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		// before slots went to others, who may still act on them. We
 		// cannot tell, so we wait them out.
 		r.hush()
+	}
+	for key, s := range st.strayKeys {
+		// A sweep that the last incarnation started ended with it:
+		// this one sweeps again, if it is the sweeper.
+		st.strayKeys[key] = strayKey{rev: s.rev}
 	}
 	m, ok := st.members[r.opts.member]
 	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
@@ -428,7 +439,11 @@ func (r *Rink) onWatch(b watchBatch) {
 	} else {
 		r.noteCandidates(maps.Keys(st.touched))
 	}
-	clear(st.touched)
+	if len(st.touched) > 64 {
+		st.touched = map[string]bool{} // (clear keeps a burst's buckets for good)
+	} else {
+		clear(st.touched)
+	}
 	if selfGone {
 		// Our member key is gone while we still trust the lease (an operator
 		// deleted it, or the lease ended before our fence fired). Others may
@@ -457,11 +472,10 @@ func (r *Rink) dropElection(key string) {
 		return
 	}
 	delete(st.elect, key)
-	if keys := st.electOf[e.value]; keys != nil {
-		delete(keys, key)
-		if len(keys) == 0 {
-			delete(st.electOf, e.value)
-		}
+	if keys := slices.DeleteFunc(st.electOf[e.value], func(k string) bool { return k == key }); len(keys) > 0 {
+		st.electOf[e.value] = keys
+	} else {
+		delete(st.electOf, e.value)
 	}
 	st.touched[e.value] = true
 }
@@ -522,11 +536,8 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		delete(st.strayKeys, key)
 		r.dropElection(key)
 		cand := candidateName(kv.Value)
-		st.elect[key] = memberInfo{createRev: kv.CreateRevision, value: cand, lease: kv.Lease}
-		if st.electOf[cand] == nil {
-			st.electOf[cand] = map[string]bool{}
-		}
-		st.electOf[cand][key] = true
+		st.elect[key] = electInfo{createRev: kv.CreateRevision, value: cand, lease: kv.Lease}
+		st.electOf[cand] = append(st.electOf[cand], key)
 		st.touched[cand] = true
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
@@ -1378,7 +1389,7 @@ func liveByAge(members map[string]memberInfo) []string {
 
 // lowestKey returns the election key of the lowest create revision: the
 // leader's.
-func lowestKey(elect map[string]memberInfo) string {
+func lowestKey(elect map[string]electInfo) string {
 	var key string
 	var lowest int64
 	for k, e := range elect {

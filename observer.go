@@ -194,7 +194,7 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 // run owns the observer's view and publishes a State after each batch.
 func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	members := map[string]memberInfo{}
-	elect := map[string]memberInfo{}
+	elect := map[string]electInfo{}
 	acks := map[string]ackKey{}
 	loads := map[string]memberLoad{}
 	var cur rankMap
@@ -263,7 +263,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(elect, key)
 					return
 				}
-				elect[key] = memberInfo{createRev: createRev, value: candidateName(kvVal)}
+				elect[key] = electInfo{createRev: createRev, value: candidateName(kvVal)}
 			case ob.keys.isMap(key):
 				if deleted {
 					mapErr = "" // the leader writes it again; keep showing the last one
@@ -316,7 +316,7 @@ type memberLoad struct {
 	report loadReport
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloor, mapErr string, members, elect map[string]memberInfo, acks map[string]ackKey, loads map[string]memberLoad) {
+func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
 	if cur.Version > 0 {
 		s.Protocol = cur.Schema

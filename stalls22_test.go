@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,8 +98,8 @@ func TestStrangerBlocksNothing(t *testing.T) {
 	h.check(t)
 }
 
-// History 5: ack keys deleted (etcdctl del --prefix <rink>/acks/) are
-// written again by their members, so the barrier does not wait for
+// History 5: ack keys deleted (etcdctl del --prefix <rink>/acks/) or
+// overwritten are written again by their members, so the barrier does not wait for
 // acknowledgements that nothing would rewrite until the next map.
 func TestAckKeysHeal(t *testing.T) {
 	h := &history{}
@@ -111,6 +112,14 @@ func TestAckKeysHeal(t *testing.T) {
 	eventually(t, 5*time.Second, "every ack key written again", func() bool {
 		resp, err := op.Get(context.Background(), k.acks(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 3
+	})
+	// Overwritten (etcdctl put <rink>/acks/b '{}'), too.
+	if _, err := op.Put(context.Background(), k.ack("b"), "{}"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "b's ack key written again", func() bool {
+		resp, err := op.Get(context.Background(), k.ack("b"))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 && strings.Contains(string(resp.Kvs[0].Value), `"seq"`)
 	})
 	role := roleOf(t, c)
 	if err := c.Shutdown(ctxTimeout(t, 5*time.Second)); err != nil {
