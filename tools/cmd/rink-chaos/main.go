@@ -10,11 +10,12 @@
 // log for two members acting on one role, and prints a report.
 //
 // In storm mode it never waits: operations drawn at random (joins, leaves,
-// kills, partitions, pauses, etcd node loss, every member cut off, and an
-// operator's hand on the rink's keys) follow each other with gaps of 0 to
-// one TTL; then every fault is undone, and every role must be held again,
-// by the members' own logs, within TTL + rebalance delay + slack. With
-// -epoch, it stops for such a heal and check after every epoch.
+// kills, partitions, pauses, etcd node loss, every member cut off, a
+// member's key deleted while it is cut off, a replacement under the same
+// name, and an operator's hand on the rink's keys) follow each other with
+// gaps of 0 to one TTL; then every fault is undone, and every role must be
+// held again, by the members' own logs, within TTL + rebalance delay +
+// slack. With -epoch, it stops for such a heal and check after every epoch.
 //
 //	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]

@@ -62,6 +62,10 @@ type Gap struct {
 // behind other fsyncs), so holdings are ordered by token, which etcd
 // assigns in real order, not by record time: an acquisition recorded after
 // a newer one is late, not a violation, unless its member then acts.
+//
+// A member is a process (Record.Proc), not a name: two processes under one
+// name, such as a replacement restarted under its predecessor's name while
+// the predecessor still runs cut off from etcd, are two members here.
 func Check(records []Record) Report { return CheckSince(0, records) }
 
 // CheckSince is Check, with the times in its reports' details rendered in
@@ -72,19 +76,22 @@ func CheckSince(origin int64, records []Record) Report {
 	rep := Report{Unheld: map[string][]time.Duration{}, UnheldAt: map[string][]Gap{}}
 	cur := map[string]*holding{} // role -> newest holding
 	newest := map[string]int64{} // role -> newest token acquired
-	owner := map[string]string{} // role -> who acquired it
+	// owner is, per role, the process that acquired its newest token:
+	// processes, not member names, since a name is used again (a
+	// replacement under the same name runs beside its predecessor).
+	owner := map[string]string{}
 	for _, r := range records {
 		switch r.Kind {
 		case Acquire:
 			rep.Acquisitions++
 			switch {
-			case r.Token == newest[r.Role] && owner[r.Role] != r.Member:
+			case r.Token == newest[r.Role] && owner[r.Role] != r.proc():
 				h := cur[r.Role]
 				if h == nil {
-					h = &holding{proc: "?"}
+					h = &holding{member: "?", proc: "?"}
 				}
 				rep.Violations = append(rep.Violations, Violation{"tokens", r.Role, fmt.Sprintf(
-					"tokens: %s and %s both acquired with token %d (%s at %s, %s at %s)", owner[r.Role], r.Member, r.Token,
+					"tokens: %s and %s both acquired with token %d (%s at %s, %s at %s)", h.member, r.Member, r.Token,
 					h.proc, at(h.acquired), r.proc(), at(r.Mono)), r.Mono})
 				continue
 			case r.Token <= newest[r.Role]:
@@ -101,14 +108,14 @@ func CheckSince(origin int64, records []Record) Report {
 				rep.Unheld[r.Role] = append(rep.Unheld[r.Role], time.Duration(r.Mono-h.last))
 				rep.UnheldAt[r.Role] = append(rep.UnheldAt[r.Role], Gap{End: r.Mono, Gap: time.Duration(r.Mono - h.last)})
 			}
-			newest[r.Role], owner[r.Role] = r.Token, r.Member
+			newest[r.Role], owner[r.Role] = r.Token, r.proc()
 			cur[r.Role] = &holding{member: r.Member, proc: r.proc(), token: r.Token, acquired: r.Mono, last: r.Mono}
 		case Act:
 			rep.Actions++
-			if r.Token < newest[r.Role] || r.Token == newest[r.Role] && owner[r.Role] != r.Member {
+			if r.Token < newest[r.Role] || r.Token == newest[r.Role] && owner[r.Role] != r.proc() {
 				h := cur[r.Role]
 				if h == nil {
-					h = &holding{proc: "?"}
+					h = &holding{member: "?", proc: "?"}
 				}
 				kind, what := "overlap", "overlap"
 				if h.ended {
@@ -116,15 +123,15 @@ func CheckSince(origin int64, records []Record) Report {
 				}
 				rep.Violations = append(rep.Violations, Violation{kind, r.Role, fmt.Sprintf(
 					"%s: %s acted with token %d after %s acquired token %d (act by %s at %s; newer holding by %s acquired at %s, %s)",
-					what, r.Member, r.Token, owner[r.Role], newest[r.Role], r.proc(), at(r.Mono),
+					what, r.Member, r.Token, h.member, newest[r.Role], r.proc(), at(r.Mono),
 					h.proc, at(h.acquired), h.state(at)), r.Mono})
 				continue
 			}
-			if h := cur[r.Role]; h != nil && h.member == r.Member && h.token == r.Token {
+			if h := cur[r.Role]; h != nil && h.proc == r.proc() && h.token == r.Token {
 				h.last = r.Mono
 			}
 		case Release:
-			if h := cur[r.Role]; h != nil && h.member == r.Member && h.token == r.Token && !h.ended {
+			if h := cur[r.Role]; h != nil && h.proc == r.proc() && h.token == r.Token && !h.ended {
 				h.ended, h.last = true, r.Mono
 			}
 		}

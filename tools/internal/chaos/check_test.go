@@ -1,10 +1,12 @@
 package chaos
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func rec(ms int64, member string, kind Kind, role string, token int64) Record {
@@ -62,6 +64,123 @@ func TestCheck(t *testing.T) {
 	rep := Check([]Record{rec(0, "a", Acquire, "r", 5), rec(20, "a", Release, "r", 5), rec(25, "b", Acquire, "r", 9)})
 	if g := rep.Unheld["r"]; len(g) != 1 || g[0].Milliseconds() != 5 {
 		t.Fatalf("unheld gaps %v, want [5ms]", g)
+	}
+}
+
+// TestCheckSameNameProcesses: two processes under one member name (a
+// replacement started while its predecessor runs cut off) are two members
+// to the checker, told apart by Record.Proc.
+func TestCheckSameNameProcesses(t *testing.T) {
+	p := func(r Record, proc string) Record { r.Proc = proc; return r }
+	tests := []struct {
+		name string
+		recs []Record
+		want string // substring of the first violation; "" for none
+	}{
+		{"the replacement takes over after the old one's last action", []Record{
+			p(rec(0, "x", Acquire, "r", 5), "x.1"), p(rec(10, "x", Act, "r", 5), "x.1"),
+			p(rec(3000, "x", Acquire, "r", 9), "x.2"), p(rec(3050, "x", Act, "r", 9), "x.2"),
+			p(rec(4000, "x", Release, "r", 5), "x.1"), // the old one's late release
+			p(rec(4100, "x", Act, "r", 9), "x.2"),
+		}, ""},
+		{"the old one acts after the replacement acquired", []Record{
+			p(rec(0, "x", Acquire, "r", 5), "x.1"),
+			p(rec(3000, "x", Acquire, "r", 9), "x.2"),
+			p(rec(3010, "x", Act, "r", 5), "x.1"),
+		}, "overlap: x acted with token 5 after x acquired token 9 (act by x.1 at 3.010s; newer holding by x.2"},
+		{"both acquire one token", []Record{
+			p(rec(0, "x", Acquire, "r", 9), "x.1"), p(rec(10, "x", Act, "r", 9), "x.1"),
+			p(rec(20, "x", Acquire, "r", 9), "x.2"),
+		}, "tokens: x and x both acquired with token 9 (x.1 at 0.000s, x.2 at 0.020s)"},
+		{"the old one acts with the replacement's token", []Record{
+			p(rec(0, "x", Acquire, "r", 9), "x.2"),
+			p(rec(10, "x", Act, "r", 9), "x.1"),
+		}, "overlap: x acted with token 9 after x acquired token 9 (act by x.1"},
+		{"the old one's release does not end the replacement's holding", []Record{
+			p(rec(0, "x", Acquire, "r", 9), "x.2"),
+			p(rec(10, "x", Release, "r", 9), "x.1"),
+			p(rec(20, "y", Act, "r", 4), "y.3"),
+		}, "overlap: y acted with token 4 after x acquired token 9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := Check(tt.recs)
+			switch {
+			case tt.want == "" && len(rep.Violations) > 0:
+				t.Fatalf("unexpected violations: %v", rep.Violations)
+			case tt.want != "" && (len(rep.Violations) == 0 || !strings.Contains(rep.Violations[0].Detail, tt.want)):
+				t.Fatalf("violations %v, want %q", rep.Violations, tt.want)
+			}
+		})
+	}
+	// Liveness: the replacement's holding is not ended by its predecessor's
+	// release, nor lost when the predecessor exits.
+	recs := []Record{
+		p(rec(0, "x", Acquire, "r", 5), "x.1"),
+		p(rec(3000, "x", Acquire, "r", 9), "x.2"),
+		p(rec(4000, "x", Release, "r", 9), "x.1"),
+	}
+	alive := func(proc string, mono int64) bool { return proc != "x.1" || mono < 4500e6 }
+	if live := Liveness(0, recs, []string{"r"}, alive, 5000e6, 6000e6); len(live.Violations) != 0 {
+		t.Fatalf("liveness: %v", live.Violations)
+	}
+}
+
+// TestStormOps: every kind is listed once, the stray keys' kinds among them.
+func TestStormOps(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range StormOps {
+		if seen[k] {
+			t.Errorf("%s listed twice", k)
+		}
+		seen[k] = true
+	}
+	for k := range strayKeys {
+		if !seen[k] {
+			t.Errorf("stray kind %s is not in StormOps", k)
+		}
+	}
+	for _, k := range []string{"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete"} {
+		if !seen[k] {
+			t.Errorf("%s is not in StormOps", k)
+		}
+	}
+}
+
+// TestWriteHeld: an action is recorded only while its context lives, and
+// stamped before the check even when the log's lock was held meanwhile.
+func TestWriteHeld(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "a.log")
+	l, err := Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if ok, err := l.WriteHeld(ctx, "a", "r", 7); !ok || err != nil {
+		t.Fatalf("held: %v, %v", ok, err)
+	}
+	// The lock is held (as by an acquisition's fsync) while the context
+	// ends: the action waiting for it is not recorded.
+	l.mu.Lock()
+	done := make(chan bool)
+	go func() {
+		ok, _ := l.WriteHeld(ctx, "a", "r", 7)
+		done <- ok
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	l.mu.Unlock()
+	if <-done {
+		t.Fatal("an action was recorded after its context ended")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(path)
+	defer f.Close()
+	recs, err := Parse(f)
+	if err != nil || len(recs) != 1 || recs[0].Kind != Act || recs[0].Token != 7 {
+		t.Fatalf("parsed %+v, %v", recs, err)
 	}
 }
 

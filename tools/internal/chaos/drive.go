@@ -152,6 +152,10 @@ type proc struct {
 	leaving bool   // told to leave (SIGTERM) or killed
 	stopped bool   // SIGSTOP in force
 	cut     int    // partitions in force (they nest)
+	// replaced: another process was started under its name while it was
+	// cut off ("same-name-replace"); it is no longer a live member of the
+	// storm, and is told to leave at the operation's heal.
+	replaced bool
 }
 
 func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }

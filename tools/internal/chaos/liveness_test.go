@@ -111,8 +111,8 @@ func TestStormSummaryText(t *testing.T) {
 		Bound: 8 * time.Second,
 	}
 	text := s.Text()
-	for _, want := range []string{"map-reput              1", "liveness 1 (heal at 5.000s): FAILED: 1 roles", "VIOLATION liveness leader: liveness: not held",
-		"operations before 1.500s:\n       1.000s  map-reput          version 3\n", "the last operations before heal 1"} {
+	for _, want := range []string{"map-reput                  1", "liveness 1 (heal at 5.000s): FAILED: 1 roles", "VIOLATION liveness leader: liveness: not held",
+		"operations before 1.500s:\n       1.000s  map-reput              version 3\n", "the last operations before heal 1"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("summary lacks %q:\n%s", want, text)
 		}

@@ -9,13 +9,15 @@
 // Times are CLOCK_MONOTONIC, the same clock for every process on the
 // machine, unaffected by wall-clock steps. Kinds: "acquire" (written and
 // fsynced before the member acts on the role), "act" (the member checked
-// its role context and acted: written before the action), "release"
+// its role context and acted: written before the action, stamped right
+// before the check; see Log.WriteHeld), "release"
 // (written after the role context ended), and "joined" (the member's
 // rink.New returned; role "-", token 0).
 package chaos
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -103,6 +105,27 @@ func (l *Log) Write(member string, kind Kind, role string, token int64) error {
 		return nil
 	}
 	return l.f.Sync()
+}
+
+// WriteHeld appends an "act" record for a role held under ctx, unless ctx
+// has ended (then it writes nothing and returns false). The record's time
+// is taken under the log's lock, right before ctx is checked: it is never
+// later than the check it records. (Checked before the lock, as Write's
+// callers do, the check can precede the record's time by as long as the
+// lock is held by other records' fsyncs — tens of milliseconds while a
+// member acquires many roles —, and the checker would take an action done
+// before a handover for one done after it.)
+func (l *Log) WriteHeld(ctx context.Context, member, role string, token int64) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := Now()
+	if ctx.Err() != nil {
+		return false, nil
+	}
+	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", now, member, Act, role, token); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // Close flushes and closes the log.

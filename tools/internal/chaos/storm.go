@@ -27,16 +27,22 @@ var StormOps = []string{
 	"map-reput", "map-rewrite", "map-delete", "floor-delete", "member-key-delete",
 	"stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election",
 	"snapshot-save", "snapshot-restore",
+	"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete",
 }
 
 // strayKeys are the odd keys the "stray-" operations put under the rink's
-// prefix, without a lease (they stay for good).
+// prefix, without a lease: rink ignores them all, and deletes the stray
+// election key and the leaseless member key (the others stay for good).
 var strayKeys = map[string]struct{ suffix, value string }{
 	"stray-member-empty": {"members/", "{}"},                                   // a member key with an empty name
 	"stray-member-space": {"members/a b", "{}"},                                // a name New would refuse
 	"stray-member-slash": {"members/x/y", "{}"},                                // a name with a slash
 	"stray-garbage":      {"garbage", "garbage"},                               // a key rink does not know
 	"stray-election":     {"election/zz-garbage", "\xff\x00not a member name"}, // an election key of no lease
+	// A valid member name on a key of no lease: rink takes it for a stray,
+	// and the member that sweeps strays deletes it (it comes back each time
+	// the operation is drawn).
+	"stray-member-leaseless": {"members/zz", "{}"},
 }
 
 // StormSummary is what a storm found.
@@ -119,6 +125,7 @@ type stormState struct {
 	findings []string
 	deck     []string
 	putBack  map[string]bool // kinds of this deck put back once already
+	stranger bool            // "stranger-member" is in force
 }
 
 // Storm runs a storm: operations drawn at random (seeded) from cfg.Ops
@@ -331,7 +338,7 @@ func (r *run) waitLogsHeld(ctx context.Context, d time.Duration) error {
 // op records an operation.
 func (r *run) op(kind, target string) {
 	r.faults = append(r.faults, Fault{Kind: kind, Target: target, Mono: Now()})
-	r.logf("op %-18s %s", kind, target)
+	r.logf("op %-22s %s", kind, target)
 }
 
 // later schedules an undo after d; the heal at the end of the storm runs
@@ -347,11 +354,12 @@ func (r *run) randDur(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.rng.Int64N(int64(hi-lo)+1))
 }
 
-// live returns the running members not told to leave.
+// live returns the running members not told to leave, nor replaced by a
+// process under the same name.
 func (r *run) live() []*proc {
 	var out []*proc
 	for _, p := range r.members {
-		if !p.leaving {
+		if !p.leaving && !p.replaced {
 			out = append(out, p)
 		}
 	}
@@ -566,7 +574,7 @@ func (r *run) stormDo(kind string) (bool, error) {
 			r.op(kind, fmt.Sprintf("%s (%d deleted, revision %d)", key, resp.Deleted, resp.Header.Revision))
 		}
 		return true, nil
-	case "stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election":
+	case "stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election", "stray-member-leaseless":
 		k := strayKeys[kind]
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -599,6 +607,24 @@ func (r *run) stormDo(kind string) (bool, error) {
 			r.op(kind, name+" failed: "+err.Error())
 		} else {
 			r.op(kind, fmt.Sprintf("%s (%d deleted)", name, resp.Deleted))
+		}
+		return true, nil
+	case "member-key-delete-cut":
+		return r.memberKeyDeleteCut()
+	case "same-name-replace":
+		return r.sameNameReplace()
+	case "stranger-member":
+		return r.strangerMember()
+	case "acks-delete":
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := r.admin.Delete(ctx, "rink/chaos/acks/", clientv3.WithPrefix())
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if err != nil {
+			r.op(kind, "rink/chaos/acks/ failed: "+err.Error())
+		} else {
+			r.op(kind, fmt.Sprintf("rink/chaos/acks/ (%d deleted, revision %d)", resp.Deleted, resp.Header.Revision))
 		}
 		return true, nil
 	case "snapshot-save":
@@ -968,7 +994,7 @@ func (s StormSummary) Text() string {
 	sort.Strings(kinds)
 	fmt.Fprintf(&b, "operations: %d, member processes: %d\n", len(s.Ops), s.Procs)
 	for _, k := range kinds {
-		fmt.Fprintf(&b, "  %-18s %5d\n", k, count[k])
+		fmt.Fprintf(&b, "  %-22s %5d\n", k, count[k])
 	}
 	fmt.Fprintf(&b, "acquisitions: %d (%d recorded after a newer one); actions: %d\n", s.Report.Acquisitions, s.Report.Late, s.Report.Actions)
 	fmt.Fprintf(&b, "safety violations: %d\n", len(s.Report.Violations))
@@ -994,7 +1020,7 @@ func (s StormSummary) Text() string {
 		}
 		fmt.Fprintf(&b, "\nVIOLATION %s %s\n  operations before %s:\n", v.Kind, v, at(v.Mono))
 		for _, f := range s.before(v.Mono, 3*time.Second, 6) {
-			fmt.Fprintf(&b, "    %9s  %-18s %s\n", at(f.Mono), f.Kind, f.Target)
+			fmt.Fprintf(&b, "    %9s  %-22s %s\n", at(f.Mono), f.Kind, f.Target)
 		}
 	}
 	for k, n := range shown {
@@ -1006,7 +1032,7 @@ func (s StormSummary) Text() string {
 		if len(c.Liveness.Violations) > 0 {
 			fmt.Fprintf(&b, "\n  the last operations before heal %d:\n", i+1)
 			for _, f := range s.before(c.Healed, time.Hour, 8) {
-				fmt.Fprintf(&b, "    %9s  %-18s %s\n", at(f.Mono), f.Kind, f.Target)
+				fmt.Fprintf(&b, "    %9s  %-22s %s\n", at(f.Mono), f.Kind, f.Target)
 			}
 		}
 	}

@@ -195,13 +195,12 @@ func act(ctx context.Context, r *rink.Rink, log *Log, cfg WorkerConfig, role str
 	for ctx.Err() == nil {
 		select {
 		case <-t.C:
-			if ctx.Err() != nil { // checked right before acting
-				continue
-			}
-			if err := log.Write(cfg.Name, Act, role, token); err != nil {
+			// Checked right before acting, under the log's lock.
+			held, err := log.WriteHeld(ctx, cfg.Name, role, token)
+			if err != nil {
 				return err
 			}
-			if cfg.Balance > 0 {
+			if held && cfg.Balance > 0 {
 				r.AddLoad(role, roleWeight(role))
 			}
 		case <-ctx.Done():
