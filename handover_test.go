@@ -125,7 +125,9 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 	})
 	// It was started in the same pass as the slots after it, not later
 	// by luck (the next event the run goroutine handles, such as the
-	// leader's next floor, would start it too).
+	// leader's next floor, would start it too). The pass may still be
+	// starting those when the role is held: wait for all of b's slots.
+	eventually(t, 5*time.Second, "b holds every slot its map gives it", func() bool { return holdsMapped(b) })
 	var order []int
 	for _, e := range h.snapshot() {
 		if e.Kind == EventAcquired && e.Member == "b" {
