@@ -22,6 +22,9 @@ func TestHandoverStartsRolesInUseFirst(t *testing.T) {
 			a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
 			eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
 			b := join(t, newClient(t), name, WithMemberName("b"), h.hook())
+			// (settle alone passes while b still waits to be ranked: the
+			// map then gives a every slot, which a holds.)
+			eventually(t, 10*time.Second, "both ranked", func() bool { return a.Rank().Size == 2 && b.Rank().Index >= 0 })
 			settle(t, h, a, b)
 			leaver, heir := b, a
 			if leaverLeads {
