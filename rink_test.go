@@ -628,6 +628,7 @@ func TestPartition(t *testing.T) {
 	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
 	cp := proxyClient(t, p)
 	b := join(t, cp, name, WithMemberName("b"), h.hook())
+	eventually(t, 10*time.Second, "both ranked", func() bool { return a.Rank().Size == 2 && b.Rank().Index >= 0 })
 	settle(t, h, a, b)
 	role := roleOf(t, b)
 	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
