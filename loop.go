@@ -377,7 +377,10 @@ func (r *Rink) onWatch(b watchBatch) {
 				if key == r.keys.member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
 					selfGone = true
 				}
-				if _, ok := st.members[r.keys.memberName(key)]; !ok || !r.keys.isMember(key) || ev.Kv.Lease != 0 {
+				if !r.keys.isMember(key) || ev.Kv.Lease != 0 {
+					continue
+				}
+				if _, ok := st.members[r.keys.memberName(key)]; !ok {
 					continue
 				}
 				// A live member's key put without a lease (by hand): a

@@ -121,18 +121,7 @@ func TestFencedMemberResumes(t *testing.T) {
 	version, rankB := a.Rank().Version, b.Rank().Index
 	before := slotTokens(h)
 
-	mark := time.Now()
-	p.PauseTx()
-	p.PauseRx()
-	select {
-	case <-ctxB.Done():
-	case <-time.After(2 * ttl):
-		p.UnpauseTx()
-		p.UnpauseRx()
-		t.Fatal("b did not fence")
-	}
-	p.UnpauseTx()
-	p.UnpauseRx()
+	mark := cutUntilFenced(t, p, ctxB, ttl)
 	if !errors.Is(context.Cause(ctxB), ErrFenced) {
 		t.Fatalf("cause = %v", context.Cause(ctxB))
 	}
@@ -153,6 +142,26 @@ func TestFencedMemberResumes(t *testing.T) {
 	}
 	checkResumed(t, h, ms, []*Rink{b}, mark, before)
 	h.check(t)
+}
+
+// cutUntilFenced cuts a member's proxy until ctx, one of its role
+// contexts, ends (it fences), at most 2 TTL, then heals it; it fails the
+// test if the member did not fence, and returns when the cut began.
+func cutUntilFenced(t *testing.T, p proxy.Server, ctx context.Context, ttl time.Duration) time.Time {
+	t.Helper()
+	mark := time.Now()
+	p.PauseTx()
+	p.PauseRx()
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * ttl):
+	}
+	p.UnpauseTx()
+	p.UnpauseRx()
+	if ctx.Err() == nil {
+		t.Fatal("the member did not fence")
+	}
+	return mark
 }
 
 func mustToken(t *testing.T, ctx context.Context) int64 {

@@ -149,18 +149,7 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.owners.Load().ByLoad })
 	settle(t, h, a, b, c)
 	version := a.Rank().Version
-	mark := time.Now()
-	p.PauseTx()
-	p.PauseRx()
-	select {
-	case <-ctxB.Done():
-	case <-time.After(2 * ttl):
-	}
-	p.UnpauseTx()
-	p.UnpauseRx()
-	if ctxB.Err() == nil {
-		t.Fatal("b did not fence")
-	}
+	mark := cutUntilFenced(t, p, ctxB, ttl)
 	eventually(t, 5*time.Second, "b resumed", func() bool { return rejoinedSince(h, "b", mark) })
 	if v := a.Rank().Version; v != version {
 		t.Fatalf("b did not resume: the map went from version %d to %d", version, v)

@@ -31,12 +31,20 @@ func (r *run) opAt(kind, target string, mono int64) {
 	r.logf("op %-22s %s (began at %s)", kind, target, secs(r.began, mono))
 }
 
-// cutFor cuts p off etcd now and schedules the undo after d. The caller
-// holds st.mu.
-func (r *run) cutFor(p *proc, d time.Duration) {
+// cutRandom cuts a live member, drawn at random, off etcd for a while
+// drawn as a partition's (TTL/4 to 2 TTL), and schedules the undo. The
+// caller holds st.mu; ok is false when no member is live.
+func (r *run) cutRandom() (p *proc, d time.Duration, ok bool) {
+	pool := r.live()
+	if len(pool) == 0 {
+		return nil, 0, false
+	}
+	p = pool[r.rng.IntN(len(pool))]
+	d = r.randDur(r.cfg.TTL/4, 2*r.cfg.TTL)
 	st := r.st
 	r.cut(p)
 	r.later(d, func() { st.mu.Lock(); r.uncut(p); st.mu.Unlock() })
+	return p, d, true
 }
 
 // deleteMemberKey deletes a member key and says what happened.
@@ -61,16 +69,13 @@ func (r *run) memberKeyDeleteCut() (bool, error) {
 	const kind = "member-key-delete-cut"
 	st := r.st
 	st.mu.Lock()
-	pool := r.live()
-	if len(pool) == 0 {
+	began := Now()
+	p, d, ok := r.cutRandom()
+	if !ok {
 		st.mu.Unlock()
 		return false, nil
 	}
-	p := pool[r.rng.IntN(len(pool))]
-	d := r.randDur(r.cfg.TTL/4, 2*r.cfg.TTL)
 	newcomer := r.rng.IntN(2) == 0
-	began := Now()
-	r.cutFor(p, d)
 	var q *proc
 	note := ""
 	if newcomer {
@@ -141,15 +146,12 @@ func (r *run) sameNameReplace() (bool, error) {
 	const kind = "same-name-replace"
 	st := r.st
 	st.mu.Lock()
-	pool := r.live()
-	if len(pool) == 0 {
+	began := Now()
+	old, d, ok := r.cutRandom()
+	if !ok {
 		st.mu.Unlock()
 		return false, nil
 	}
-	old := pool[r.rng.IntN(len(pool))]
-	d := r.randDur(r.cfg.TTL/4, 2*r.cfg.TTL)
-	began := Now()
-	r.cutFor(old, d)
 	old.replaced = true // no other operation picks it from now on
 	r.later(d+r.cfg.TTL, func() {
 		st.mu.Lock()
