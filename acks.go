@@ -87,6 +87,15 @@ type ackFloor struct {
 	// WithImbalanceTolerance, when it balances by load (0: it does not).
 	Imbalance float64 `json:"imbalance,omitempty"`
 	Tolerance float64 `json:"tolerance,omitempty"`
+
+	// Still says that this leader counts a member as having acknowledged
+	// the map of Seq when no map since its acknowledgement changed its
+	// slots or the slots announced to it (see still.go), and Base is the
+	// first map of the lineage its view saw: it knows the changes after
+	// it only. Leaders of d85b50e and before leave both out, and members
+	// then acknowledge every map.
+	Still bool  `json:"still,omitempty"`
+	Base  int64 `json:"base,omitempty"`
 }
 
 // settled reports whether the floor says that the rink is at rest with
@@ -157,6 +166,7 @@ func (r *Rink) sendAckLazily(lazy bool) {
 		lazy = lazy && old.lazy
 	default:
 	}
+	st.acked = ackState{inc: st.inc, lineage: st.lineage, seq: st.curSeq, warm: st.warmed}
 	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed, lazy: lazy}
 }
 
@@ -344,6 +354,7 @@ type ackView struct {
 	seq     int64           // the map key's etcd version
 	ranked  map[string]bool // the members the map ranks
 	marks   []mapMark       // the map's puts seen in this lineage, oldest first (see seqAt)
+	changes changeLog       // which map put last changed each member (see still.go)
 	floor   []byte          // the floor key's value; nil while it is absent
 }
 
@@ -381,6 +392,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		name, ok := k.liveMember(kv)
 		if !ok {
 			delete(v.members, name)
+			v.changes.forget(name)
 			return
 		}
 		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision}
@@ -397,13 +409,15 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		v.acks[k.ackName(key)] = a
 	case k.isMap(key):
 		var m struct {
-			Version int64    `json:"version"`
-			Members []string `json:"members"`
+			Version int64 `json:"version"`
+			mapShape
 		}
 		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
 		if kv.CreateRevision != v.lineage || listed {
 			v.marks = v.marks[:0]
+			v.changes.reset()
 		}
+		v.changes.see(kv.Version, m.mapShape)
 		if len(v.marks) == maxMarks {
 			v.marks = append(v.marks[:0], v.marks[maxMarks/2:]...)
 		}
@@ -422,10 +436,12 @@ func (v *ackView) del(k keys, key string) {
 	switch {
 	case k.isMember(key):
 		delete(v.members, k.memberName(key))
+		v.changes.forget(k.memberName(key))
 	case k.isAck(key):
 		delete(v.acks, k.ackName(key))
 	case k.isMap(key):
 		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
+		v.changes.reset()
 		clear(v.ranked)
 	case k.isFloor(key):
 		v.floor = nil
@@ -487,7 +503,8 @@ func (v *ackView) compute() *ackFloor {
 		return nil
 	}
 	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
-		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{}}
+		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{},
+		Still: true, Base: v.changes.base}
 	for name, m := range v.members {
 		var ack, seq int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
 		if a, ok := v.acks[name]; ok && a.lease == m.lease && a.Lineage == v.lineage {
@@ -499,6 +516,11 @@ func (v *ackView) compute() *ackFloor {
 		if seq > v.seq {
 			seq = 0
 		}
+		if seq >= 1 {
+			if seq = v.changes.still(name, seq); seq == v.seq && ack >= 1 {
+				ack = v.version // nothing changed it since: see still.go
+			}
+		}
 		bound := seq
 		if ack < 1 && seq < 1 {
 			if c := m.carried; c.Lineage == v.lineage && c.Seq > 0 && c.Seq <= v.seq {
@@ -506,6 +528,7 @@ func (v *ackView) compute() *ackFloor {
 			} else {
 				bound = v.seqAt(m.createRev)
 			}
+			bound = v.changes.still(name, bound)
 			if !v.ranked[name] {
 				seq = bound
 			}

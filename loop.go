@@ -56,7 +56,13 @@ type state struct {
 	// versions (from members that predate seqs) name nothing.
 	repeats int64
 	floor   ackFloor // the leader's summary of acknowledgements (zero: none)
-	leader  string   // election key of the lowest create revision ("": recompute)
+	// acked is the acknowledgement last handed to the ack writer, and
+	// changedSeq the newest applied seq whose map changed this member's
+	// slots or announcements (see still.go): with a floor that says
+	// Still, a map that changes neither costs no acknowledgement.
+	acked      ackState
+	changedSeq int64
+	leader     string // election key of the lowest create revision ("": recompute)
 
 	strays    strayLog            // stray keys already logged (see stray.go)
 	strayKeys map[string]strayKey // stray keys to delete (see sweepStrays), by key
@@ -551,6 +557,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			f = ackFloor{} // unreadable: nothing is known
 		}
 		st.floor = f
+		if r.ackOwed() {
+			r.sendAck() // a new leader, or one that lists us as lagging (see ackOwed)
+		}
 	}
 }
 
@@ -633,7 +642,12 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	st.lineage = kv.CreateRevision
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
+	prevIdx := st.selfIdx
 	r.indexCur(st.prev.Members)
+	if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx) ||
+		!slices.Equal(st.prev.Incoming[r.opts.member], st.cur.Incoming[r.opts.member]) {
+		st.changedSeq = st.curSeq
+	}
 	if newLineage {
 		st.prev, st.prevSeq = rankMap{}, 0
 	}
@@ -661,8 +675,12 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	// And only while the floor can name every member that lags (see
 	// maxLagging): past that, the floor gives one lowest bound for all,
 	// and a lazy acknowledgement would hold up other members' moves.
-	r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1 &&
-		len(st.members) <= maxLagging)
+	// Under a leader that says Still, such a map costs no
+	// acknowledgement at all (see ackOwed).
+	if r.ackOwed() {
+		r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1 &&
+			len(st.members) <= maxLagging)
+	}
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
 }
 
