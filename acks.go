@@ -521,7 +521,7 @@ func (v *ackView) compute() *ackFloor {
 				ack = v.version // nothing changed it since: see still.go
 			}
 		}
-		bound := seq
+		bound, verBound := seq, ack
 		if ack < 1 && seq < 1 {
 			if c := m.carried; c.Lineage == v.lineage && c.Seq > 0 && c.Seq <= v.seq {
 				bound = c.Seq
@@ -529,12 +529,15 @@ func (v *ackView) compute() *ackFloor {
 				bound = v.seqAt(m.createRev)
 			}
 			bound = v.changes.still(name, bound)
+			if bound == v.seq {
+				verBound = v.version // (the one map version the seq names)
+			}
 			if !v.ranked[name] {
-				seq = bound
+				seq, ack = bound, verBound
 			}
 		}
 		f.Floor = min(f.Floor, ack)
-		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, verBound, v.version)
 		f.SeqFloor = min(f.SeqFloor, seq)
 		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, bound, v.seq)
 	}
@@ -581,12 +584,21 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 			}
 		})
 	}()
+	defer a.unhold()
 	for {
 		var b watchBatch
+		var held <-chan time.Time
+		if a.holdTimer != nil {
+			held = a.holdTimer.C
+		}
 		select {
 		case b = <-batches:
 		case <-rest.kick:
 			// What the leader plans changed: the floor says it (see fold).
+		case <-held:
+			a.holdTimer = nil
+			a.send(a.held)
+			continue
 		case <-ctx.Done():
 			return
 		}
@@ -594,14 +606,108 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 	}
 }
 
+// floorPause is how long the leader holds back a floor that raises no
+// bound that anybody waits for: one that says only that the map moved on
+// while the members it changed have not acknowledged it yet, or only what
+// the leader plans (Rest, when a newcomer comes). Such a floor helps
+// nobody: an heir of a live member waits for that member's
+// acknowledgement, which a floor after it brings, and finds in the map
+// before the change that the members it did not change did not hold what
+// it gains. Written at once, it would be one more write, sent to every
+// member, per change; held, it is replaced by the floor that counts the
+// acknowledgements, usually within a few milliseconds, and written anyway
+// after the pause (a member that drains withholds its acknowledgement for
+// longer).
+const floorPause = 50 * time.Millisecond
+
+// heldFloor is a floor held back (see floorPause).
+type heldFloor struct {
+	val []byte
+	f   *ackFloor
+}
+
+// send asks for floor h to be written at once, replacing any floor held
+// back or not yet written.
+func (a *aggregation) send(h heldFloor) {
+	a.unhold()
+	a.last, a.lastF = h.val, h.f
+	select {
+	case <-a.reqs:
+	default:
+	}
+	a.reqs <- h.val
+}
+
+// unhold drops the floor held back, if any.
+func (a *aggregation) unhold() {
+	if a.holdTimer != nil {
+		a.holdTimer.Stop()
+		a.holdTimer = nil
+	}
+	a.held = heldFloor{}
+}
+
+// offer asks for floor f (val, its JSON) to be written: at once, or after
+// floorPause when it raises no bound anybody waits for (see floorPause).
+func (a *aggregation) offer(f *ackFloor, val []byte) {
+	h := heldFloor{val: val, f: f}
+	if a.last == nil || !a.idle(f) {
+		a.send(h)
+		return
+	}
+	a.held = h
+	if a.holdTimer == nil {
+		a.holdTimer = time.NewTimer(floorPause)
+	}
+}
+
+// idle reports whether floor f, to follow the floor last asked for,
+// raises no bound that anybody waits for: it is of the same lineage and
+// map or a later one, and either says of the same map as the last that
+// every member has acknowledged it (it differs in what the leader plans),
+// or some member still lags and every member that lagged in the last
+// floor lags in f as far (its acknowledgement did not come, and the
+// members a newer map changed lag at the map before).
+func (a *aggregation) idle(f *ackFloor) bool {
+	l := a.lastF
+	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version {
+		return false
+	}
+	if f.SeqComplete && len(f.SeqLagging) == 0 {
+		// Everybody at the map: idle only if the last floor said so of
+		// the same map (f says only what the leader plans).
+		return f.Seq == l.Seq && l.SeqComplete && len(l.SeqLagging) == 0 && f.Floor == l.Floor
+	}
+	if !l.SeqComplete {
+		return !f.SeqComplete && f.SeqFloor <= l.SeqFloor && f.Floor <= l.Floor
+	}
+	if !f.SeqComplete {
+		return true // (more lag than before: nothing came that anybody waits for)
+	}
+	for name, b := range l.SeqLagging {
+		if fb, ok := f.SeqLagging[name]; !ok || fb > b {
+			return false
+		}
+	}
+	for name, b := range l.Lagging {
+		if fb, ok := f.Lagging[name]; !ok || fb > b {
+			return false
+		}
+	}
+	return true
+}
+
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
-	v        *ackView
-	last     []byte                // the floor we last asked to be written
-	loads    map[string]loadReport // members' load summaries, when balancing by load
-	lastWarm map[string]int64      // members' warm-up readiness, when warming up
-	reqs     chan []byte           // to writeFloors
-	rest     *restBox              // what the leader plans
+	v         *ackView
+	last      []byte                // the floor we last asked to be written
+	lastF     *ackFloor             // and what it says
+	held      heldFloor             // a floor held back (see floorPause); val nil: none
+	holdTimer *time.Timer           // ends the hold; nil when none
+	loads     map[string]loadReport // members' load summaries, when balancing by load
+	lastWarm  map[string]int64      // members' warm-up readiness, when warming up
+	reqs      chan []byte           // to writeFloors
+	rest      *restBox              // what the leader plans
 }
 
 // fold folds one watch batch (or none, when woken by setRest) into the
@@ -681,14 +787,10 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	}
 	val, _ := json.Marshal(f)
 	if bytes.Equal(val, a.last) || bytes.Equal(val, v.floor) {
+		a.unhold() // (what is written, or asked for, already says it)
 		return
 	}
-	a.last = val
-	select {
-	case <-a.reqs:
-	default:
-	}
-	a.reqs <- val
+	a.offer(f, val)
 }
 
 func floorChanged(k keys, events []*clientv3.Event) bool {

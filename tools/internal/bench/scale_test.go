@@ -123,6 +123,24 @@ type write struct {
 // etcd's metrics against the revisions the watch saw in each window. It
 // logs the writes, for counting them by hand.
 func TestBreadthCountsWrites(t *testing.T) {
+	s := runWatched(t, 3)
+	// 3 members and a newcomer on 1,024 slots: the newcomer takes slots
+	// from each of the 3; the leaver's slots go to the 3 left.
+	if got := s["members_changed_join"]; got != 4 {
+		t.Errorf("members_changed_join %v, want 4", got)
+	}
+	if got := s["members_changed_leave"]; got != 4 {
+		t.Errorf("members_changed_leave %v, want 4", got)
+	}
+	if s["overlaps"] != 0 {
+		t.Errorf("overlaps %v", s["overlaps"])
+	}
+}
+
+// runWatched runs the breadth part on n members, with a watch on every key
+// of etcd beside it, checks the writes Run counts from etcd's metrics
+// against the revisions the watch saw in each window, and logs them.
+func runWatched(t *testing.T, n int) Sample {
 	srv, cli := startEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
@@ -150,7 +168,7 @@ func TestBreadthCountsWrites(t *testing.T) {
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
-	b, err := NewBreadth(Env{Endpoints: []string{srv.Endpoint()}}, 3, 2, BreadthConfig{Slots: ScaleSlots(3), TTL: ScaleTTL(3), LoadInterval: time.Second})
+	b, err := NewBreadth(Env{Endpoints: []string{srv.Endpoint()}}, n, 2, BreadthConfig{Slots: ScaleSlots(n), TTL: ScaleTTL(n), LoadInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,15 +214,33 @@ func TestBreadthCountsWrites(t *testing.T) {
 			t.Errorf("the %s: no bytes sent", c.change)
 		}
 	}
-	// 3 members and a newcomer on 1,024 slots: the newcomer takes slots
-	// from each of the 3; the leaver's slots go to the 3 left.
-	if got := s["members_changed_join"]; got != 4 {
-		t.Errorf("members_changed_join %v, want 4", got)
+	return s
+}
+
+// TestCostFollowsTheChange guards what one join and one graceful leave
+// cost in rinks of 50 and 200 members (issue 25), by counting, not timing:
+// etcd's writes stay within two per member whose slots the change moved
+// (its acknowledgement and its load summary) and four more (the newcomer's
+// key, or the departure; the map; the floor; the election key or the
+// lease's end), whatever the rink's size. Before acknowledgements followed
+// the change, every member acknowledged every map: at d85b50e a join at
+// 200 members cost over 200 writes.
+func TestCostFollowsTheChange(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 250 members")
 	}
-	if got := s["members_changed_leave"]; got != 4 {
-		t.Errorf("members_changed_leave %v, want 4", got)
-	}
-	if s["overlaps"] != 0 {
-		t.Errorf("overlaps %v", s["overlaps"])
+	for _, n := range []int{50, 200} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			s := runWatched(t, n)
+			for _, c := range []string{"join", "leave"} {
+				writes, changed := s["etcd_writes_per_"+c], s["members_changed_"+c]
+				if limit := 2*changed + 4; writes > limit {
+					t.Errorf("the %s in a rink of %d: %v writes for %v members changed, want at most %v", c, n, writes, changed, limit)
+				}
+			}
+			if s["overlaps"] != 0 {
+				t.Errorf("overlaps %v", s["overlaps"])
+			}
+		})
 	}
 }
