@@ -108,6 +108,16 @@ func (f *ackFloor) settled(lineage, version, seq int64) bool {
 	return f.Seq == 0 || f.Seq == seq && f.SeqFloor >= seq
 }
 
+// decodeFloor decodes a floor key's value; one that does not decode says
+// nothing.
+func decodeFloor(value []byte) ackFloor {
+	var f ackFloor
+	if json.Unmarshal(value, &f) != nil {
+		return ackFloor{}
+	}
+	return f
+}
+
 // of returns a lower bound of a member's acknowledged map version; below
 // 1 it is unknown.
 func (f *ackFloor) of(name string) int64 {

@@ -318,7 +318,9 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
 	if st.selfSeen {
 		r.reconcile()
-		r.sendAck()
+		if r.ackOwed() {
+			r.sendAck()
+		}
 	}
 	r.campaign(inc)
 }
@@ -349,8 +351,11 @@ func (r *Rink) onWatch(b watchBatch) {
 		// map, not an older one.
 		var mapKV *mvccpb.KeyValue
 		for _, kv := range b.kvs {
-			if r.keys.isMap(string(kv.Key)) {
+			switch key := string(kv.Key); {
+			case r.keys.isMap(key):
 				mapKV = kv
+			case r.keys.isFloor(key):
+				st.floor = decodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
 			}
 		}
 		if mapKV != nil {
@@ -528,7 +533,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			// it is at least as new as anything our earlier lives saw.
 			st.selfSeen = true
 			r.reconcile()
-			r.sendAck()
+			if r.ackOwed() {
+				r.sendAck()
+			}
 		}
 	case r.keys.isElection(key):
 		if !r.keys.isCandidate(kv) {
@@ -552,11 +559,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			st.leader = key
 		}
 	case r.keys.isFloor(key):
-		var f ackFloor
-		if json.Unmarshal(kv.Value, &f) != nil {
-			f = ackFloor{} // unreadable: nothing is known
-		}
-		st.floor = f
+		st.floor = decodeFloor(kv.Value)
 		if r.ackOwed() {
 			r.sendAck() // a new leader, or one that lists us as lagging (see ackOwed)
 		}
@@ -578,6 +581,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 // and acknowledgements of another lineage count for nothing.
 func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	st := &r.st
+	fresh := st.lineage == 0 // the first map since the process started, or since a restore
 	sameLineage := kv.CreateRevision == st.lineage
 	if sameLineage && kv.ModRevision == st.curRev {
 		return // already applied (a listing repeats what the watch gave)
@@ -644,7 +648,12 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	st.cur, st.curSeq = m, kv.Version
 	prevIdx := st.selfIdx
 	r.indexCur(st.prev.Members)
-	if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx) ||
+	if fresh {
+		// Before it, this member owned nothing.
+		if movedFor(&rankMap{}, &st.cur, -1, st.selfIdx) || len(st.cur.Incoming[r.opts.member]) > 0 {
+			st.changedSeq = st.curSeq
+		}
+	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx) ||
 		!slices.Equal(st.prev.Incoming[r.opts.member], st.cur.Incoming[r.opts.member]) {
 		st.changedSeq = st.curSeq
 	}

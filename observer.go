@@ -95,7 +95,10 @@ type MemberState struct {
 	// Slots is how many slots the member owns.
 	Slots int
 	// Ack is the newest map version it has acknowledged (in this lineage;
-	// -1 if it acknowledged another lineage's map or none).
+	// -1 if it acknowledged another lineage's map or none), or, when it is
+	// higher, the version the leader's floor counts it at: a member writes
+	// no acknowledgement for a map that leaves its slots alone, and the
+	// leader counts it as having acknowledged that map.
 	Ack int64
 	// Live reports whether its member key exists: a member that is gone but
 	// still ranked is about to be replaced by the rink's leader (see
@@ -333,6 +336,14 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 		ack := int64(-1)
 		if a, ok := acks[name]; live && ok && a.lease == m.lease && a.Lineage == lineage {
 			ack = a.Ack
+		}
+		if floor.Still && floor.Lineage == lineage && floor.Seq == seq && live {
+			// The leader counts a member whose slots no map since its
+			// acknowledgement changed as having acknowledged its map
+			// (see still.go): it writes none for such maps.
+			if b := floor.of(name); b > ack && b <= cur.Version {
+				ack = b
+			}
 		}
 		ms := MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
 		if l, ok := loads[name]; live && ok && l.lease == m.lease {

@@ -161,7 +161,7 @@ func movedFor(prev, cur *rankMap, pi, ci int) bool {
 // otherwise, or waits for what it says.
 //
 //   - It has sent none in this incarnation and lineage: the leader knows
-//     nothing of it yet.
+//     nothing of it yet (but see firstAckOwed).
 //   - It is ready for a newer announcement than it said (see
 //     applyIncoming): a leaving member waits for that.
 //   - The floor does not say Still (a leader of d85b50e or before, or
@@ -174,6 +174,9 @@ func movedFor(prev, cur *rankMap, pi, ci int) bool {
 func (r *Rink) ackOwed() bool {
 	st := &r.st
 	a := &st.acked
+	if a.inc == nil && st.joins == 1 {
+		return r.firstAckOwed()
+	}
 	if a.inc != st.inc || a.lineage != st.lineage || a.seq < 1 {
 		return true
 	}
@@ -197,6 +200,25 @@ func (r *Rink) ackOwed() bool {
 	// the rest.)
 	_, listed := f.SeqLagging[r.opts.member]
 	return f.SeqComplete && listed && a.seq < f.Seq
+}
+
+// firstAckOwed is ackOwed for a member that has acknowledged nothing since
+// its process started. Under a leader that says Still, its bound is the
+// map current when its key was created, raised while no map changes its
+// slots (see compute): it owes nothing until a map gives it slots or
+// announces slots to it, ranks it (the rink is at rest only once every
+// ranked member has acknowledged), or the floor says that the leader
+// cannot bound it (it lists it as lagging, or is incomplete). The first
+// map a member applies often comes just before the one that ranks it:
+// acknowledging both cost every join a write.
+func (r *Rink) firstAckOwed() bool {
+	st := &r.st
+	f := &st.floor
+	if !f.Still || f.Lineage != st.lineage || f.Seq < 1 || st.changedSeq > 0 || st.selfIdx >= 0 || st.warmed > 0 || !f.SeqComplete {
+		return true
+	}
+	_, listed := f.SeqLagging[r.opts.member]
+	return listed
 }
 
 // ackState is what the run goroutine last handed the ack writer (see

@@ -123,7 +123,7 @@ type write struct {
 // etcd's metrics against the revisions the watch saw in each window. It
 // logs the writes, for counting them by hand.
 func TestBreadthCountsWrites(t *testing.T) {
-	s := runWatched(t, 3)
+	s, _ := runWatched(t, 3)
 	// 3 members and a newcomer on 1,024 slots: the newcomer takes slots
 	// from each of the 3; the leaver's slots go to the 3 left.
 	if got := s["members_changed_join"]; got != 4 {
@@ -139,8 +139,10 @@ func TestBreadthCountsWrites(t *testing.T) {
 
 // runWatched runs the breadth part on n members, with a watch on every key
 // of etcd beside it, checks the writes Run counts from etcd's metrics
-// against the revisions the watch saw in each window, and logs them.
-func runWatched(t *testing.T, n int) Sample {
+// against the revisions the watch saw in each window, and logs them. It
+// returns Run's sample and, per change ("join", "leave"), how many of the
+// writes wrote the floor key.
+func runWatched(t *testing.T, n int) (Sample, map[string]int) {
 	srv, cli := startEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
@@ -188,6 +190,7 @@ func runWatched(t *testing.T, n int) Sample {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	floors := map[string]int{}
 	for _, c := range []struct {
 		change string
 		revs   [2]int64
@@ -197,6 +200,9 @@ func runWatched(t *testing.T, n int) Sample {
 		for _, w := range writes {
 			if w.rev > c.revs[0] && w.rev <= c.revs[1] {
 				n++
+				if len(w.ops) == 1 && strings.HasSuffix(w.ops[0], "/floor") {
+					floors[c.change]++
+				}
 				ops := append([]string(nil), w.ops...)
 				sort.Strings(ops)
 				seen = append(seen, fmt.Sprintf("  %d %s: %s", w.rev, w.at.Format("05.000"), strings.Join(ops, ", ")))
@@ -214,28 +220,34 @@ func runWatched(t *testing.T, n int) Sample {
 			t.Errorf("the %s: no bytes sent", c.change)
 		}
 	}
-	return s
+	return s, floors
 }
 
 // TestCostFollowsTheChange guards what one join and one graceful leave
 // cost in rinks of 50 and 200 members (issue 25), by counting, not timing:
-// etcd's writes stay within two per member whose slots the change moved
-// (its acknowledgement and its load summary) and four more (the newcomer's
-// key, or the departure; the map; the floor; the election key or the
-// lease's end), whatever the rink's size. Before acknowledgements followed
-// the change, every member acknowledged every map: at d85b50e a join at
-// 200 members cost over 200 writes.
+// besides the floor, etcd's writes stay within two per member whose slots
+// the change moved (its acknowledgement and its load summary) and three
+// more (the newcomer's key, or the departure; the map; the newcomer's
+// first load summary, or the lease's end), whatever the rink's size; and
+// the floor is written at most once per member moved (once per change
+// when the acknowledgements come together, as they do on an idle machine;
+// under -race they trickle in). Before acknowledgements followed the
+// change, every member acknowledged every map: at e518f46 a join at 200
+// members cost 217 writes.
 func TestCostFollowsTheChange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 250 members")
 	}
 	for _, n := range []int{50, 200} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			s := runWatched(t, n)
+			s, floors := runWatched(t, n)
 			for _, c := range []string{"join", "leave"} {
-				writes, changed := s["etcd_writes_per_"+c], s["members_changed_"+c]
-				if limit := 2*changed + 4; writes > limit {
-					t.Errorf("the %s in a rink of %d: %v writes for %v members changed, want at most %v", c, n, writes, changed, limit)
+				writes, changed, floors := s["etcd_writes_per_"+c], s["members_changed_"+c], float64(floors[c])
+				if limit := 2*changed + 3; writes-floors > limit {
+					t.Errorf("the %s in a rink of %d: %v writes besides the floor's for %v members changed, want at most %v", c, n, writes-floors, changed, limit)
+				}
+				if floors > changed {
+					t.Errorf("the %s in a rink of %d: %v floor writes for %v members changed", c, n, floors, changed)
 				}
 			}
 			if s["overlaps"] != 0 {

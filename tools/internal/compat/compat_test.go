@@ -67,7 +67,10 @@ const (
 // current build, and during the rollback a current member leads baseline
 // members.
 //
-// Set RINK_COMPAT_DIR to keep the binaries and the members' logs there.
+// Set RINK_COMPAT_DIR to keep the binaries and the members' logs there,
+// and RINK_COMPAT_BASELINE to a full commit hash to roll from another
+// release than the baseline (the one before it, 636d84c, still shares a
+// rink with this build).
 func TestMixedVersionUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -78,6 +81,9 @@ func TestMixedVersionUpgrade(t *testing.T) {
 	commit, err := compat.Baseline(root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c := os.Getenv("RINK_COMPAT_BASELINE"); c != "" {
+		commit = c // another release to roll from and back to, by hand (e.g. 636d84c's full hash)
 	}
 	tmp := t.TempDir()
 	if keep := os.Getenv("RINK_COMPAT_DIR"); keep != "" {
@@ -93,7 +99,13 @@ func TestMixedVersionUpgrade(t *testing.T) {
 		t.Fatalf("cannot build the baseline members: %v", err)
 	}
 	bins := map[string]string{baseline: filepath.Join(tmp, "worker-baseline"), current: filepath.Join(tmp, "worker-current")}
-	if err := compat.Build(ctx, src, "./internal/chaos/worker", bins[baseline]); err != nil {
+	// The worker lives in the tools module since d85b50e, and in the
+	// library's own module before (636d84c).
+	workerDir := filepath.Join(src, "tools")
+	if _, err := os.Stat(filepath.Join(workerDir, "internal", "chaos", "worker")); err != nil {
+		workerDir = src
+	}
+	if err := compat.Build(ctx, workerDir, "./internal/chaos/worker", bins[baseline]); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(src); err != nil {
