@@ -35,7 +35,7 @@ type state struct {
 	curRev  int64                 // mod revision of cur's key (0: the key is gone)
 	curSeq  int64                 // etcd version of cur's key: its seq (see ackValue)
 	lineage int64                 // create revision of cur's key: seqs count within it
-	hist    map[int64]rankMap     // recently applied maps of the lineage, by seq
+	hist    slotHistory           // who owned each slot in the recently applied maps of the lineage
 	verSeq  map[int64]int64       // hist's seqs by map version (-1: the version repeats)
 	topVer  int64                 // the highest map version applied in the lineage
 	stale   bool                  // cur's version is not above every version before it
@@ -276,7 +276,6 @@ func (r *Rink) initState() {
 	st.electOf = map[string][]string{}
 	st.touched = map[string]bool{}
 	st.strayKeys = map[string]strayKey{}
-	st.hist = map[int64]rankMap{}
 	st.verSeq = map[int64]int64{}
 	st.owned = make([]bool, S)
 	st.gain = make([]int64, S)
@@ -630,7 +629,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			zap.Int64("lineage", kv.CreateRevision), zap.Int64("version", m.Version))
 	}
 	if newLineage {
-		clear(st.hist)
+		st.hist.reset()
 		clear(st.verSeq)
 		st.topVer, st.repeats = 0, 0
 	}
@@ -665,7 +664,7 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 		st.repeats = max(st.repeats, st.topVer)
 	}
 	st.topVer = max(st.topVer, m.Version)
-	st.hist[kv.Version] = m
+	st.hist.add(kv.Version, &m)
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
 		st.verSeq[m.Version] = -1
 	} else {
@@ -750,7 +749,7 @@ func (r *Rink) restored(why string) {
 	st.lineage, st.curRev, st.curSeq, st.rev = 0, 0, 0, 0
 	st.prev, st.prevSeq = rankMap{}, 0
 	st.floor = ackFloor{}
-	clear(st.hist)
+	st.hist.reset()
 	clear(st.verSeq)
 	st.topVer, st.repeats = 0, 0
 	st.selfSeen = false
@@ -922,11 +921,8 @@ func (r *Rink) free(s int, others []memberBound) bool {
 		if o.bound >= g {
 			continue
 		}
-		for v := o.bound; v < g; v++ {
-			h, ok := st.hist[v]
-			if !ok || h.owner(s) == o.name {
-				return false
-			}
+		if held, known := st.hist.heldBy(s, o.name, o.bound, g); held || !known {
+			return false
 		}
 	}
 	return true
@@ -1014,12 +1010,13 @@ func (r *Rink) pruneHistory() {
 			low = max(low, r.seqOfVersion(f.Floor))
 		}
 	}
-	for v, m := range st.hist {
-		if v < low {
-			delete(st.hist, v)
-			if st.verSeq[m.Version] == v {
-				delete(st.verSeq, m.Version)
-			}
+	if !st.hist.covers(low) || low == st.hist.from {
+		return
+	}
+	st.hist.prune(low)
+	for ver, seq := range st.verSeq {
+		if seq >= 0 && seq < low {
+			delete(st.verSeq, ver)
 		}
 	}
 }

@@ -1,0 +1,125 @@
+package rink
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// slotHistory answers heldBy as a history of whole maps would, through
+// random maps, gaps and prunes.
+func FuzzSlotHistory(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(3), uint64(5))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+		rng := rand.New(rand.NewPCG(s1, s2))
+		const S = 6
+		names := []string{"a", "b", "c", "d"}
+		var h slotHistory
+		whole := map[int64]rankMap{} // the maps a member would have kept
+		low := int64(0)              // nothing below it is kept
+		seq := int64(0)
+		for step := 0; step < 60; step++ {
+			switch r := rng.IntN(10); {
+			case r < 7 || seq == 0:
+				seq++
+				if rng.IntN(12) == 0 {
+					seq += 1 + int64(rng.IntN(3)) // a gap: the history starts again
+					clear(whole)
+				}
+				m := rankMap{Slots: S}
+				for _, n := range names {
+					if rng.IntN(3) > 0 {
+						m.Members = append(m.Members, n)
+					}
+				}
+				if len(m.Members) > 0 {
+					m.Table = make(slotTable, S)
+					for s := range m.Table {
+						m.Table[s] = rng.IntN(len(m.Members))
+					}
+				}
+				h.add(seq, &m)
+				whole[seq] = m
+			case r < 8:
+				p := seq - int64(rng.IntN(5))
+				h.prune(p)
+				low = max(low, p)
+				for v := range whole {
+					if v < p {
+						delete(whole, v)
+					}
+				}
+			}
+			// Every question a member may ask: a slot, a name, a bound
+			// and a gain, both at most the newest seq.
+			for q := 0; q < 8; q++ {
+				s, name := rng.IntN(S), names[rng.IntN(len(names))]
+				g := 1 + int64(rng.IntN(int(seq)))
+				a := int64(rng.IntN(int(g) + 1))
+				held, known := h.heldBy(s, name, a, g)
+				wantHeld, wantKnown := false, true
+				for v := a; v < g; v++ {
+					m, ok := whole[v]
+					if !ok {
+						wantKnown = false
+						break
+					}
+					wantHeld = wantHeld || m.owner(s) == name
+				}
+				if known && !wantKnown {
+					t.Fatalf("heldBy(%d, %s, %d, %d) known, but the maps are not all kept (from %d top %d)", s, name, a, g, h.from, h.top)
+				}
+				if known && held != wantHeld {
+					t.Fatalf("heldBy(%d, %s, %d, %d) = %v, want %v", s, name, a, g, held, wantHeld)
+				}
+				if wantKnown && !known && a >= low && a < g {
+					t.Fatalf("heldBy(%d, %s, %d, %d) unknown, though every map is kept (from %d top %d low %d)", s, name, a, g, h.from, h.top, low)
+				}
+			}
+		}
+	})
+}
+
+// A map that moves nothing adds nothing per slot; a prune keeps the entry
+// in force at its seq.
+func TestSlotHistory(t *testing.T) {
+	var h slotHistory
+	m1 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
+	m2 := rankMap{Slots: 2, Members: []string{"b", "a"}, Table: slotTable{1, 0}} // same owners
+	m3 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{1, 1}} // slot 0 to b
+	h.add(1, &m1)
+	h.add(2, &m2)
+	h.add(3, &m3)
+	if h.entries != 3 {
+		t.Fatalf("%d entries, want 3 (one per slot, one move)", h.entries)
+	}
+	for _, c := range []struct {
+		s           int
+		name        string
+		a, g        int64
+		held, known bool
+	}{
+		{0, "a", 1, 3, true, true},
+		{0, "b", 1, 3, false, true},
+		{0, "b", 1, 4, true, true},
+		{0, "a", 3, 4, false, true},
+		{0, "a", 0, 2, false, false}, // seq 0 was never added
+		{0, "a", 3, 5, false, false}, // nor seq 4
+		{1, "b", 2, 2, false, true},  // nothing to check
+	} {
+		if held, known := h.heldBy(c.s, c.name, c.a, c.g); held != c.held || known != c.known {
+			t.Errorf("heldBy(%d, %s, %d, %d) = %v, %v; want %v, %v", c.s, c.name, c.a, c.g, held, known, c.held, c.known)
+		}
+	}
+	h.prune(3)
+	if _, known := h.heldBy(0, "a", 2, 3); known {
+		t.Error("seq 2 known after a prune to 3")
+	}
+	if held, known := h.heldBy(0, "b", 3, 4); !held || !known {
+		t.Error("seq 3 forgotten by a prune to 3")
+	}
+	h.add(5, &m1) // a gap
+	if _, known := h.heldBy(0, "a", 3, 4); known || h.from != 5 {
+		t.Errorf("after a gap: from %d, seq 3 still known", h.from)
+	}
+}
