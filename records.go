@@ -1,0 +1,225 @@
+package rink
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+)
+
+// Change records (protocol 3, issue 25). Every map put of protocol 3 comes
+// with a small record of what it changed, written in the same transaction:
+// the slots that moved, the indexes whose member changed, who began or
+// stopped waiting. A member follows the records and applies each to the
+// map it holds; it reads a whole map only when it joins, misses a record,
+// or meets a new lineage. So a change costs every member what it changed,
+// not the whole map.
+//
+// This file is the pure part: diff computes the record that takes one map
+// to the next, apply applies one. Nothing here does I/O.
+
+// maxRecordMembers bounds the members a record may rank: a record that
+// says more is refused, not allocated.
+const maxRecordMembers = 1 << 22
+
+// change is the JSON value of the change record key. Absent fields did not
+// change.
+type change struct {
+	Version int64 `json:"version"`
+	// Reset says that the record describes no change: the map put with it
+	// is to be read whole (the first map of protocol 3 in a lineage, or one
+	// that heals a map key written by hand).
+	Reset bool `json:"reset,omitempty"`
+	// Leader is the new leader's name, when it changed.
+	Leader *string `json:"leader,omitempty"`
+	// Size is the number of ranked members, when it changed; Names sets
+	// the member at each index (by decimal string) whose member changed.
+	Size  *int              `json:"size,omitempty"`
+	Names map[string]string `json:"names,omitempty"`
+	// Moves lists pairs: a slot, and the index of its owner now.
+	Moves []int `json:"moves,omitempty"`
+	// Waiting replaces the waiting list whole, when Unwait and Wait cannot
+	// say the change: Unwait names members no longer waiting, Wait those
+	// waiting now that were not, appended in order.
+	Waiting  *[]waiter `json:"waiting,omitempty"`
+	Unwait   []string  `json:"unwait,omitempty"`
+	Wait     []waiter  `json:"wait,omitempty"`
+	ByLoad   *bool     `json:"byLoad,omitempty"`
+	Incoming *map[string][]int `json:"incoming,omitempty"`
+	Leave    *[]string `json:"leave,omitempty"`
+}
+
+// diff returns the record that apply turns prev into next with. Both are
+// maps of one rink (same schema and slots).
+func diff(prev, next *rankMap) change {
+	c := change{Version: next.Version}
+	if prev.Leader != next.Leader {
+		c.Leader = &next.Leader
+	}
+	if len(prev.Members) != len(next.Members) {
+		n := len(next.Members)
+		c.Size = &n
+	}
+	for i, name := range next.Members {
+		if i >= len(prev.Members) || prev.Members[i] != name {
+			if c.Names == nil {
+				c.Names = map[string]string{}
+			}
+			c.Names[strconv.Itoa(i)] = name
+		}
+	}
+	for s := range next.Table {
+		if s >= len(prev.Table) || prev.Table[s] != next.Table[s] {
+			c.Moves = append(c.Moves, s, next.Table[s])
+		}
+	}
+	if !slices.EqualFunc(prev.Waiting, next.Waiting, sameWaiter) {
+		c.Unwait, c.Wait = waitDiff(prev.Waiting, next.Waiting)
+		if c.Unwait == nil && c.Wait == nil {
+			w := slices.Clone(next.Waiting)
+			c.Waiting = &w
+		}
+	}
+	if prev.ByLoad != next.ByLoad {
+		c.ByLoad = &next.ByLoad
+	}
+	if !maps.EqualFunc(prev.Incoming, next.Incoming, slices.Equal) {
+		in := next.Incoming
+		if in == nil {
+			in = map[string][]int{}
+		}
+		c.Incoming = &in
+	}
+	if !slices.Equal(prev.Leave, next.Leave) {
+		l := next.Leave
+		if l == nil {
+			l = []string{}
+		}
+		c.Leave = &l
+	}
+	return c
+}
+
+// waitDiff says how next's waiting list follows from prev's by dropping
+// some members and appending others, or returns nil, nil when it does not.
+func waitDiff(prev, next []waiter) (unwait []string, wait []waiter) {
+	in := make(map[string]waiter, len(next))
+	for _, w := range next {
+		in[w.Name] = w
+	}
+	var kept []waiter
+	for _, w := range prev {
+		if n, ok := in[w.Name]; ok && n.Since.Equal(w.Since) {
+			kept = append(kept, w)
+		} else {
+			unwait = append(unwait, w.Name)
+		}
+	}
+	if len(kept) > len(next) || !slices.EqualFunc(kept, next[:len(kept)], sameWaiter) {
+		return nil, nil
+	}
+	wait = next[len(kept):]
+	if len(unwait) == 0 && len(wait) == 0 {
+		return nil, nil
+	}
+	if unwait == nil {
+		unwait = []string{}
+	}
+	return unwait, slices.Clone(wait)
+}
+
+func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.Since) }
+
+// apply returns the map that record c makes of prev, or an error when the
+// record does not fit prev (another index or slot than prev has, a member
+// twice): the member then reads the map whole. prev is not changed.
+func apply(prev *rankMap, c *change) (rankMap, error) {
+	if c.Reset {
+		return rankMap{}, fmt.Errorf("%w: a reset record", errMapInvalid)
+	}
+	m := *prev
+	m.Version = c.Version
+	if c.Leader != nil {
+		m.Leader = *c.Leader
+	}
+	n := len(prev.Members)
+	if c.Size != nil {
+		n = *c.Size
+		if n < 0 || n > maxRecordMembers {
+			return rankMap{}, fmt.Errorf("%w: record sizes the members to %d", errMapInvalid, n)
+		}
+	}
+	m.Members = make([]string, n)
+	copy(m.Members, prev.Members)
+	for k, name := range c.Names {
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i >= n {
+			return rankMap{}, fmt.Errorf("%w: record names index %q of %d", errMapInvalid, k, n)
+		}
+		m.Members[i] = name
+	}
+	switch {
+	case n == 0:
+		m.Table = nil
+	case len(prev.Table) == 0:
+		m.Table = make(slotTable, prev.Slots)
+	default:
+		m.Table = slices.Clone(prev.Table)
+	}
+	if len(c.Moves)%2 != 0 {
+		return rankMap{}, fmt.Errorf("%w: record moves an odd list", errMapInvalid)
+	}
+	for i := 0; i < len(c.Moves); i += 2 {
+		s, idx := c.Moves[i], c.Moves[i+1]
+		if s < 0 || s >= len(m.Table) {
+			return rankMap{}, fmt.Errorf("%w: record moves slot %d of %d", errMapInvalid, s, len(m.Table))
+		}
+		m.Table[s] = idx
+	}
+	switch {
+	case c.Waiting != nil:
+		m.Waiting = slices.Clone(*c.Waiting)
+	case c.Unwait != nil || c.Wait != nil:
+		gone := make(map[string]bool, len(c.Unwait))
+		for _, name := range c.Unwait {
+			gone[name] = true
+		}
+		m.Waiting = nil
+		for _, w := range prev.Waiting {
+			if !gone[w.Name] {
+				m.Waiting = append(m.Waiting, w)
+			}
+		}
+		m.Waiting = append(m.Waiting, c.Wait...)
+	}
+	if c.ByLoad != nil {
+		m.ByLoad = *c.ByLoad
+	}
+	if c.Incoming != nil {
+		m.Incoming = *c.Incoming
+		if len(m.Incoming) == 0 {
+			m.Incoming = nil
+		}
+	}
+	if c.Leave != nil {
+		m.Leave = *c.Leave
+		if len(m.Leave) == 0 {
+			m.Leave = nil
+		}
+	}
+	if err := m.validate(); err != nil {
+		return rankMap{}, err
+	}
+	return m, nil
+}
+
+// encode renders the record as JSON.
+func (c *change) encode() []byte {
+	b, err := json.Marshal(c)
+	if err != nil {
+		// A change holds only strings, ints, bools and times.
+		panic(fmt.Sprintf("rink: encoding a change record: %v", err))
+	}
+	return b
+}

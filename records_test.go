@@ -1,0 +1,164 @@
+package rink
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+// randomMap returns a valid map of S slots over some of names.
+func randomMap(rng *rand.Rand, version int64, S int, names []string) rankMap {
+	m := rankMap{Schema: schemaVersion, Version: version, Slots: S}
+	pool := slices.Clone(names)
+	rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	k := rng.IntN(len(pool) + 1)
+	m.Members = pool[:k]
+	rest := pool[k:]
+	if len(m.Members) > 0 {
+		m.Table = make(slotTable, S)
+		for s := range m.Table {
+			m.Table[s] = rng.IntN(len(m.Members))
+		}
+		m.Leader = m.Members[rng.IntN(len(m.Members))]
+	}
+	base := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, n := range rest {
+		if rng.IntN(2) == 0 {
+			m.Waiting = append(m.Waiting, waiter{Name: n, Since: base.Add(time.Duration(rng.IntN(5)) * time.Second)})
+		}
+	}
+	m.ByLoad = rng.IntN(3) == 0
+	if len(m.Members) > 0 && rng.IntN(3) == 0 {
+		m.Incoming = map[string][]int{m.Members[0]: {rng.IntN(S)}}
+	}
+	if len(m.Members) > 0 && rng.IntN(4) == 0 {
+		m.Leave = []string{m.Members[len(m.Members)-1]}
+	}
+	return m
+}
+
+// roundTrip is what a member applies: the record as JSON.
+func roundTrip(t *testing.T, c change) change {
+	t.Helper()
+	var out change
+	if err := json.Unmarshal(c.encode(), &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameMap(a, b *rankMap) bool {
+	return a.sameAssignment(*b) && a.Version == b.Version && a.Leader == b.Leader && a.Slots == b.Slots && a.Schema == b.Schema &&
+		slices.EqualFunc(a.Waiting, b.Waiting, sameWaiter)
+}
+
+// A record applied to the map it was computed from gives the next map,
+// through JSON, for any two maps of a rink.
+func FuzzChangeRecord(f *testing.F) {
+	f.Add(uint64(1), uint64(2), false)
+	f.Add(uint64(5), uint64(8), true)
+	f.Fuzz(func(t *testing.T, s1, s2 uint64, near bool) {
+		rng := rand.New(rand.NewPCG(s1, s2))
+		names := []string{"a", "b", "c", "d", "e", "f"}
+		S := 1 + rng.IntN(9)
+		prev := randomMap(rng, 1+int64(rng.IntN(5)), S, names)
+		next := randomMap(rng, prev.Version+1, S, names)
+		if near {
+			// A step a leader takes: one member joins, leaves or waits.
+			next = prev
+			next.Version++
+			next.Members = slices.Clone(prev.Members)
+			next.Table = slices.Clone(prev.Table)
+			next.Waiting = slices.Clone(prev.Waiting)
+			switch {
+			case len(next.Waiting) > 0:
+				w := next.Waiting[0]
+				next.Waiting = next.Waiting[1:]
+				next.Members = append(next.Members, w.Name)
+				if next.Table == nil {
+					next.Table = make(slotTable, S)
+				}
+				next.Table[rng.IntN(S)] = len(next.Members) - 1
+			case len(next.Members) > 1:
+				last := len(next.Members) - 1
+				for s := range next.Table {
+					if next.Table[s] == last {
+						next.Table[s] = 0
+					}
+				}
+				next.Members = next.Members[:last]
+			}
+		}
+		if err := next.validate(); err != nil {
+			t.Fatalf("test map invalid: %v", err)
+		}
+		c := roundTrip(t, diff(&prev, &next))
+		got, err := apply(&prev, &c)
+		if err != nil {
+			t.Fatalf("apply: %v\nprev %+v\nnext %+v\nrecord %s", err, prev, next, c.encode())
+		}
+		if !sameMap(&got, &next) {
+			t.Fatalf("apply(prev, diff(prev, next)) = %+v\nwant %+v\nrecord %s", got, next, c.encode())
+		}
+		if len(prev.Members) > 0 && slices.Equal(prev.Members, next.Members) && prev.Table[0] == next.Table[0] && len(c.encode()) > len(next.encode()) {
+			t.Logf("a record larger than the map: %d > %d", len(c.encode()), len(next.encode()))
+		}
+	})
+}
+
+// A record that does not fit the map it meets is refused, never applied
+// in part and never a panic.
+func FuzzApplyRecord(f *testing.F) {
+	f.Add([]byte(`{"version":3,"moves":[0,1]}`))
+	f.Add([]byte(`{"version":3,"size":1,"names":{"0":"x"},"moves":[0,0,1,0]}`))
+	f.Add([]byte(`{"version":3,"names":{"7":"x"}}`))
+	f.Add([]byte(`{"version":3,"moves":[9,0]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c change
+		if json.Unmarshal(data, &c) != nil {
+			return
+		}
+		prev := rankMap{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
+		m, err := apply(&prev, &c)
+		if err == nil {
+			if verr := m.validate(); verr != nil {
+				t.Fatalf("applied an invalid map: %v", verr)
+			}
+		}
+		if prev.Members[0] != "a" || prev.Table[1] != 1 {
+			t.Fatal("apply changed prev")
+		}
+	})
+}
+
+// A join in a rink of 1,000 members on 1,024 slots costs a record of tens
+// of bytes, against a map of kilobytes.
+func TestChangeRecordSize(t *testing.T) {
+	const n, S = 1000, 1024
+	prev := rankMap{Schema: schemaVersion, Version: 7, Slots: S, Leader: "m0000"}
+	for i := range n {
+		prev.Members = append(prev.Members, fmt.Sprintf("m%04d", i))
+	}
+	prev.Table = make(slotTable, S)
+	for s := range prev.Table {
+		prev.Table[s] = s % n
+	}
+	next := prev
+	next.Version = 8
+	next.Members = append(slices.Clone(prev.Members), "m1000")
+	next.Table = slices.Clone(prev.Table)
+	next.Table[17] = n
+	c := diff(&prev, &next)
+	rec, whole := len(c.encode()), len(next.encode())
+	t.Logf("record %d bytes, map %d bytes: %s", rec, whole, c.encode())
+	if rec > 100 || whole < 8000 {
+		t.Errorf("record %d bytes, map %d", rec, whole)
+	}
+	got, err := apply(&prev, &c)
+	if err != nil || !sameMap(&got, &next) {
+		t.Fatalf("apply: %v", err)
+	}
+}
