@@ -42,12 +42,12 @@ type change struct {
 	// Waiting replaces the waiting list whole, when Unwait and Wait cannot
 	// say the change: Unwait names members no longer waiting, Wait those
 	// waiting now that were not, appended in order.
-	Waiting  *[]waiter `json:"waiting,omitempty"`
-	Unwait   []string  `json:"unwait,omitempty"`
-	Wait     []waiter  `json:"wait,omitempty"`
-	ByLoad   *bool     `json:"byLoad,omitempty"`
+	Waiting  *[]waiter         `json:"waiting,omitempty"`
+	Unwait   []string          `json:"unwait,omitempty"`
+	Wait     []waiter          `json:"wait,omitempty"`
+	ByLoad   *bool             `json:"byLoad,omitempty"`
 	Incoming *map[string][]int `json:"incoming,omitempty"`
-	Leave    *[]string `json:"leave,omitempty"`
+	Leave    *[]string         `json:"leave,omitempty"`
 }
 
 // diff returns the record that apply turns prev into next with. Both are
