@@ -361,11 +361,14 @@ type ackView struct {
 	acks    map[string]ackKey
 	lineage int64 // the map key's create revision; 0 while it is absent
 	version int64
-	seq     int64           // the map key's etcd version
-	ranked  map[string]bool // the members the map ranks
-	marks   []mapMark       // the map's puts seen in this lineage, oldest first (see seqAt)
-	changes changeLog       // which map put last changed each member (see still.go)
-	floor   []byte          // the floor key's value; nil while it is absent
+	seq     int64            // the map key's etcd version
+	ranked  map[string]bool  // the members the map ranks
+	marks   []mapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
+	changes changeLog        // which map put last changed each member (see still.go)
+	mapRev  int64            // the map key's mod revision
+	whole   *rankMap         // the map of seq, when the view knows it (see records.go)
+	snap    *mvccpb.KeyValue // the snapshot key as last seen
+	floor   []byte           // the floor key's value; nil while it is absent
 }
 
 // ackMember is a live member key in the leader's view.
@@ -418,27 +421,71 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
 		v.acks[k.ackName(key)] = a
 	case k.isMap(key):
-		var m struct {
-			Version int64 `json:"version"`
-			mapShape
+		var version int64
+		var shape *mapShape // nil: unknown (a change record this view cannot apply)
+		if c, ok := decodeRecord(kv.Value); ok {
+			version = c.Version
+			switch {
+			case v.snap != nil && v.snap.ModRevision == kv.ModRevision:
+				shape = v.shapeOf(v.snap.Value)
+			case v.whole != nil && !listed && kv.CreateRevision == v.lineage && kv.Version == v.seq+1:
+				if m, err := apply(v.whole, &c); err == nil {
+					v.whole, shape = &m, &mapShape{Members: m.Members, Table: m.Table}
+				}
+			}
+		} else {
+			var m struct {
+				Version int64 `json:"version"`
+			}
+			_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
+			version, shape = m.Version, v.shapeOf(kv.Value)
 		}
-		_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
-		if kv.CreateRevision != v.lineage || listed {
+		if kv.CreateRevision != v.lineage || listed || shape == nil {
 			v.marks = v.marks[:0]
 			v.changes.reset()
 		}
-		v.changes.see(kv.Version, m.mapShape)
 		if len(v.marks) == maxMarks {
 			v.marks = append(v.marks[:0], v.marks[maxMarks/2:]...)
 		}
 		v.marks = append(v.marks, mapMark{kv.ModRevision, kv.Version})
-		v.lineage, v.version, v.seq = kv.CreateRevision, m.Version, kv.Version
-		clear(v.ranked)
-		for _, name := range m.Members {
-			v.ranked[name] = true
+		v.lineage, v.version, v.seq, v.mapRev = kv.CreateRevision, version, kv.Version, kv.ModRevision
+		if shape == nil {
+			v.whole = nil // (ranked stays as it was: it only says when the rink is at rest)
+			return
+		}
+		v.seeShape(*shape)
+	case k.isSnapshot(key):
+		v.snap = kv
+		if v.whole == nil && v.mapRev == kv.ModRevision && v.seq > 0 {
+			// The whole map written with a record this view could not apply.
+			if shape := v.shapeOf(kv.Value); shape != nil {
+				v.changes.reset()
+				v.seeShape(*shape)
+			}
 		}
 	case k.isFloor(key):
 		v.floor = kv.Value
+	}
+}
+
+// shapeOf decodes a whole map for the view, keeping it (whole) for the
+// change records that follow; nil when it does not decode.
+func (v *ackView) shapeOf(value []byte) *mapShape {
+	m, err := decodeMap(value, peekSlots(value))
+	if err != nil {
+		v.whole = nil
+		return nil
+	}
+	v.whole = &m
+	return &mapShape{Members: m.Members, Table: m.Table}
+}
+
+// seeShape records the shape of the map of the view's seq.
+func (v *ackView) seeShape(shape mapShape) {
+	v.changes.see(v.seq, shape)
+	clear(v.ranked)
+	for _, name := range shape.Members {
+		v.ranked[name] = true
 	}
 }
 
@@ -451,6 +498,7 @@ func (v *ackView) del(k keys, key string) {
 		delete(v.acks, k.ackName(key))
 	case k.isMap(key):
 		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
+		v.mapRev, v.whole = 0, nil
 		v.changes.reset()
 		clear(v.ranked)
 	case k.isFloor(key):
@@ -732,6 +780,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		clear(loads)
 		loadsChanged = true
 		v.lineage, v.version, v.floor = 0, 0, nil
+		v.mapRev, v.whole, v.snap = 0, nil, nil
 		v.marks = v.marks[:0]
 		clear(v.ranked)
 		for _, kv := range b.kvs {

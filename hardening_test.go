@@ -146,12 +146,8 @@ func TestMapPutBackUnchanged(t *testing.T) {
 				return false
 			}
 		}
-		r, err := cli.Get(context.Background(), key)
-		if err != nil || len(r.Kvs) == 0 {
-			return false
-		}
-		m, err := decodeMap(r.Kvs[0].Value, 64)
-		return err == nil && m.Version > ms[0].Rank().Version-1 && r.Kvs[0].ModRevision > resp.Kvs[0].ModRevision+3
+		m, kv, err := readWhole(cli, name, 64)
+		return err == nil && m.Version > ms[0].Rank().Version-1 && kv.ModRevision > resp.Kvs[0].ModRevision+3
 	})
 	settle(t, h, ms...)
 	h.check(t)
@@ -172,11 +168,7 @@ func TestMapRewrittenSameVersion(t *testing.T) {
 	settle(t, h, ms...)
 	cli := newClient(t)
 	key := newKeys(name).rankMap()
-	resp, err := cli.Get(context.Background(), key)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatal("no map", err)
-	}
-	m, err := decodeMap(resp.Kvs[0].Value, 64)
+	m, _, err := readWhole(cli, name, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func validName(name string, slashes bool) string {
 		switch seg {
 		case "":
 			return "contains '//'"
-		case "members", "election", "map", "acks", "floor", ".load":
+		case "members", "election", "map", "acks", "floor", ".load", ".map":
 			// rink/X/members/... would be rink X's own member keys.
 			return fmt.Sprintf("contains the reserved segment %q", seg)
 		}
@@ -85,6 +85,8 @@ func (k keys) ackName(key string) string    { return strings.TrimPrefix(key, k.a
 func (k keys) isAck(key string) bool        { return strings.HasPrefix(key, k.acks()) }
 func (k keys) floor() string                { return k.prefix + "floor" }
 func (k keys) isFloor(key string) bool      { return key == k.floor() }
+func (k keys) snapshot() string             { return k.prefix + ".map" }
+func (k keys) isSnapshot(key string) bool   { return key == k.snapshot() }
 func (k keys) load(name string) string      { return k.prefix + ".load/" + name }
 func (k keys) loads() string                { return k.prefix + ".load/" }
 func (k keys) isLoad(key string) bool       { return strings.HasPrefix(key, k.loads()) }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -321,12 +322,12 @@ func (r *Rink) plan() {
 	}
 	l.refused = ""
 	l.busy = true
-	mapRev := st.curRev
+	mapRev, base := st.curRev, st.cur
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(l.inc.ctx, r.opts.ttl)
-		res := r.proclaim(ctx, l, next, mapRev)
+		res := r.proclaim(ctx, l, base, next, mapRev)
 		cancel()
 		select {
 		case r.proclaimedCh <- res:
@@ -446,11 +447,31 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // what members decode is what the leader planned.
 func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
 
+// mapOps returns the puts that write next as the rink's map over base, the
+// map the map key holds at mapRev (0: the key is absent). In protocol 2
+// the map key holds the whole map. From protocol 3 it holds a change
+// record from base (the whole map when the key is absent: a lineage starts
+// whole), and the snapshot key holds the whole map, written in the same
+// transaction: members apply the record, and read the whole map only when
+// they cannot (see readMap).
+func (r *Rink) mapOps(base, next *rankMap, mapRev int64) []clientv3.Op {
+	whole := string(next.encode())
+	if next.Schema < 3 {
+		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
+	}
+	val := whole
+	if mapRev != 0 && base.Version > 0 {
+		c := diff(base, next)
+		val = string(c.encode())
+	}
+	return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), val), clientv3.OpPut(r.keys.snapshot(), whole)}
+}
+
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
-func (r *Rink) proclaim(ctx context.Context, l *leadership, m rankMap, mapRev int64, extra ...clientv3.Op) proclaimResult {
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, extra ...clientv3.Op) proclaimResult {
 	res := proclaimResult{lead: l, version: m.Version, based: mapRev}
-	ops := append([]clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(m.encode()))}, extra...)
+	ops := append(r.mapOps(&base, &m, mapRev), extra...)
 	resp, err := r.cli.Txn(ctx).
 		If(
 			clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
@@ -579,7 +600,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			return false
 		}
 		fkey, fend := r.keys.followed()
-		enc := string(next.encode())
+		ops := append(r.mapOps(&cur, &next, curRev), clientv3.OpDelete(key))
 		release()
 		r.awaitDrains(r.stopCtx)
 		resp, err := r.cli.Txn(ctx).
@@ -589,8 +610,8 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
 				clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
 			).
-			Then(clientv3.OpPut(r.keys.rankMap(), enc), clientv3.OpDelete(key)).
-			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend))).
+			Then(ops...).
+			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend)), clientv3.OpGet(r.keys.snapshot())).
 			Commit()
 		if err != nil {
 			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
@@ -601,8 +622,14 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			return true
 		}
 		// Plan again from the rink as the failed transaction saw it.
-		members, curRev, viewRev = map[string]memberInfo{}, 0, resp.Header.Revision
+		members, viewRev = map[string]memberInfo{}, resp.Header.Revision
 		ours := false
+		var snap *mvccpb.KeyValue
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			snap = kvs[0]
+		}
+		prevRev := curRev
+		curRev = 0
 		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			k := string(kv.Key)
 			switch {
@@ -613,7 +640,10 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				}
 				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
 			case r.keys.isMap(k):
-				m, err := decodeMap(kv.Value, r.opts.slots)
+				m, err := readMap(kv, snap, &cur, prevRev != 0, curSeq, st.lineage, r.opts.slots)
+				if kv.ModRevision == prevRev {
+					m, err = cur, nil // (the guard failed on the member keys)
+				}
 				if err != nil || kv.CreateRevision != st.lineage || kv.Version < curSeq {
 					return false // unusable, another lineage, or etcd went back: leave it to the leader
 				}

@@ -62,7 +62,10 @@ type state struct {
 	// Still, a map that changes neither costs no acknowledgement.
 	acked      ackState
 	changedSeq int64
-	leader     string // election key of the lowest create revision ("": recompute)
+	// underivedRev is the newest change record this member could not
+	// apply (see underived), for its log line.
+	underivedRev int64
+	leader       string // election key of the lowest create revision ("": recompute)
 
 	strays    strayLog            // stray keys already logged (see stray.go)
 	strayKeys map[string]strayKey // stray keys to delete (see sweepStrays), by key
@@ -348,22 +351,24 @@ func (r *Rink) onWatch(b watchBatch) {
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
 		// map, not an older one.
-		var mapKV *mvccpb.KeyValue
+		var mapKV, snapKV *mvccpb.KeyValue
 		for _, kv := range b.kvs {
 			switch key := string(kv.Key); {
 			case r.keys.isMap(key):
 				mapKV = kv
+			case r.keys.isSnapshot(key):
+				snapKV = kv
 			case r.keys.isFloor(key):
 				st.floor = decodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
 			}
 		}
 		if mapKV != nil {
-			r.applyMap(mapKV)
+			r.applyMap(mapKV, snapKV)
 		} else {
 			r.mapGone()
 		}
 		for _, kv := range b.kvs {
-			if !r.keys.isMap(string(kv.Key)) {
+			if key := string(kv.Key); !r.keys.isMap(key) && !r.keys.isSnapshot(key) {
 				r.putKey(kv)
 			}
 		}
@@ -380,7 +385,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			key := string(ev.Kv.Key)
 			if ev.Type == clientv3.EventTypePut {
 				if r.keys.isMap(key) {
-					r.applyMap(ev.Kv)
+					r.applyMap(ev.Kv, nil)
 				} else {
 					r.putKey(ev.Kv)
 				}
@@ -578,7 +583,12 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 // Seqs count within a lineage: the life of the map key from its creation.
 // If an operator deletes the key, the next leader starts a new lineage,
 // and acknowledgements of another lineage count for nothing.
-func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
+//
+// In protocol 3 a put holds a change record (see records.go): the member
+// applies it to the map of the seq before, or, after a listing, reads the
+// whole map written with it (snap, the snapshot key's listing). When it can
+// do neither, it applies nothing and lists the rink again (see underived).
+func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st := &r.st
 	fresh := st.lineage == 0 // the first map since the process started, or since a restore
 	sameLineage := kv.CreateRevision == st.lineage
@@ -601,7 +611,11 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 	} else {
 		st.taint = 0
 	}
-	m, err := decodeMap(kv.Value, r.opts.slots)
+	m, err := readMap(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots)
+	if errors.Is(err, errUnderived) {
+		r.underived(kv)
+		return
+	}
 	if err != nil {
 		if waitsOut(err) {
 			// Number the next map above this one's version, if it says one.
@@ -690,6 +704,21 @@ func (r *Rink) applyMap(kv *mvccpb.KeyValue) {
 			len(st.members) <= maxLagging)
 	}
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
+}
+
+// underived handles a change record this member cannot apply (see
+// readMap): it applies nothing, so its acknowledgement stays where it was
+// and nobody takes what it holds, and lists the rink again, reading the
+// whole map written with the newest record. A record without its whole
+// map (put back by hand) waits for the leader's next map, which comes
+// with one: it proclaims anew after a map whose version went back.
+func (r *Rink) underived(kv *mvccpb.KeyValue) {
+	st := &r.st
+	if st.underivedRev != kv.ModRevision {
+		st.underivedRev = kv.ModRevision
+		r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
+	}
+	r.relist()
 }
 
 // dropLineage deletes the map key if it is still at rev, so that the next
@@ -1292,7 +1321,10 @@ func (r *Rink) shutdown(cause error) {
 // watch keeps the run goroutine's view current.
 func (r *Rink) watch() {
 	key, end := r.keys.followed()
-	follow(r.ctx, r.cli, key, end, r.log, r.sendBatch)
+	// The whole map beside the map key's change record (see records.go)
+	// is read with each listing, never watched: a member reads it only
+	// when it cannot apply the record.
+	followWith(r.ctx, r.cli, key, end, []string{r.keys.snapshot()}, r.relistCh, r.log, r.sendBatch)
 }
 
 // follow feeds send with a listing of the keys in [key, end) and then the
@@ -1306,10 +1338,16 @@ func (r *Rink) watch() {
 // landing between a listing and such a watch would delay every event by up
 // to that long.
 func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) {
+	followWith(ctx, cli, key, end, nil, nil, log, send)
+}
+
+// followWith is follow, with keys outside [key, end) read with every
+// listing (not watched), and a channel that asks for a new listing.
+func followWith(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) {
 	b := newBackoff()
 	for ctx.Err() == nil {
 		began := time.Now()
-		if !followOnce(ctx, cli, key, end, log, send) {
+		if !followOnce(ctx, cli, key, end, extra, relist, log, send) {
 			return
 		}
 		if time.Since(began) > time.Minute {
@@ -1321,7 +1359,7 @@ func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap
 
 // followOnce runs one watch until it breaks; it reports false when it
 // should stop for good.
-func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) bool {
+func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) bool {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := cli.Watch(wctx, key, clientv3.WithRange(end), clientv3.WithCreatedNotify())
@@ -1332,18 +1370,36 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, log 
 		}
 		return ctx.Err() == nil
 	}
-	resp, err := cli.Get(wctx, key, clientv3.WithRange(end))
+	ops := []clientv3.Op{clientv3.OpGet(key, clientv3.WithRange(end))}
+	for _, k := range extra {
+		ops = append(ops, clientv3.OpGet(k))
+	}
+	resp, err := cli.Txn(wctx).Then(ops...).Commit()
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("listing the rink failed, retrying", zap.Error(err))
 		}
 		return ctx.Err() == nil
 	}
+	var kvs []*mvccpb.KeyValue
+	for _, r := range resp.Responses {
+		kvs = append(kvs, r.GetResponseRange().Kvs...)
+	}
 	listed := resp.Header.Revision
-	if !send(watchBatch{snapshot: true, kvs: resp.Kvs, rev: listed}) {
+	if !send(watchBatch{snapshot: true, kvs: kvs, rev: listed}) {
 		return false
 	}
-	for wr := range wch {
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-wch:
+		case <-relist:
+			return ctx.Err() == nil
+		}
+		if !ok {
+			break
+		}
 		if err := wr.Err(); err != nil {
 			log.Warn("watch broken, listing again", zap.Error(err))
 			return ctx.Err() == nil
@@ -1360,6 +1416,14 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, log 
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// relist asks the watcher for a new listing of the rink (see underived).
+func (r *Rink) relist() {
+	select {
+	case r.relistCh <- struct{}{}:
+	default:
+	}
 }
 
 func (r *Rink) sendBatch(b watchBatch) bool {

@@ -204,6 +204,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	var floor ackFloor
 	var lineage, seq, rev int64
 	var mapErr string
+	var snap *mvccpb.KeyValue // the snapshot key (see records.go)
+	var mapRev int64          // the map key's mod revision
+	derived := false          // cur is the map at mapRev
 	var strays strayLog
 	first := true
 	for {
@@ -272,21 +275,36 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					mapErr = "" // the leader writes it again; keep showing the last one
 					return
 				}
-				var peek struct {
-					Slots int `json:"slots"`
-				}
-				_ = json.Unmarshal(kvVal, &peek) // observers take any slot count
-				m, err := decodeMap(kvVal, peek.Slots)
+				// Observers take any slot count. A change record
+				// applies to the map before it, or comes with the whole
+				// map in the snapshot key (see readMap).
+				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, 0)
+				mapRev = kv.ModRevision
 				switch {
+				case errors.Is(err, errUnderived):
+					mapErr, derived = err.Error(), false // (the snapshot key follows, in this batch)
+					seq, lineage = kv.Version, createRev
+					return
 				case err != nil:
 					mapErr = err.Error()
 				default:
 					// Any decodable put is the next map, as for members
 					// (see applyMap), even one whose version went back.
-					cur, lineage, seq, mapErr = m, createRev, kv.Version, ""
+					cur, lineage, seq, mapErr, derived = m, createRev, kv.Version, "", true
 				}
 				if mapErr != "" {
 					ob.log.Warn("the rink's map cannot be used", zap.String("error", mapErr))
+				}
+			case ob.keys.isSnapshot(key):
+				if deleted {
+					snap = nil
+					return
+				}
+				snap = kv
+				if !derived && mapRev == kv.ModRevision {
+					if m, err := decodeMap(kvVal, peekSlots(kvVal)); err == nil {
+						cur, mapErr, derived = m, "", true
+					}
 				}
 			}
 		}

@@ -33,7 +33,7 @@ var errUnknownProtocol = fmt.Errorf("%w: map in an unknown protocol", ErrIncompa
 
 // speaks lists the protocols this build reads and writes, in rising order.
 // A member refuses a map in any other (see decodeMap) rather than guess.
-var speaks = []int{schemaVersion}
+var speaks = []int{2, schemaVersion}
 
 // memberMeta is the JSON value of a member key. Later releases may add
 // fields; members ignore the ones they do not know.

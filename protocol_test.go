@@ -68,9 +68,9 @@ func TestRinkProtocol(t *testing.T) {
 		want      int
 		strangers []string
 	}{
-		{"empty", nil, 2, nil},
+		{"empty", nil, 3, nil},
 		{"old and new", map[string]memberInfo{"old": m(2), "new": m(2, 3)}, 2, nil},
-		{"only newer", map[string]memberInfo{"a": m(2, 3), "b": m(2, 3, 4)}, 2, nil}, // this build speaks 2 only
+		{"only newer", map[string]memberInfo{"a": m(2, 3), "b": m(2, 3, 4)}, 3, nil}, // this build speaks 2 and 3
 		{"a stranger", map[string]memberInfo{"a": m(2), "future": m(4)}, 2, []string{"future"}},
 	} {
 		got, strangers := rinkProtocol(c.members)
@@ -125,11 +125,8 @@ func TestProtocolNegotiation(t *testing.T) {
 
 // The rink moves up to a newer protocol once the last member that speaks
 // only the older one is gone: with one map write, and no role moves. This
-// build speaks only protocol 2, so the test pretends it speaks 2 and 3.
+// build speaks protocols 2 and 3.
 func TestProtocolMovesUp(t *testing.T) {
-	saved := speaks
-	speaks = []int{2, 3}
-	t.Cleanup(func() { speaks = saved })
 	h := &history{}
 	cli := newClient(t)
 	name := rinkName(t)
@@ -188,9 +185,9 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(m.encode())); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a map of protocol 2 again, every slot held", func() bool {
+	eventually(t, 10*time.Second, "a map of this build's protocol again, every slot held", func() bool {
 		cur := a.owners.Load()
-		if cur.Schema != 2 || cur.Version <= m.Version {
+		if cur.Schema != schemaVersion || cur.Version <= m.Version {
 			return false
 		}
 		held := h.holders()
@@ -212,8 +209,8 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := join(t, cli, other, WithMemberName("b"))
-	eventually(t, 10*time.Second, "b ranked in a map of protocol 2", func() bool {
+	eventually(t, 10*time.Second, "b ranked in a map of this build's protocol", func() bool {
 		cur := b.owners.Load()
-		return b.Rank().Index == 0 && cur != nil && cur.Schema == 2
+		return b.Rank().Index == 0 && cur != nil && cur.Schema == schemaVersion
 	})
 }

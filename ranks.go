@@ -22,8 +22,10 @@ import (
 // whose schema it does not know rather than guessing at its meaning.
 //
 // Schema 2 moved acknowledgements out of the member keys (see acks.go):
-// members of schema 1 and 2 cannot share a rink.
-const schemaVersion = 2
+// members of schema 1 and 2 cannot share a rink. Schema 3 writes a change
+// record into the map key, and the whole map beside it (see records.go);
+// its map has the layout of schema 2.
+const schemaVersion = 3
 
 // rankMap is the state the leader proclaims: who is ranked at which index,
 // who waits, and which ranked member owns each slot.

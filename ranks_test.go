@@ -197,7 +197,7 @@ func TestDecodeMap(t *testing.T) {
 		{"good", string(good.encode()), 4, true},
 		{"empty rink", `{"schema":2,"version":3,"slots":4,"members":[]}`, 4, true},
 		{"not json", `{`, 4, false},
-		{"unknown schema", `{"schema":3,"version":1,"slots":4,"members":[]}`, 4, false},
+		{"unknown schema", `{"schema":9,"version":1,"slots":4,"members":[]}`, 4, false},
 		{"other slot count", string(good.encode()), 8, false},
 		{"short table", `{"schema":2,"version":1,"slots":4,"members":["a"],"table":[0,0]}`, 4, false},
 		{"index out of range", `{"schema":2,"version":1,"slots":2,"members":["a"],"table":[0,1]}`, 2, false},

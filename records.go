@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // Change records (protocol 3, issue 25). Every map put of protocol 3 comes
@@ -26,6 +28,10 @@ const maxRecordMembers = 1 << 22
 // change is the JSON value of the change record key. Absent fields did not
 // change.
 type change struct {
+	// Schema is the map's protocol (3 or later), and Change marks the
+	// value as a record: a whole map has no such field.
+	Schema  int   `json:"schema"`
+	Change  bool  `json:"change"`
 	Version int64 `json:"version"`
 	// Reset says that the record describes no change: the map put with it
 	// is to be read whole (the first map of protocol 3 in a lineage, or one
@@ -53,7 +59,7 @@ type change struct {
 // diff returns the record that apply turns prev into next with. Both are
 // maps of one rink (same schema and slots).
 func diff(prev, next *rankMap) change {
-	c := change{Version: next.Version}
+	c := change{Schema: next.Schema, Change: true, Version: next.Version}
 	if prev.Leader != next.Leader {
 		c.Leader = &next.Leader
 	}
@@ -139,7 +145,7 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 		return rankMap{}, fmt.Errorf("%w: a reset record", errMapInvalid)
 	}
 	m := *prev
-	m.Version = c.Version
+	m.Schema, m.Version = c.Schema, c.Version
 	if c.Leader != nil {
 		m.Leader = *c.Leader
 	}
@@ -181,9 +187,13 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 	case c.Waiting != nil:
 		m.Waiting = slices.Clone(*c.Waiting)
 	case c.Unwait != nil || c.Wait != nil:
-		gone := make(map[string]bool, len(c.Unwait))
+		// As sets, so that a record put back unchanged changes nothing.
+		gone := make(map[string]bool, len(c.Unwait)+len(c.Wait))
 		for _, name := range c.Unwait {
 			gone[name] = true
+		}
+		for _, w := range c.Wait {
+			gone[w.Name] = true
 		}
 		m.Waiting = nil
 		for _, w := range prev.Waiting {
@@ -214,6 +224,17 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 	return m, nil
 }
 
+// decodeRecord reports whether a map key's value is a change record, and
+// decodes it. A value that is not one (a whole map, or one that does not
+// decode) returns false.
+func decodeRecord(value []byte) (change, bool) {
+	var c change
+	if json.Unmarshal(value, &c) != nil || !c.Change {
+		return change{}, false
+	}
+	return c, true
+}
+
 // encode renders the record as JSON.
 func (c *change) encode() []byte {
 	b, err := json.Marshal(c)
@@ -222,4 +243,59 @@ func (c *change) encode() []byte {
 		panic(fmt.Sprintf("rink: encoding a change record: %v", err))
 	}
 	return b
+}
+
+// errUnderived reports a change record that cannot be applied: the map
+// before it is not the one it was computed from (a member that joined or
+// listed the rink after it, or missed a put), and no whole map was written
+// with it. The member reads the rink again (see relist).
+var errUnderived = fmt.Errorf("%w: a change record without the map it applies to", ErrIncompatible)
+
+// readMap returns the map that a put of the map key (kv) holds: the whole
+// map it holds (protocol 2, or the first map of a lineage), or the one its
+// change record makes of prev (the map of seq prevSeq in lineage
+// prevLineage; ok says whether it is usable), or the whole map written
+// with the record in the same transaction (snap, the snapshot key, when
+// at hand). slots is what the map must have (0: what it says).
+func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int) (rankMap, error) {
+	c, isRecord := decodeRecord(kv.Value)
+	if !isRecord {
+		if slots == 0 {
+			slots = peekSlots(kv.Value)
+		}
+		return decodeMap(kv.Value, slots)
+	}
+	if !slices.Contains(speaks, c.Schema) {
+		return rankMap{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, c.Schema, speaks)
+	}
+	if snap != nil && snap.ModRevision == kv.ModRevision {
+		if slots == 0 {
+			slots = peekSlots(snap.Value)
+		}
+		m, err := decodeMap(snap.Value, slots)
+		if err == nil && m.Version != c.Version {
+			err = fmt.Errorf("%w: the whole map (version %d) is not the record's (version %d)", errMapInvalid, m.Version, c.Version)
+		}
+		return m, err
+	}
+	if !ok || kv.CreateRevision != prevLineage || kv.Version != prevSeq+1 {
+		return rankMap{}, errUnderived
+	}
+	m, err := apply(prev, &c)
+	if err != nil {
+		return rankMap{}, err
+	}
+	if slots == 0 {
+		slots = m.Slots
+	}
+	return m, m.usableBy(slots)
+}
+
+// peekSlots returns the slot count a whole map says it has.
+func peekSlots(value []byte) int {
+	var peek struct {
+		Slots int `json:"slots"`
+	}
+	_ = json.Unmarshal(value, &peek)
+	return peek.Slots
 }

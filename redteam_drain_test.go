@@ -106,11 +106,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 	key := newKeys(name).rankMap()
 	swap := func() {
 		t.Helper()
-		resp, err := cli.Get(context.Background(), key)
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatal("no map", err)
-		}
-		m, err := decodeMap(resp.Kvs[0].Value, S)
+		m, _, err := readWhole(cli, name, S)
 		if err != nil {
 			t.Fatal(err)
 		}

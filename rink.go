@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -78,6 +79,7 @@ type Rink struct {
 
 	// Channels into the run goroutine.
 	watchCh      chan watchBatch
+	relistCh     chan struct{} // asks the watcher for a new listing (see relist)
 	joinedCh     chan *incarnation
 	electedCh    chan elected
 	proclaimedCh chan proclaimResult
@@ -162,6 +164,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		stopping:     make(chan struct{}),
 		done:         make(chan struct{}),
 		watchCh:      make(chan watchBatch),
+		relistCh:     make(chan struct{}, 1),
 		joinedCh:     make(chan *incarnation),
 		electedCh:    make(chan elected),
 		proclaimedCh: make(chan proclaimResult),
@@ -224,18 +227,22 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 // first checks that the rink's current map suits this member and that the
 // rink nests in no other (see nesting), then joins.
 func (r *Rink) first(ctx context.Context) (*incarnation, error) {
-	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap())}
+	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap()), clientv3.OpGet(r.keys.snapshot())}
 	ops = append(ops, nestingOps(r.name)...)
 	resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		if _, err := decodeMap(kvs[0].Value, r.opts.slots); err != nil && !waitsOut(err) {
-			return nil, err // (a map in a protocol we do not speak is waited out)
+		var snap *mvccpb.KeyValue
+		if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
+			snap = s[0]
+		}
+		if _, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.opts.slots); err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
+			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
 		}
 	}
-	if other := nesting(r.name, resp.Responses[1:]); other != "" {
+	if other := nesting(r.name, resp.Responses[2:]); other != "" {
 		return nil, fmt.Errorf("%w: rink %q and rink %q nest (one's keys lie under the other's prefix, so its members would follow every key of the other); give them names that are not prefixes of each other", ErrInvalidName, r.name, other)
 	}
 	return r.join(ctx)

@@ -716,7 +716,7 @@ func TestIncompatibleMap(t *testing.T) {
 		t.Fatalf("New with other slots: %v", err)
 	}
 	k := newKeys(name)
-	good, err := cli.Get(context.Background(), k.rankMap())
+	goodWhole, _, err := readWhole(cli, name, DefaultSlots)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -738,7 +738,7 @@ func TestIncompatibleMap(t *testing.T) {
 		t.Fatalf("New under an unusable map: %v", err)
 	}
 	// An operator restores a usable map: the member rejoins and leads again.
-	m, _ := decodeMap(good.Kvs[0].Value, DefaultSlots)
+	m := goodWhole
 	m.Version += 10
 	if _, err := cli.Put(context.Background(), k.rankMap(), string(m.encode())); err != nil {
 		t.Fatal(err)
@@ -843,11 +843,7 @@ func TestMapKeyDeleted(t *testing.T) {
 	all := append(slices.Clone(ms), n)
 	eventually(t, 10*time.Second, "m3 ranked in the new lineage", func() bool { return n.Rank().Index >= 0 })
 	settle(t, h, all...)
-	resp, err := cli.Get(context.Background(), newKeys(name).rankMap())
-	if err != nil || len(resp.Kvs) == 0 {
-		t.Fatal("no map", err)
-	}
-	m, err := decodeMap(resp.Kvs[0].Value, DefaultSlots)
+	m, _, err := readWhole(cli, name, DefaultSlots)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func TestCommands(t *testing.T) {
 	code, out, _ = rinkctl(t, "status", "orders", "--endpoints", ep, "-w", "json")
 	var st statusJSON
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Members) != 1 || st.Members[0].Share != 1 || len(st.Waiting) != 1 ||
-		st.Protocol != 2 || !slices.Equal(st.Members[0].Protocols, []int{2}) || !slices.Equal(st.Waiting[0].Protocols, []int{2}) {
+		st.Protocol != 3 || !slices.Equal(st.Members[0].Protocols, []int{2, 3}) || !slices.Equal(st.Waiting[0].Protocols, []int{2, 3}) {
 		t.Fatalf("status -w json: %d %s", code, out)
 	}
 

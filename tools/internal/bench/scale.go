@@ -28,6 +28,13 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// mallocs is the count of heap objects the process has allocated.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
 // memInUse is the heap in use plus goroutine stacks, after a collection.
 func memInUse() uint64 {
 	runtime.GC()
@@ -285,6 +292,7 @@ func (b *Breadth) Run() (Sample, error) {
 		if err != nil {
 			return nil, err
 		}
+		m0 := mallocs()
 		return func(heldAt time.Time) error {
 			if err := b.restAfter(heldAt); err != nil {
 				return err
@@ -293,6 +301,7 @@ func (b *Breadth) Run() (Sample, error) {
 			if err != nil {
 				return err
 			}
+			s["allocs_per_member_"+suffix] = float64(mallocs()-m0) / n
 			after, err := b.readMap()
 			if err != nil {
 				return err
@@ -459,16 +468,23 @@ func (m slotMap) owner(slot int) string {
 func (b *Breadth) readMap() (slotMap, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	key := "rink/" + b.name + "/map"
-	resp, err := b.clients[0].Get(ctx, key)
+	// From protocol 3 the map key holds a change record and the whole map
+	// is beside it, at .map.
+	key, whole := "rink/"+b.name+"/map", "rink/"+b.name+"/.map"
+	resp, err := b.clients[0].Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(whole)).Commit()
 	if err != nil {
 		return slotMap{}, err
 	}
-	if len(resp.Kvs) == 0 {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		return slotMap{}, fmt.Errorf("no map at %s", key)
 	}
+	value := kvs[0].Value
+	if w := resp.Responses[1].GetResponseRange().Kvs; len(w) > 0 && w[0].ModRevision == kvs[0].ModRevision {
+		value = w[0].Value
+	}
 	var m slotMap
-	if err := json.Unmarshal(resp.Kvs[0].Value, &m); err != nil {
+	if err := json.Unmarshal(value, &m); err != nil {
 		return slotMap{}, fmt.Errorf("the map at %s: %w", key, err)
 	}
 	return m, nil

@@ -123,7 +123,7 @@ type write struct {
 // etcd's metrics against the revisions the watch saw in each window. It
 // logs the writes, for counting them by hand.
 func TestBreadthCountsWrites(t *testing.T) {
-	s, _ := runWatched(t, 3)
+	s, _ := runWatched(t, 3, ScaleSlots(3))
 	// 3 members and a newcomer on 1,024 slots: the newcomer takes slots
 	// from each of the 3; the leaver's slots go to the 3 left.
 	if got := s["members_changed_join"]; got != 4 {
@@ -142,7 +142,7 @@ func TestBreadthCountsWrites(t *testing.T) {
 // against the revisions the watch saw in each window, and logs them. It
 // returns Run's sample and, per change ("join", "leave"), how many of the
 // writes wrote the floor key.
-func runWatched(t *testing.T, n int) (Sample, map[string]int) {
+func runWatched(t *testing.T, n, slots int) (Sample, map[string]int) {
 	srv, cli := startEtcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
@@ -170,7 +170,7 @@ func runWatched(t *testing.T, n int) (Sample, map[string]int) {
 	}()
 	defer func() { cancel(); wg.Wait() }()
 
-	b, err := NewBreadth(Env{Endpoints: []string{srv.Endpoint()}}, n, 2, BreadthConfig{Slots: ScaleSlots(n), TTL: ScaleTTL(n), LoadInterval: time.Second})
+	b, err := NewBreadth(Env{Endpoints: []string{srv.Endpoint()}}, n, 2, BreadthConfig{Slots: slots, TTL: ScaleTTL(n), LoadInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,9 @@ func runWatched(t *testing.T, n int) (Sample, map[string]int) {
 }
 
 // TestCostFollowsTheChange guards what one join and one graceful leave
-// cost in rinks of 50 and 200 members (issue 25), by counting, not timing:
+// cost in rinks of 50 and 200 members (issue 25), by counting, not timing.
+// The bytes etcd sends per member (at most 2 KiB) and the allocations per
+// member do not grow by more than half from 50 to 200 members. And
 // besides the floor, etcd's writes stay within two per member whose slots
 // the change moved (its acknowledgement and its load summary) and three
 // more (the newcomer's key, or the departure; the map; the newcomer's
@@ -238,9 +240,13 @@ func TestCostFollowsTheChange(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts 250 members")
 	}
+	samples := map[int]Sample{}
 	for _, n := range []int{50, 200} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			s, floors := runWatched(t, n)
+			// Four slots per member, as in large rinks (ScaleSlots), so that
+			// a change moves about as many slots at either size.
+			s, floors := runWatched(t, n, 4*n)
+			samples[n] = s
 			for _, c := range []string{"join", "leave"} {
 				writes, changed, floors := s["etcd_writes_per_"+c], s["members_changed_"+c], float64(floors[c])
 				if limit := 2*changed + 3; writes-floors > limit {
@@ -254,5 +260,24 @@ func TestCostFollowsTheChange(t *testing.T) {
 				t.Errorf("overlaps %v", s["overlaps"])
 			}
 		})
+	}
+	// What each member receives from etcd, and allocates, per change does
+	// not grow with the rink: a member reads a change record, not the
+	// whole map (protocol 3).
+	small, large := samples[50], samples[200]
+	if small == nil || large == nil {
+		return
+	}
+	for _, f := range []string{"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "allocs_per_member_join", "allocs_per_member_leave"} {
+		t.Logf("%s: %.0f at 50 members, %.0f at 200", f, small[f], large[f])
+		if large[f] > 1.5*small[f] {
+			t.Errorf("%s grows with the rink: %.0f at 50 members, %.0f at 200", f, small[f], large[f])
+		}
+		// And a change costs each member at most 2 KiB from etcd (the
+		// whole map and a floor per acknowledgement cost 6 to 8 KiB at
+		// e518f46).
+		if strings.HasPrefix(f, "etcd_sent") && max(small[f], large[f]) > 2048 {
+			t.Errorf("%s: %.0f at 50 members, %.0f at 200, want at most 2048", f, small[f], large[f])
+		}
 	}
 }

@@ -688,7 +688,10 @@ func (r *run) uncut(p *proc) {
 func (r *run) mapLeader() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	resp, err := r.admin.Get(ctx, "rink/chaos/map")
+	resp, err := r.admin.Get(ctx, "rink/chaos/.map") // the whole map (protocol 3)
+	if err == nil && len(resp.Kvs) == 0 {
+		resp, err = r.admin.Get(ctx, "rink/chaos/map")
+	}
 	if err != nil || len(resp.Kvs) == 0 {
 		return "", err
 	}
@@ -711,10 +714,17 @@ func (r *run) mapOp(kind string) (bool, error) {
 	kv := resp.Kvs[0]
 	value, note := kv.Value, "unchanged"
 	if kind == "map-rewrite" {
+		// From protocol 3 the map key holds a change record: rewrite the
+		// whole map beside it (.map) into the map key, as an operator
+		// would.
+		whole := kv.Value
+		if w, err := r.admin.Get(ctx, "rink/chaos/.map"); err == nil && len(w.Kvs) > 0 && w.Kvs[0].ModRevision == kv.ModRevision {
+			whole = w.Kvs[0].Value
+		}
 		var m map[string]json.RawMessage
 		var members []string
 		var table []int
-		if json.Unmarshal(kv.Value, &m) != nil || json.Unmarshal(m["members"], &members) != nil || json.Unmarshal(m["table"], &table) != nil || len(members) < 2 {
+		if json.Unmarshal(whole, &m) != nil || json.Unmarshal(m["members"], &members) != nil || json.Unmarshal(m["table"], &table) != nil || len(members) < 2 {
 			return false, nil
 		}
 		if r.rng.IntN(2) == 0 {
