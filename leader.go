@@ -290,7 +290,11 @@ func (r *Rink) plan() {
 			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", speaks))
 		}
 	}
-	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil {
+	// A change record this member cannot apply (see underived) is written
+	// over with a whole map: nobody who lists the rink can read it, and
+	// its version cannot be told.
+	underived := st.underivedRev > st.curRev
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,
@@ -323,6 +327,9 @@ func (r *Rink) plan() {
 	l.refused = ""
 	l.busy = true
 	mapRev, base := st.curRev, st.cur
+	if underived {
+		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
+	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

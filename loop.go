@@ -62,8 +62,9 @@ type state struct {
 	// Still, a map that changes neither costs no acknowledgement.
 	acked      ackState
 	changedSeq int64
-	// underivedRev is the newest change record this member could not
-	// apply (see underived), for its log line.
+	// underivedRev is the mod revision of the newest change record this
+	// member could not apply (see underived), while it is above curRev
+	// (0: none).
 	underivedRev int64
 	leader       string // election key of the lowest create revision ("": recompute)
 
@@ -628,7 +629,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		r.unusable(err, kv.ModRevision)
 		return
 	}
-	st.curRev = kv.ModRevision
+	st.curRev, st.underivedRev = kv.ModRevision, 0
 	st.dirty = true
 	if st.incompatible != nil {
 		r.log.Info("the rink's map is usable again: rejoining", zap.Int64("version", m.Version))
@@ -718,6 +719,7 @@ func (r *Rink) underived(kv *mvccpb.KeyValue) {
 		st.underivedRev = kv.ModRevision
 		r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
 	}
+	st.dirty = true // a leader writes a whole map over it (see plan)
 	r.relist()
 }
 
@@ -775,7 +777,7 @@ func (r *Rink) restored(why string) {
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
-	st.lineage, st.curRev, st.curSeq, st.rev = 0, 0, 0, 0
+	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev = 0, 0, 0, 0, 0
 	st.prev, st.prevSeq = rankMap{}, 0
 	st.floor = ackFloor{}
 	st.hist.reset()
@@ -819,7 +821,7 @@ func (r *Rink) unusable(err error, rev int64) {
 // because it could not use the deleted map rejoins.
 func (r *Rink) mapGone() {
 	st := &r.st
-	st.curRev = 0
+	st.curRev, st.underivedRev = 0, 0
 	st.dirty = true
 	r.dropPending()
 	if st.incompatible != nil {
