@@ -169,6 +169,9 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 	case n == 0:
 		m.Table = nil
 	case len(prev.Table) == 0:
+		if prev.Slots < 1 || prev.Slots > MaxSlots {
+			return rankMap{}, fmt.Errorf("%w: a record ranks members in a map of %d slots", errMapInvalid, prev.Slots)
+		}
 		m.Table = make(slotTable, prev.Slots)
 	default:
 		m.Table = slices.Clone(prev.Table)
@@ -283,7 +286,11 @@ func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLin
 	}
 	m, err := apply(prev, &c)
 	if err != nil {
-		return rankMap{}, err
+		// A record that does not fit the map before it (an older record
+		// put back by hand): nobody can apply it, and the leader writes a
+		// whole map over it (see plan). Refused as unusable, it would make
+		// every member leave, the leader too, for good.
+		return rankMap{}, fmt.Errorf("%w (%v)", errUnderived, err)
 	}
 	if slots == 0 {
 		slots = m.Slots
