@@ -655,6 +655,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 			// What the leader plans changed: the floor says it (see fold).
 		case <-held:
 			a.holdTimer = nil
+			a.holds = min(a.holds+1, maxHolds)
 			a.send(a.held)
 			continue
 		case <-ctx.Done():
@@ -675,7 +676,8 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 // member, per change; held, it is replaced by the floor that counts the
 // acknowledgements, usually within a few milliseconds, and written anyway
 // after the pause (a member that drains withholds its acknowledgement for
-// longer).
+// longer), and after twice as long the next time, while nothing comes
+// that anybody waits for (see aggregation.holds).
 const floorPause = 50 * time.Millisecond
 
 // heldFloor is a floor held back (see floorPause).
@@ -710,14 +712,19 @@ func (a *aggregation) unhold() {
 func (a *aggregation) offer(f *ackFloor, val []byte) {
 	h := heldFloor{val: val, f: f}
 	if a.last == nil || !a.idle(f) {
+		a.holds = 0
 		a.send(h)
 		return
 	}
 	a.held = h
 	if a.holdTimer == nil {
-		a.holdTimer = time.NewTimer(floorPause)
+		a.holdTimer = time.NewTimer(floorPause << a.holds)
 	}
 }
+
+// maxHolds bounds how often in a row the hold doubles (see offer): idle
+// floors wait at most floorPause << maxHolds (0.8 s).
+const maxHolds = 4
 
 // idle reports whether floor f, to follow the floor last asked for,
 // raises no bound that anybody waits for: it is of the same lineage and
@@ -758,14 +765,19 @@ func (a *aggregation) idle(f *ackFloor) bool {
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
 	v         *ackView
-	last      []byte                // the floor we last asked to be written
-	lastF     *ackFloor             // and what it says
-	held      heldFloor             // a floor held back (see floorPause); val nil: none
-	holdTimer *time.Timer           // ends the hold; nil when none
-	loads     map[string]loadReport // members' load summaries, when balancing by load
-	lastWarm  map[string]int64      // members' warm-up readiness, when warming up
-	reqs      chan []byte           // to writeFloors
-	rest      *restBox              // what the leader plans
+	last      []byte      // the floor we last asked to be written
+	lastF     *ackFloor   // and what it says
+	held      heldFloor   // a floor held back (see floorPause); val nil: none
+	holdTimer *time.Timer // ends the hold; nil when none
+	// holds counts the held floors written when their pause ran out, since
+	// the last floor that raised a bound: each such hold lasts twice the
+	// one before, so that acknowledgements that come in slowly (a drain, a
+	// loaded machine) do not cost a floor write every floorPause.
+	holds    int
+	loads    map[string]loadReport // members' load summaries, when balancing by load
+	lastWarm map[string]int64      // members' warm-up readiness, when warming up
+	reqs     chan []byte           // to writeFloors
+	rest     *restBox              // what the leader plans
 }
 
 // fold folds one watch batch (or none, when woken by setRest) into the
