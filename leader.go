@@ -457,21 +457,29 @@ func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
 // mapOps returns the puts that write next as the rink's map over base, the
 // map the map key holds at mapRev (0: the key is absent). In protocol 2
 // the map key holds the whole map. From protocol 3 it holds a change
-// record from base (the whole map when the key is absent: a lineage starts
-// whole), and the snapshot key holds the whole map, written in the same
-// transaction: members apply the record, and read the whole map only when
-// they cannot (see readMap).
+// record from base, and the snapshot key holds the whole map, written in
+// the same transaction: members apply the record, and read the whole map
+// only when they cannot (see readMap). The whole map goes into the map
+// key alone when the key is absent (a lineage starts whole) and when the
+// record would be no smaller.
 func (r *Rink) mapOps(base, next *rankMap, mapRev int64) []clientv3.Op {
 	whole := string(next.encode())
 	if next.Schema < 3 {
 		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
 	}
-	val := whole
-	if mapRev != 0 && base.Version > 0 {
-		c := diff(base, next)
-		val = string(c.encode())
+	if mapRev == 0 || base.Version == 0 {
+		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
 	}
-	return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), val), clientv3.OpPut(r.keys.snapshot(), whole)}
+	c := diff(base, next)
+	rec := c.encode()
+	if len(rec) >= len(whole) {
+		// A change as large as the map (a hole closed in a small rink
+		// renumbers half the slots): the whole map alone, which members
+		// read as one. The whole map beside the key would double what
+		// the transaction writes, on the path of a handover.
+		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
+	}
+	return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(rec)), clientv3.OpPut(r.keys.snapshot(), whole)}
 }
 
 // proclaim writes m as the rink's map, provided we still lead and the map

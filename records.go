@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -231,6 +232,11 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 // decodes it. A value that is not one (a whole map, or one that does not
 // decode) returns false.
 func decodeRecord(value []byte) (change, bool) {
+	// A whole map has no "change" field: it is not parsed twice (members
+	// decode the map on the path of every handover).
+	if !bytes.Contains(value, []byte(`"change"`)) {
+		return change{}, false
+	}
 	var c change
 	if json.Unmarshal(value, &c) != nil || !c.Change {
 		return change{}, false
@@ -295,7 +301,11 @@ func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLin
 	if slots == 0 {
 		slots = m.Slots
 	}
-	return m, m.usableBy(slots)
+	// (apply validated m.)
+	if m.Slots != slots {
+		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
+	}
+	return m, nil
 }
 
 // peekSlots returns the slot count a whole map says it has.

@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -111,9 +110,8 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 	name, ms, _ := cluster(t, h, 2, WithSlots(64))
 	settle(t, h, ms...)
 	k := newKeys(name)
-	whole, _, _ := getKV(t, name, k.snapshot())
-	var m rankMap
-	if err := json.Unmarshal(whole, &m); err != nil {
+	m, _, err := readWhole(newClient(t), name, 64)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for s := range m.Table {
