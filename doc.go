@@ -98,8 +98,10 @@
 // member has either acknowledged a map version that took the slot away from
 // it or never had the slot in any map since its last acknowledgement. Only
 // the leader reads the acknowledgements; it publishes one summary (a lower
-// bound per member) that every member follows, so a map change costs each
-// member a handful of watch events whatever the rink's size. A
+// bound per member) that every member follows. Only the members whose slots
+// a map moves acknowledge it, and from protocol 3 the map reaches members
+// as a record of what changed, so a map change costs each member a handful
+// of small watch events whatever the rink's size. A
 // member that cannot confirm its lease renewal in time cancels every role
 // context before the lease can expire on the etcd server, so members whose
 // lease has ended hold nothing. Role contexts are the unit of the promise:
