@@ -34,10 +34,6 @@ type change struct {
 	Schema  int   `json:"schema"`
 	Change  bool  `json:"change"`
 	Version int64 `json:"version"`
-	// Reset says that the record describes no change: the map put with it
-	// is to be read whole (the first map of protocol 3 in a lineage, or one
-	// that heals a map key written by hand).
-	Reset bool `json:"reset,omitempty"`
 	// Leader is the new leader's name, when it changed.
 	Leader *string `json:"leader,omitempty"`
 	// Size is the number of ranked members, when it changed; Names sets
@@ -142,9 +138,6 @@ func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.S
 // record does not fit prev (another index or slot than prev has, a member
 // twice): the member then reads the map whole. prev is not changed.
 func apply(prev *rankMap, c *change) (rankMap, error) {
-	if c.Reset {
-		return rankMap{}, fmt.Errorf("%w: a reset record", errMapInvalid)
-	}
 	m := *prev
 	m.Schema, m.Version = c.Schema, c.Version
 	if c.Leader != nil {

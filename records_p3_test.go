@@ -11,6 +11,19 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// recordRink starts a settled rink of three members on 64 slots and
+// returns the change record its map key holds.
+func recordRink(t *testing.T, h *history) (name string, ms []*Rink, record []byte) {
+	t.Helper()
+	name, ms, _ = cluster(t, h, 3, WithSlots(64))
+	settle(t, h, ms...)
+	record, _, _ = getKV(t, name, newKeys(name).rankMap())
+	if _, ok := decodeRecord(record); !ok {
+		t.Fatalf("the map key holds %s, want a change record", record)
+	}
+	return name, ms, record
+}
+
 // getKV reads key's value and etcd version.
 func getKV(t *testing.T, name, key string) (value []byte, version, modRev int64) {
 	t.Helper()
@@ -57,13 +70,8 @@ func TestChangeRecordsInTheMapKey(t *testing.T) {
 // the leader's next map, which comes with the whole map.
 func TestChangeRecordPutBack(t *testing.T) {
 	h := &history{}
-	name, ms, _ := cluster(t, h, 3, WithSlots(64))
-	settle(t, h, ms...)
+	name, ms, val := recordRink(t, h)
 	k := newKeys(name)
-	val, _, _ := getKV(t, name, k.rankMap())
-	if _, ok := decodeRecord(val); !ok {
-		t.Fatalf("the map key holds %s, want a change record", val)
-	}
 	t0 := time.Now()
 	cli := newClient(t)
 	for range 3 {
@@ -178,13 +186,8 @@ func dumpRink(t *testing.T, name string) {
 // test does not tell which of the two happened.)
 func TestUnappliableRecordWrittenOver(t *testing.T) {
 	h := &history{}
-	name, ms, _ := cluster(t, h, 3, WithSlots(64))
-	settle(t, h, ms...)
+	name, ms, val := recordRink(t, h)
 	k := newKeys(name)
-	val, _, _ := getKV(t, name, k.rankMap())
-	if _, ok := decodeRecord(val); !ok {
-		t.Fatalf("the map key holds %s, want a change record", val)
-	}
 	cli := newClient(t)
 	if _, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpDelete(k.rankMap()), clientv3.OpDelete(k.snapshot())).Commit(); err != nil {
 		t.Fatal(err)
