@@ -96,6 +96,12 @@ type ackFloor struct {
 	// then acknowledge every map.
 	Still bool  `json:"still,omitempty"`
 	Base  int64 `json:"base,omitempty"`
+
+	// Ghosts counts the members the leader knows may still act while
+	// their keys are gone (see ghosts.go): members that follow the narrow
+	// view, which see no member key go, start nothing while it is above
+	// 0, as the leader's own handover check does (see view.go).
+	Ghosts int `json:"ghosts,omitempty"`
 }
 
 // settled reports whether the floor says that the rink is at rest with
@@ -599,6 +605,29 @@ func (v *ackView) compute() *ackFloor {
 		f.SeqFloor = min(f.SeqFloor, seq)
 		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, bound, v.seq)
 	}
+	for name, a := range v.acks {
+		// An ack key without a member key: its lease lives (ack keys are
+		// bound to it), and so may its member, whose key an operator
+		// deleted (a ghost), or which departed a moment ago. Members that
+		// follow the narrow view know no live set (see view.go): its
+		// acknowledgement, as written, stays its bound until the lease
+		// goes. (Not raised by still: the log forgot its changes with
+		// its key.)
+		if _, ok := v.members[name]; ok || a.Lineage != v.lineage {
+			continue
+		}
+		ack, seq := a.Ack, a.Seq
+		if ack > v.version {
+			ack = 0
+		}
+		if seq > v.seq {
+			seq = 0
+		}
+		f.Floor = min(f.Floor, ack)
+		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.SeqFloor = min(f.SeqFloor, seq)
+		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, seq, v.seq)
+	}
 	return f
 }
 
@@ -735,7 +764,7 @@ const maxHolds = 4
 // members a newer map changed lag at the map before).
 func (a *aggregation) idle(f *ackFloor) bool {
 	l := a.lastF
-	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version {
+	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts {
 		return false
 	}
 	if f.SeqComplete && len(f.SeqLagging) == 0 {
@@ -843,6 +872,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if f == nil {
 		return
 	}
+	f.Ghosts = int(a.rest.ghosts.Load())
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)

@@ -29,6 +29,18 @@ type bare struct {
 	// noStill: the harness's leader is of d85b50e or before, whose
 	// floors say no Still (see still.go): members acknowledge every map.
 	noStill bool
+	// narrow: the member follows the narrow view (see view.go); else the
+	// wide one. Set it with narrowView.
+	narrow bool
+}
+
+// narrowView makes the member follow the narrow view, as a member that
+// does not lead a rink of protocol 3 does: the member keys the test puts
+// only feed the simulated leader's floor.
+func (b *bare) narrowView() {
+	b.narrow = true
+	b.r.wideView.Store(false)
+	b.r.st.view.wide = false
 }
 
 // newBare makes member self with S slots, joined at revision createRev.
@@ -43,6 +55,8 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	t.Cleanup(r.cancel)
 	r.initState()
+	r.wideView.Store(true)
+	r.st.view.wide = true
 	r.rejoinHook = func(*incarnation, bool) {}
 	inc := &incarnation{createRev: createRev, boundRev: createRev, lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
@@ -219,7 +233,7 @@ func (b *bare) snapshot(rev int64, kvs ...*mvccpb.KeyValue) {
 	clear(b.sim.members)
 	clear(b.sim.acks)
 	b.sim.lineage, b.sim.version = 0, 0
-	b.r.onWatch(watchBatch{snapshot: true, kvs: b.seen(kvs), rev: rev})
+	b.r.onWatch(watchBatch{snapshot: true, wide: !b.narrow, kvs: b.seen(kvs), rev: rev})
 	b.r.tryAcquire()
 }
 

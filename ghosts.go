@@ -105,6 +105,9 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 		wait := b.next()
 		switch {
 		case err == nil && resp.TTL < 0: // (0: under a second left)
+			if name == r.opts.member {
+				return // (see checkOwnName)
+			}
 			select {
 			case r.ghostCh <- lease:
 			case <-r.ctx.Done():

@@ -101,5 +101,21 @@ func (h *slotHistory) heldBy(s int, name string, a, g int64) (held, known bool) 
 	return false, true
 }
 
+// during returns the owners of slot s in the maps of seq a to g-1 (some
+// may repeat), and known: whether the history covers those maps.
+func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
+	if a >= g {
+		return nil, true
+	}
+	if h.top == 0 || a < h.from || g-1 > h.top || s >= len(h.log) {
+		return nil, false
+	}
+	l := h.log[s]
+	for i := sort.Search(len(l), func(i int) bool { return l[i].seq > a }) - 1; i < len(l) && l[i].seq < g; i++ {
+		owners = append(owners, l[i].name)
+	}
+	return owners, true
+}
+
 // covers reports whether the history holds the map of seq v.
 func (h *slotHistory) covers(v int64) bool { return h.top != 0 && v >= h.from && v <= h.top }

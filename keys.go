@@ -92,6 +92,12 @@ func (k keys) loads() string                { return k.prefix + ".load/" }
 func (k keys) isLoad(key string) bool       { return strings.HasPrefix(key, k.loads()) }
 func (k keys) loadName(key string) string   { return strings.TrimPrefix(key, k.loads()) }
 
+// narrowed returns the key range a member follows in the narrow view (see
+// view.go): the floor key and the map key, which sort next to each other.
+func (k keys) narrowed() (key, end string) {
+	return k.floor(), k.rankMap() + "\x00"
+}
+
 // followed returns the key range a member follows: all of the rink's keys
 // but the ack keys, which sort first and which only the leader reads.
 func (k keys) followed() (key, end string) {

@@ -66,8 +66,23 @@ type leadership struct {
 // which writes it into the floor key. One per leadership, so that an
 // aggregator that is stopping cannot take a wake-up meant for the next.
 type restBox struct {
-	info atomic.Pointer[restInfo]
-	kick chan struct{}
+	info   atomic.Pointer[restInfo]
+	ghosts atomic.Int64 // how many ghosts the leader knows (see ackFloor.Ghosts)
+	kick   chan struct{}
+}
+
+// publishGhosts tells this leadership's aggregator how many ghosts the
+// leader knows, when that changed.
+func (r *Rink) publishGhosts() {
+	st := &r.st
+	if st.lead == nil || st.lead.rest == nil || st.lead.rest.ghosts.Load() == int64(len(st.ghosts)) {
+		return
+	}
+	st.lead.rest.ghosts.Store(int64(len(st.ghosts)))
+	select {
+	case st.lead.rest.kick <- struct{}{}:
+	default:
+	}
 }
 
 type elected struct {
@@ -177,14 +192,14 @@ func (r *Rink) stopLeading() {
 func (r *Rink) plan() {
 	st := &r.st
 	l := st.lead
-	if l == nil || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil && !waitsOut(st.incompatible) ||
+	if l == nil || !st.view.wide || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil && !waitsOut(st.incompatible) ||
 		st.inc == nil || !st.selfSeen || st.taint != 0 && st.taint == st.lineage && st.curRev != 0 {
 		return
 	}
 	st.dirty = false
 	now := time.Now()
 	proto, strangers := rinkProtocol(st.members)
-	live := r.withGhosts(speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
+	live := withGhosts(st.ghosts, speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
 	var leavers []string
 	for _, name := range live {
 		if st.members[name].leaving {
@@ -294,7 +309,11 @@ func (r *Rink) plan() {
 	// over with a whole map: nobody who lists the rink can read it, and
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
-	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived {
+	// (A new leader writes its name into the map, even when nothing else
+	// changed: members that follow the narrow view learn the leader from
+	// the map, see view.go.)
+	named := st.cur.Leader == r.opts.member || st.cur.Schema < 3
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && named {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,
@@ -330,11 +349,12 @@ func (r *Rink) plan() {
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	}
+	gone := goneFrom(&base, &next, st.members)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(l.inc.ctx, r.opts.ttl)
-		res := r.proclaim(ctx, l, base, next, mapRev)
+		res := r.proclaim(ctx, l, base, next, mapRev, gone)
 		cancel()
 		select {
 		case r.proclaimedCh <- res:
@@ -462,8 +482,9 @@ func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
 // only when they cannot (see readMap). The whole map goes into the map
 // key alone when the key is absent (a lineage starts whole) and when the
 // record would be no smaller.
-func (r *Rink) mapOps(base, next *rankMap, mapRev int64) []clientv3.Op {
-	whole := string(next.encode())
+func (r *Rink) mapOps(base, next *rankMap, mapRev int64, gone []string) []clientv3.Op {
+	wholeJSON := next.encode()
+	whole := string(wholeJSON)
 	if next.Schema < 3 {
 		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
 	}
@@ -471,22 +492,23 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64) []clientv3.Op {
 		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
 	}
 	c := diff(base, next)
+	c.transition = transition{From: base.Version, Gone: gone}
 	rec := c.encode()
-	if len(rec) >= len(whole) {
+	if alone := withTransition(wholeJSON, c.transition); len(rec) >= len(alone) {
 		// A change as large as the map (a hole closed in a small rink
 		// renumbers half the slots): the whole map alone, which members
 		// read as one. The whole map beside the key would double what
 		// the transaction writes, on the path of a handover.
-		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
+		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(alone))}
 	}
 	return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(rec)), clientv3.OpPut(r.keys.snapshot(), whole)}
 }
 
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
-func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, extra ...clientv3.Op) proclaimResult {
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, gone []string, extra ...clientv3.Op) proclaimResult {
 	res := proclaimResult{lead: l, version: m.Version, based: mapRev}
-	ops := append(r.mapOps(&base, &m, mapRev), extra...)
+	ops := append(r.mapOps(&base, &m, mapRev, gone), extra...)
 	resp, err := r.cli.Txn(ctx).
 		If(
 			clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
@@ -597,55 +619,25 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 	if st.inc == nil || st.incompatible != nil || curRev == 0 || cur.index(self) < 0 || st.taint != 0 && st.taint == st.lineage {
 		return false // not ranked, or no usable map: nothing to hand over
 	}
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		live := deleteName(r.withGhosts(speakers(liveByAge(members), members, cur.Schema), members, cur), self)
-		for _, name := range live {
-			if members[name].leaving {
-				live = deleteName(live, name) // it is on its way out: no heir
-			}
-		}
-		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})
-		next.Version, next.Leader = version, cur.Leader
-		next.Schema = cur.Schema // a departure changes no protocol
-		if st.lead != nil {
-			next.Leader = self
-		}
-		if err := r.usable(next); err != nil {
-			r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
-			return false
-		}
-		fkey, fend := r.keys.followed()
-		ops := append(r.mapOps(&cur, &next, curRev), clientv3.OpDelete(key))
-		release()
-		r.awaitDrains(r.stopCtx)
-		resp, err := r.cli.Txn(ctx).
-			If(
-				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
-				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
-			).
-			Then(ops...).
-			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend)), clientv3.OpGet(r.keys.snapshot())).
-			Commit()
-		if err != nil {
-			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
-			return false
-		}
-		if resp.Succeeded {
-			r.log.Info("handed over", zap.Int64("version", next.Version), zap.Int("attempt", attempt))
-			return true
-		}
-		// Plan again from the rink as the failed transaction saw it.
+	ghosts := st.ghosts
+	// relisted plans again from the rink as a listing (resp) saw it: its
+	// last response the whole map, the others the member keys and the map
+	// key among others.
+	relisted := func(resp *clientv3.TxnResponse) bool {
 		members, viewRev = map[string]memberInfo{}, resp.Header.Revision
 		ours := false
 		var snap *mvccpb.KeyValue
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		last := len(resp.Responses) - 1
+		if kvs := resp.Responses[last].GetResponseRange().Kvs; len(kvs) > 0 {
 			snap = kvs[0]
 		}
 		prevRev := curRev
 		curRev = 0
-		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var kvs []*mvccpb.KeyValue
+		for _, rr := range resp.Responses[:last] {
+			kvs = append(kvs, rr.GetResponseRange().Kvs...)
+		}
+		for _, kv := range kvs {
 			k := string(kv.Key)
 			switch {
 			case r.keys.isMember(k):
@@ -666,11 +658,95 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				version = max(version, m.Version+1)
 			}
 		}
-		if curRev == 0 || cur.index(self) < 0 || !ours {
-			return false // (our key is not ours any more: leave it to the leader)
+		return curRev != 0 && cur.index(self) >= 0 && ours // (our key is not ours any more: leave it to the leader)
+	}
+	if !st.view.wide {
+		// The narrow view has no member keys (see view.go): list them.
+		// Ranked members without a key stay ranked in the plan: this
+		// member cannot tell a crash from a ghost, and the leader moves
+		// them as it finds out.
+		// (Bounded by the caller's context too: the roles are still held,
+		// and end with it, as Shutdown returns.)
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(r.stopCtx, cancel)
+		resp, err := r.listRink(lctx)
+		stop()
+		cancel()
+		if err != nil || !relisted(resp) {
+			return false
+		}
+		ghosts = map[int64]string{}
+		for i, name := range cur.Members {
+			if _, ok := members[name]; !ok {
+				ghosts[-int64(i)-1] = name
+			}
+		}
+	}
+	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
+		live := deleteName(withGhosts(ghosts, speakers(liveByAge(members), members, cur.Schema), members, cur), self)
+		for _, name := range live {
+			if members[name].leaving {
+				live = deleteName(live, name) // it is on its way out: no heir
+			}
+		}
+		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})
+		next.Version, next.Leader = version, cur.Leader
+		next.Schema = cur.Schema // a departure changes no protocol
+		if st.lead != nil {
+			next.Leader = self
+		}
+		if err := r.usable(next); err != nil {
+			r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
+			return false
+		}
+		fkey, fend := r.keys.followed()
+		ops := append(r.mapOps(&cur, &next, curRev, []string{self}), clientv3.OpDelete(key))
+		release()
+		r.awaitDrains(r.stopCtx)
+		resp, err := r.cli.Txn(ctx).
+			If(
+				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
+				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
+				clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
+			).
+			Then(ops...).
+			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend)), clientv3.OpGet(r.keys.snapshot())).
+			Commit()
+		if err != nil {
+			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
+			return false
+		}
+		if resp.Succeeded {
+			r.log.Info("handed over", zap.Int64("version", next.Version), zap.Int("attempt", attempt))
+			return true
+		}
+		if !relisted(resp) {
+			return false
 		}
 	}
 	return false
+}
+
+// goneFrom returns the members that base ranks or lists as waiting, that
+// next drops, and that have no member key in members: they hold nothing
+// (a ghost, whose key went while its lease lives, stays ranked: see
+// withGhosts). Members that follow only the map learn it from the
+// transition written with next.
+func goneFrom(base, next *rankMap, members map[string]memberInfo) []string {
+	var gone []string
+	drop := func(name string) {
+		if _, live := members[name]; !live && next.index(name) < 0 && !next.waits(name) && !slices.Contains(gone, name) {
+			gone = append(gone, name)
+		}
+	}
+	for _, name := range base.Members {
+		drop(name)
+	}
+	for _, w := range base.Waiting {
+		drop(w.Name)
+	}
+	return gone
 }
 
 // withGhosts returns live (names of members with keys, oldest first) with
@@ -679,8 +755,8 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 // member may still hold them, cut off etcd, until it fences; a map giving
 // them to others would let a newcomer that never saw the key go (and so
 // knows no ghost) start them at once (issue 22).
-func (r *Rink) withGhosts(live []string, members map[string]memberInfo, cur rankMap) []string {
-	for _, name := range r.st.ghosts {
+func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur rankMap) []string {
+	for _, name := range ghosts {
 		if _, ok := members[name]; !ok && cur.index(name) >= 0 && !slices.Contains(live, name) {
 			live = append(live, name)
 		}

@@ -109,6 +109,8 @@ type state struct {
 	// ranked them (see noteGhosts): nothing starts until they are gone.
 	ghosts map[int64]string
 
+	view view // which view this member follows (see view.go)
+
 	lead  *leadership // non-nil while this member leads
 	dirty bool        // membership or map changed: the leader should plan
 
@@ -149,6 +151,8 @@ const maxHistory = 256
 // response.
 type watchBatch struct {
 	snapshot bool
+	wide     bool // of the wide view (see view.go)
+	own      bool // of this member's own key alone (see followOwn)
 	kvs      []*mvccpb.KeyValue
 	events   []*clientv3.Event
 	rev      int64
@@ -229,6 +233,8 @@ func (r *Rink) run(first *incarnation) {
 			r.onWarmed(v)
 		case w := <-r.heirsCh:
 			st.heirWarm = w
+		case <-r.selfCheckedCh:
+			st.view.selfCheck = 2
 		case lease := <-r.ghostCh:
 			delete(st.ghosts, lease)
 			st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
@@ -260,6 +266,8 @@ func (r *Rink) run(first *incarnation) {
 			r.shutdown(nil)
 			return
 		}
+		r.syncView()
+		r.publishGhosts()
 		// Publish the rank first, so that whoever gets a role sees the rank
 		// that goes with it.
 		r.publishRank()
@@ -332,6 +340,10 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 // order of the events.
 func (r *Rink) onWatch(b watchBatch) {
 	st := &r.st
+	if b.own {
+		r.onOwn(b)
+		return
+	}
 	self := r.opts.member
 	selfGone := false
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
@@ -339,11 +351,25 @@ func (r *Rink) onWatch(b watchBatch) {
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
 		}
-		gone = st.members // those the listing has again are taken out below
-		st.members = make(map[string]memberInfo, len(gone))
+		st.view.wide = b.wide && r.wideView.Load()
+		if b.wide {
+			gone = st.members // those the listing has again are taken out below
+			st.members = make(map[string]memberInfo, len(gone))
+		} else {
+			// The narrow view: our own key, from its own watch, is all
+			// the view keeps of the member keys (see view.go).
+			own, ok := st.members[self]
+			st.members = map[string]memberInfo{}
+			if ok {
+				st.members[self] = own
+			}
+			clear(st.ghosts)
+		}
 		clear(st.unlisted) // (mended below: every ranked member's key is missing until put)
-		for _, name := range st.cur.Members {
-			st.unlisted[name] = true
+		if b.wide {
+			for _, name := range st.cur.Members {
+				st.unlisted[name] = true
+			}
 		}
 		clear(st.elect)
 		clear(st.electOf)
@@ -374,7 +400,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 		}
 		st.dirty = true
-		if st.inc != nil && b.rev >= st.inc.createRev {
+		if st.inc != nil && b.rev >= st.inc.createRev && b.wide {
 			m, ok := st.members[self]
 			selfGone = !ok || m.createRev != st.inc.createRev || r.reboundSelf(m.lease, m.modRev)
 		}
@@ -452,11 +478,13 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
-	r.noteGhosts(gone)
-	if b.snapshot {
-		r.noteCandidates(maps.Keys(st.electOf))
-	} else {
-		r.noteCandidates(maps.Keys(st.touched))
+	if st.view.wide {
+		r.noteGhosts(gone)
+		if b.snapshot {
+			r.noteCandidates(maps.Keys(st.electOf))
+		} else {
+			r.noteCandidates(maps.Keys(st.touched))
+		}
 	}
 	if len(st.touched) > 64 {
 		st.touched = map[string]bool{} // (clear keeps a burst's buckets for good)
@@ -680,6 +708,8 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.topVer = max(st.topVer, m.Version)
 	st.hist.add(kv.Version, &m)
+	r.noteGone(kv.Value, kv.Version, st.prevSeq, &st.prev)
+	r.checkOwnName()
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
 		st.verSeq[m.Version] = -1
 	} else {
@@ -884,7 +914,14 @@ func (r *Rink) tryAcquire() {
 	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
-	others, ok := r.others()
+	var others []memberBound
+	var low int64
+	ok := false
+	if st.view.wide {
+		others, ok = r.others()
+	} else {
+		low, ok = r.narrowBarrier()
+	}
 	if !ok {
 		return
 	}
@@ -893,7 +930,7 @@ func (r *Rink) tryAcquire() {
 	// await it meanwhile (an acquisition wakes goroutines that may).
 	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (!first || r.slots[s].Load() != nil) && r.free(s, others) {
+			if (!first || r.slots[s].Load() != nil) && (st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
 				st.pending.del(s)
 				r.acquire(s)
 			}
@@ -1157,6 +1194,9 @@ func (r *Rink) publishRank() {
 		st.leader = lowestKey(st.elect)
 	}
 	rk.Leader = st.elect[st.leader].value
+	if !st.view.wide && !r.wideView.Load() {
+		rk.Leader = st.cur.Leader // (the narrow view has no election keys)
+	}
 	rk.Settled = rk.Index >= 0 && r.settled()
 	if rk.Index >= 0 || rk.Waiting {
 		r.listed.Store(true)
@@ -1201,8 +1241,9 @@ func (r *Rink) settled() bool {
 		return false
 	}
 	// And every ranked member's key is there: a leader that died said
-	// rest in a floor that outlives it.
-	return len(st.unlisted) == 0
+	// rest in a floor that outlives it. (The narrow view has no member
+	// keys: a departure shows in the leader's next map and floor.)
+	return !st.view.wide || len(st.unlisted) == 0
 }
 
 // indexCur finds our index in the map just applied, and updates unlisted
@@ -1214,6 +1255,10 @@ func (r *Rink) indexCur(prev []string) {
 	st := &r.st
 	cur := st.cur.Members
 	st.selfIdx = slices.Index(cur, r.opts.member)
+	if !st.view.wide {
+		clear(st.unlisted) // (the narrow view has no member keys: see settled)
+		return
+	}
 	var diff []int
 	for i := range max(len(cur), len(prev)) {
 		if i >= len(cur) || i >= len(prev) || cur[i] != prev[i] {
@@ -1320,15 +1365,6 @@ func (r *Rink) shutdown(cause error) {
 	r.log.Info("left the rink", zap.Error(err))
 }
 
-// watch keeps the run goroutine's view current.
-func (r *Rink) watch() {
-	key, end := r.keys.followed()
-	// The whole map beside the map key's change record (see records.go)
-	// is read with each listing, never watched: a member reads it only
-	// when it cannot apply the record.
-	followWith(r.ctx, r.cli, key, end, []string{r.keys.snapshot()}, r.relistCh, r.log, r.sendBatch)
-}
-
 // follow feeds send with a listing of the keys in [key, end) and then the
 // watch events newer than the listing; after any watch error (compaction,
 // lost etcd leader, a broken stream) it starts over with a new listing. It
@@ -1340,16 +1376,10 @@ func (r *Rink) watch() {
 // landing between a listing and such a watch would delay every event by up
 // to that long.
 func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) {
-	followWith(ctx, cli, key, end, nil, nil, log, send)
-}
-
-// followWith is follow, with keys outside [key, end) read with every
-// listing (not watched), and a channel that asks for a new listing.
-func followWith(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) {
 	b := newBackoff()
 	for ctx.Err() == nil {
 		began := time.Now()
-		if !followOnce(ctx, cli, key, end, extra, relist, log, send) {
+		if more, _ := followOnce(ctx, cli, key, end, nil, nil, log, send); !more {
 			return
 		}
 		if time.Since(began) > time.Minute {
@@ -1359,9 +1389,11 @@ func followWith(ctx context.Context, cli *clientv3.Client, key, end string, extr
 	}
 }
 
-// followOnce runs one watch until it breaks; it reports false when it
-// should stop for good.
-func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) bool {
+// followOnce runs one watch until it breaks, or until relist asks for a
+// new listing (relisted); more is false when it should stop for good.
+// Keys in extra, outside [key, end), are read with the listing, not
+// watched.
+func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) (more, relisted bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := cli.Watch(wctx, key, clientv3.WithRange(end), clientv3.WithCreatedNotify())
@@ -1370,7 +1402,7 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extr
 		if ctx.Err() == nil {
 			log.Warn("opening the watch failed, retrying", zap.Error(created.Err()))
 		}
-		return ctx.Err() == nil
+		return ctx.Err() == nil, false
 	}
 	ops := []clientv3.Op{clientv3.OpGet(key, clientv3.WithRange(end))}
 	for _, k := range extra {
@@ -1381,7 +1413,7 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extr
 		if ctx.Err() == nil {
 			log.Warn("listing the rink failed, retrying", zap.Error(err))
 		}
-		return ctx.Err() == nil
+		return ctx.Err() == nil, false
 	}
 	var kvs []*mvccpb.KeyValue
 	for _, r := range resp.Responses {
@@ -1389,7 +1421,7 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extr
 	}
 	listed := resp.Header.Revision
 	if !send(watchBatch{snapshot: true, kvs: kvs, rev: listed}) {
-		return false
+		return false, false
 	}
 	for {
 		var wr clientv3.WatchResponse
@@ -1397,14 +1429,14 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extr
 		select {
 		case wr, ok = <-wch:
 		case <-relist:
-			return ctx.Err() == nil
+			return ctx.Err() == nil, true
 		}
 		if !ok {
 			break
 		}
 		if err := wr.Err(); err != nil {
 			log.Warn("watch broken, listing again", zap.Error(err))
-			return ctx.Err() == nil
+			return ctx.Err() == nil, false
 		}
 		events := wr.Events
 		for len(events) > 0 && events[0].Kv.ModRevision <= listed {
@@ -1414,10 +1446,10 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extr
 			continue
 		}
 		if !send(watchBatch{events: events, rev: wr.Header.Revision}) {
-			return false
+			return false, false
 		}
 	}
-	return ctx.Err() == nil
+	return ctx.Err() == nil, false
 }
 
 // relist asks the watcher for a new listing of the rink (see underived).

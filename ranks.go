@@ -501,3 +501,8 @@ func shares(S int, caps []float64, count []int) []int {
 	}
 	return target
 }
+
+// waits reports whether the map lists name as waiting.
+func (m rankMap) waits(name string) bool {
+	return slices.ContainsFunc(m.Waiting, func(w waiter) bool { return w.Name == name })
+}

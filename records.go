@@ -51,6 +51,49 @@ type change struct {
 	ByLoad   *bool             `json:"byLoad,omitempty"`
 	Incoming *map[string][]int `json:"incoming,omitempty"`
 	Leave    *[]string         `json:"leave,omitempty"`
+	transition
+}
+
+// transition is what a put of the map key says of the put before it,
+// beyond the map: From, the version of the map it was computed from, and
+// Gone, the members that map ranked or listed as waiting which this one
+// drops because they hold nothing any more (their keys are gone: a
+// departure, or a lease that ended). A member that follows only the map
+// and the floor (see view.go) learns departures from it. Records carry it
+// as fields; a whole map written alone carries it beside the map's own
+// fields (see withTransition). Builds before it leave both out.
+type transition struct {
+	From int64    `json:"from,omitempty"`
+	Gone []string `json:"gone,omitempty"`
+}
+
+// transitionOf returns the transition a map key's value carries (zero:
+// none, or one that does not decode).
+func transitionOf(value []byte) transition {
+	if !bytes.Contains(value, []byte(`"from"`)) {
+		return transition{}
+	}
+	var t transition
+	if json.Unmarshal(value, &t) != nil {
+		return transition{}
+	}
+	return t
+}
+
+// withTransition returns a whole map's JSON with t's fields added (as
+// is, when t says nothing).
+func withTransition(whole []byte, t transition) []byte {
+	if t.From == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
+		return whole
+	}
+	tj, err := json.Marshal(t)
+	if err != nil || len(tj) < 2 {
+		return whole
+	}
+	out := make([]byte, 0, len(whole)+len(tj))
+	out = append(out, whole[:len(whole)-1]...)
+	out = append(out, ',')
+	return append(out, tj[1:]...)
 }
 
 // diff returns the record that apply turns prev into next with. Both are

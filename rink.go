@@ -80,6 +80,7 @@ type Rink struct {
 	// Channels into the run goroutine.
 	watchCh      chan watchBatch
 	relistCh     chan struct{} // asks the watcher for a new listing (see relist)
+	wideView     atomic.Bool   // the watcher follows the wide view (see view.go)
 	joinedCh     chan *incarnation
 	electedCh    chan elected
 	proclaimedCh chan proclaimResult
@@ -112,6 +113,9 @@ type Rink struct {
 	heirsCh chan map[string]int64
 	// ghostCh carries the leases of ghosts (see noteGhosts) found gone.
 	ghostCh chan int64
+	// selfCheckedCh says that no earlier incarnation of this member's name
+	// acts any more (see checkOwnName).
+	selfCheckedCh chan struct{}
 
 	st state // owned by the run goroutine
 
@@ -155,27 +159,28 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 	}
 
 	r := &Rink{
-		cli:          cli,
-		name:         name,
-		opts:         o,
-		log:          o.log.With(zap.String("rink", name), zap.String("member", o.member)),
-		keys:         newKeys(name),
-		slots:        make([]atomic.Pointer[slotState], o.slots),
-		stopping:     make(chan struct{}),
-		done:         make(chan struct{}),
-		watchCh:      make(chan watchBatch),
-		relistCh:     make(chan struct{}, 1),
-		joinedCh:     make(chan *incarnation),
-		electedCh:    make(chan elected),
-		proclaimedCh: make(chan proclaimResult),
-		ackCh:        make(chan ackReq, 1),
-		load:         newLoadAcc(o.slots),
-		loadsCh:      make(chan map[string]loadReport, 1),
-		drainCh:      make(chan struct{}, 1),
-		warmCh:       make(chan map[string]int64, 1),
-		warmedCh:     make(chan int64, 16),
-		heirsCh:      make(chan map[string]int64, 1),
-		ghostCh:      make(chan int64, 16),
+		cli:           cli,
+		name:          name,
+		opts:          o,
+		log:           o.log.With(zap.String("rink", name), zap.String("member", o.member)),
+		keys:          newKeys(name),
+		slots:         make([]atomic.Pointer[slotState], o.slots),
+		stopping:      make(chan struct{}),
+		done:          make(chan struct{}),
+		watchCh:       make(chan watchBatch),
+		relistCh:      make(chan struct{}, 1),
+		joinedCh:      make(chan *incarnation),
+		electedCh:     make(chan elected),
+		proclaimedCh:  make(chan proclaimResult),
+		ackCh:         make(chan ackReq, 1),
+		load:          newLoadAcc(o.slots),
+		loadsCh:       make(chan map[string]loadReport, 1),
+		drainCh:       make(chan struct{}, 1),
+		warmCh:        make(chan map[string]int64, 1),
+		warmedCh:      make(chan int64, 16),
+		heirsCh:       make(chan map[string]int64, 1),
+		ghostCh:       make(chan int64, 16),
+		selfCheckedCh: make(chan struct{}),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()
@@ -207,10 +212,14 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		return nil, err
 	}
 	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
-	r.wg.Add(3)
+	r.wg.Add(4)
 	go func() {
 		defer r.wg.Done()
 		r.watch()
+	}()
+	go func() {
+		defer r.wg.Done()
+		r.followOwn()
 	}()
 	go func() {
 		defer r.wg.Done()
@@ -238,9 +247,16 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 		if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 			snap = s[0]
 		}
-		if _, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.opts.slots); err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
+		m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.opts.slots)
+		if err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
 			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
 		}
+		// A rink of protocol 3 is followed in the narrow view from the
+		// start (see view.go): a member that joins a large rink lists
+		// the map, not every member key.
+		r.wideView.Store(err != nil || m.Schema < 3)
+	} else {
+		r.wideView.Store(true)
 	}
 	if other := nesting(r.name, resp.Responses[2:]); other != "" {
 		return nil, fmt.Errorf("%w: rink %q and rink %q nest (one's keys lie under the other's prefix, so its members would follow every key of the other); give them names that are not prefixes of each other", ErrInvalidName, r.name, other)
@@ -265,6 +281,11 @@ func (r *Rink) Shutdown(ctx context.Context) error {
 	case <-r.done:
 		return r.shutdownErr
 	case <-ctx.Done():
+		// The rink still stops, but no role outlives this return, even
+		// while a departure waits for etcd.
+		if inc := r.loadInc.Load(); inc != nil {
+			inc.cancel(ErrShutdown)
+		}
 		return ctx.Err()
 	}
 }
