@@ -102,6 +102,9 @@ type ackFloor struct {
 	// view, which see no member key go, start nothing while it is above
 	// 0, as the leader's own handover check does (see view.go).
 	Ghosts int `json:"ghosts,omitempty"`
+	// Leader names the leader that wrote the floor: members that follow
+	// the narrow view learn the leader from it (see Rank.Leader).
+	Leader string `json:"leader,omitempty"`
 }
 
 // settled reports whether the floor says that the rink is at rest with
@@ -872,7 +875,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if f == nil {
 		return
 	}
-	f.Ghosts = int(a.rest.ghosts.Load())
+	f.Ghosts, f.Leader = int(a.rest.ghosts.Load()), r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)

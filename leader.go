@@ -309,11 +309,7 @@ func (r *Rink) plan() {
 	// over with a whole map: nobody who lists the rink can read it, and
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
-	// (A new leader writes its name into the map, even when nothing else
-	// changed: members that follow the narrow view learn the leader from
-	// the map, see view.go.)
-	named := st.cur.Leader == r.opts.member || st.cur.Schema < 3
-	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && named {
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,

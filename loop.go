@@ -1195,7 +1195,12 @@ func (r *Rink) publishRank() {
 	}
 	rk.Leader = st.elect[st.leader].value
 	if !st.view.wide && !r.wideView.Load() {
-		rk.Leader = st.cur.Leader // (the narrow view has no election keys)
+		// The narrow view has no election keys: the newest leader's floor
+		// names it (a map, when the floor is of an older build).
+		rk.Leader = st.cur.Leader
+		if st.floor.Leader != "" {
+			rk.Leader = st.floor.Leader
+		}
 	}
 	rk.Settled = rk.Index >= 0 && r.settled()
 	if rk.Index >= 0 || rk.Waiting {

@@ -173,8 +173,10 @@ func (r *Rink) lowBound() int64 {
 		low := f.SeqFloor
 		if f.SeqComplete {
 			low = f.Seq
-			for _, a := range f.SeqLagging {
-				low = min(low, a)
+			for name, a := range f.SeqLagging {
+				if name != r.opts.member { // (what we hold is ours to know)
+					low = min(low, a)
+				}
 			}
 		}
 		return low
@@ -185,8 +187,10 @@ func (r *Rink) lowBound() int64 {
 	low := f.Floor
 	if f.Complete {
 		low = f.Version
-		for _, a := range f.Lagging {
-			low = min(low, a)
+		for name, a := range f.Lagging {
+			if name != r.opts.member {
+				low = min(low, a)
+			}
 		}
 	}
 	return r.seqOfVersion(low)

@@ -1,0 +1,78 @@
+package rink
+
+import (
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// mapKVWith stands for the put of map m with transition t (see
+// records.go), as a whole map written alone.
+func mapKVWith(m rankMap, t transition, createRev, modRev int64) *mvccpb.KeyValue {
+	kv := mapKV(m, createRev, modRev)
+	kv.Value = withTransition(kv.Value, t)
+	return kv
+}
+
+// narrowStart is member b in the narrow view of a rink where a owned both
+// slots, then handed slot 1 to b (seq 2), which a has not acknowledged:
+// a's floor bound is seq 1.
+func narrowStart(t *testing.T) *bare {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"a"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
+	b.put(mapKV(twoSlots(2, []string{"a", "b"}, 0, 1), L, 12))
+	b.wantHeld(1, false, "a has not acknowledged v2")
+	return b
+}
+
+// A member in the narrow view sees no member key go: a departure reaches
+// it as the transition of the map that drops the leaver, and the heirs
+// start at once, without waiting for the leaver's acknowledgement in a
+// floor. Without the transition they wait: the leaver may still hold its
+// slots, for all the map says.
+func TestNarrowDepartureByTransition(t *testing.T) {
+	const L = 10
+	b := narrowStart(t)
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), transition{From: 2, Gone: []string{"a"}}, L, 13))
+	b.wantHeld(0, true, "a is gone: the map that dropped it says so")
+	b.wantHeld(1, true, "a is gone")
+
+	n := narrowStart(t)
+	n.put(mapKV(twoSlots(3, []string{"b"}, 0, 0), L, 13))
+	n.wantHeld(0, false, "a was dropped, and nothing says it holds nothing: its bound is seq 1")
+	n.wantHeld(1, false, "a's bound is seq 1")
+	n.put(memberKV("a", 3, 14, 3, L))
+	n.wantHeld(0, true, "a acknowledged seq 3")
+	n.wantHeld(1, true, "a acknowledged seq 3")
+}
+
+// A transition counts only for the put that follows the map it names:
+// one written back by hand (here naming another base) says nothing of
+// today's members.
+func TestNarrowTransitionOfAnotherBase(t *testing.T) {
+	const L = 10
+	b := narrowStart(t)
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), transition{From: 1, Gone: []string{"a"}}, L, 13))
+	b.wantHeld(0, false, "the transition names version 1 as its base, not 2")
+	b.wantHeld(1, false, "the transition names version 1 as its base, not 2")
+}
+
+// While the leader's floor counts ghosts (members whose keys went while
+// their leases live), a member in the narrow view starts nothing.
+func TestNarrowFloorGhosts(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.manual = true
+	b.put(memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L))
+	f := ackFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1, Ghosts: 1}
+	b.put(floorKV(f, 11))
+	b.wantHeld(1, false, "a ghost may act")
+	f.Ghosts = 0
+	b.put(floorKV(f, 12))
+	b.wantHeld(1, true, "no ghost")
+}
