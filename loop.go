@@ -364,6 +364,8 @@ func (r *Rink) onWatch(b watchBatch) {
 				st.members[self] = own
 			}
 			clear(st.ghosts)
+			// (New maps, not clear: clear keeps the wide view's buckets.)
+			st.elect, st.electOf, st.unlisted = map[string]electInfo{}, map[string][]string{}, map[string]bool{}
 		}
 		clear(st.unlisted) // (mended below: every ranked member's key is missing until put)
 		if b.wide {
