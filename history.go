@@ -36,7 +36,7 @@ func (h *slotHistory) reset() {
 
 // add records the map of seq seq. A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
-func (h *slotHistory) add(seq int64, m *rankMap) {
+func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 	if len(h.log) != m.Slots {
 		h.log = make([][]ownerSince, m.Slots)
 		h.from, h.top = 0, 0
@@ -49,7 +49,14 @@ func (h *slotHistory) add(seq int64, m *rankMap) {
 		h.from, h.top, h.entries = seq, seq, len(h.log)
 		return
 	}
-	for s := range h.log {
+	var only []int
+	if delta != nil && !delta.renamed {
+		only = delta.moved // (no other slot's owner changed)
+	}
+	for s := range slotRange(only, len(h.log)) {
+		if s >= len(h.log) {
+			continue
+		}
 		if o := m.owner(s); o != h.log[s][len(h.log[s])-1].name {
 			h.log[s] = append(h.log[s], ownerSince{seq, o})
 			h.entries++
@@ -119,3 +126,23 @@ func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
 
 // covers reports whether the history holds the map of seq v.
 func (h *slotHistory) covers(v int64) bool { return h.top != 0 && v >= h.from && v <= h.top }
+
+// slotRange yields the slots in only, or every slot below n when only is
+// nil.
+func slotRange(only []int, n int) func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		if only == nil {
+			for s := range n {
+				if !yield(s) {
+					return
+				}
+			}
+			return
+		}
+		for _, s := range only {
+			if s >= 0 && s < n && !yield(s) {
+				return
+			}
+		}
+	}
+}

@@ -38,7 +38,15 @@ func FuzzSlotHistory(f *testing.F) {
 						m.Table[s] = rng.IntN(len(m.Members))
 					}
 				}
-				h.add(seq, &m)
+				// Half the time the map comes as a record applied to the
+				// one before, with its delta (see mapDelta).
+				var delta *mapDelta
+				if prev, ok := whole[seq-1]; ok && rng.IntN(2) == 0 && len(prev.Members) > 0 {
+					m.Schema, m.Version, prev.Schema, prev.Version = schemaVersion, seq, schemaVersion, seq-1
+					c := diff(&prev, &m)
+					delta = deltaOf(&prev, &c)
+				}
+				h.add(seq, &m, delta)
 				whole[seq] = m
 			case r < 8:
 				p := seq - int64(rng.IntN(5))
@@ -87,9 +95,9 @@ func TestSlotHistory(t *testing.T) {
 	m1 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
 	m2 := rankMap{Slots: 2, Members: []string{"b", "a"}, Table: slotTable{1, 0}} // same owners
 	m3 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{1, 1}} // slot 0 to b
-	h.add(1, &m1)
-	h.add(2, &m2)
-	h.add(3, &m3)
+	h.add(1, &m1, nil)
+	h.add(2, &m2, nil)
+	h.add(3, &m3, nil)
 	if h.entries != 3 {
 		t.Fatalf("%d entries, want 3 (one per slot, one move)", h.entries)
 	}
@@ -118,7 +126,7 @@ func TestSlotHistory(t *testing.T) {
 	if held, known := h.heldBy(0, "b", 3, 4); !held || !known {
 		t.Error("seq 3 forgotten by a prune to 3")
 	}
-	h.add(5, &m1) // a gap
+	h.add(5, &m1, nil) // a gap
 	if _, known := h.heldBy(0, "a", 3, 4); known || h.from != 5 {
 		t.Errorf("after a gap: from %d, seq 3 still known", h.from)
 	}

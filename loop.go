@@ -687,17 +687,23 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		}
 	}
 	began := time.Now()
+	// What a record applied to the map before it changed (nil: unknown, a
+	// whole map), so that the passes below cost what it changed.
+	var delta *mapDelta
+	if c, ok := decodeRecord(kv.Value); ok && snap == nil && !fresh && !newLineage && kv.Version == st.curSeq+1 {
+		delta = deltaOf(&st.cur, &c)
+	}
 	st.lineage = kv.CreateRevision
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
 	prevIdx := st.selfIdx
-	r.indexCur(st.prev.Members)
+	r.indexCur(st.prev.Members, delta)
 	if fresh {
 		// Before it, this member owned nothing.
-		if movedFor(&rankMap{}, &st.cur, -1, st.selfIdx) || len(st.cur.Incoming[r.opts.member]) > 0 {
+		if movedFor(&rankMap{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
 			st.changedSeq = st.curSeq
 		}
-	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx) ||
+	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx, delta) ||
 		!slices.Equal(st.prev.Incoming[r.opts.member], st.cur.Incoming[r.opts.member]) {
 		st.changedSeq = st.curSeq
 	}
@@ -709,7 +715,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		st.repeats = max(st.repeats, st.topVer)
 	}
 	st.topVer = max(st.topVer, m.Version)
-	st.hist.add(kv.Version, &m)
+	st.hist.add(kv.Version, &m, delta)
 	r.noteGone(kv.Value, kv.Version, st.prevSeq, &st.prev)
 	r.checkOwnName()
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
@@ -719,7 +725,11 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	r.owners.Store(&m)
 	st.moved = false
-	r.reconcile()
+	if delta != nil && !delta.renamed && prevIdx == st.selfIdx {
+		r.reconcileSlots(delta.moved)
+	} else {
+		r.reconcile()
+	}
 	r.applyIncoming()
 	// A map that changes nothing this member owns, and announces nothing
 	// to it, is acknowledged a moment later (see ackPause) if the map
@@ -877,7 +887,11 @@ func (r *Rink) dropPending() {
 
 // reconcile brings the per-slot ownership in line with the applied map:
 // it releases slots the map took away and marks new ones pending.
-func (r *Rink) reconcile() {
+func (r *Rink) reconcile() { r.reconcileSlots(nil) }
+
+// reconcileSlots is reconcile for the slots in only (nil: every slot):
+// after a record whose other slots kept their owners (see mapDelta).
+func (r *Rink) reconcileSlots(only []int) {
 	st := &r.st
 	mine := st.inc != nil && st.selfSeen && st.incompatible == nil && !st.stopping
 	// Our index in the map, or -1: owner compares indexes, not names (this
@@ -887,7 +901,7 @@ func (r *Rink) reconcile() {
 		idx = r.rankedIndex(r.opts.member)
 	}
 	now := time.Now()
-	for s := range st.owned {
+	for s := range slotRange(only, len(st.owned)) {
 		want := idx >= 0 && st.cur.Table[s] == idx
 		if want == st.owned[s] || want && st.curRev == 0 {
 			continue // (no new gains while the map key is absent)
@@ -1258,10 +1272,22 @@ func (r *Rink) settled() bool {
 // the two lists differ can change (a join appends one; a departure moves
 // one into the gap), so a map change costs what it changed, except for a
 // reshuffle, which rebuilds unlisted.
-func (r *Rink) indexCur(prev []string) {
+func (r *Rink) indexCur(prev []string, delta *mapDelta) {
 	st := &r.st
 	cur := st.cur.Members
-	st.selfIdx = slices.Index(cur, r.opts.member)
+	switch {
+	case delta != nil && !delta.renamed && st.selfIdx >= 0:
+		// (Our index kept its name.)
+	case delta != nil && !delta.renamed:
+		st.selfIdx = -1 // ranked now only if appended
+		for i := len(prev); i < len(cur); i++ {
+			if cur[i] == r.opts.member {
+				st.selfIdx = i
+			}
+		}
+	default:
+		st.selfIdx = slices.Index(cur, r.opts.member)
+	}
 	if !st.view.wide {
 		clear(st.unlisted) // (the narrow view has no member keys: see settled)
 		return

@@ -179,8 +179,26 @@ func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.S
 
 // apply returns the map that record c makes of prev, or an error when the
 // record does not fit prev (another index or slot than prev has, a member
-// twice): the member then reads the map whole. prev is not changed.
+// twice): the member then reads the map whole. prev is not changed, and
+// must be valid (see validate). What the record leaves alone is shared with
+// prev, not copied, and only what it changes is checked: a join in a rink
+// of n members costs a member O(n) string comparisons and no hashing, where
+// validating the whole map cost every member O(n) hashing per change, and
+// the rink O(n²) (issue 25).
 func apply(prev *rankMap, c *change) (rankMap, error) {
+	m, err := applyUnchecked(prev, c)
+	if err != nil {
+		return rankMap{}, err
+	}
+	if err := m.validateChange(prev, c); err != nil {
+		return rankMap{}, err
+	}
+	return m, nil
+}
+
+// applyUnchecked is apply without the checks that need the whole result:
+// it refuses only what it cannot build.
+func applyUnchecked(prev *rankMap, c *change) (rankMap, error) {
 	m := *prev
 	m.Schema, m.Version = c.Schema, c.Version
 	if c.Leader != nil {
@@ -193,8 +211,10 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 			return rankMap{}, fmt.Errorf("%w: record sizes the members to %d", errMapInvalid, n)
 		}
 	}
-	m.Members = make([]string, n)
-	copy(m.Members, prev.Members)
+	if n != len(prev.Members) || len(c.Names) > 0 {
+		m.Members = make([]string, n)
+		copy(m.Members, prev.Members)
+	}
 	for k, name := range c.Names {
 		i, err := strconv.Atoi(k)
 		if err != nil || i < 0 || i >= n {
@@ -210,7 +230,7 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 			return rankMap{}, fmt.Errorf("%w: a record ranks members in a map of %d slots", errMapInvalid, prev.Slots)
 		}
 		m.Table = make(slotTable, prev.Slots)
-	default:
+	case len(c.Moves) > 0:
 		m.Table = slices.Clone(prev.Table)
 	}
 	if len(c.Moves)%2 != 0 {
@@ -258,10 +278,112 @@ func apply(prev *rankMap, c *change) (rankMap, error) {
 			m.Leave = nil
 		}
 	}
-	if err := m.validate(); err != nil {
-		return rankMap{}, err
-	}
 	return m, nil
+}
+
+// mapDelta is what a record changed, for a member that applied it to the
+// map before it: the slots whose table entry changed, and whether any
+// index that map had was given another name (or dropped). When none was,
+// a slot's owner changed only if its entry did, and a member's index
+// stayed what it was: applying the map costs what the record says, not a
+// pass over every slot (issue 25).
+type mapDelta struct {
+	moved   []int
+	renamed bool
+}
+
+// deltaOf returns what record c changes in prev.
+func deltaOf(prev *rankMap, c *change) *mapDelta {
+	d := &mapDelta{renamed: len(prev.Table) == 0 || c.Size != nil && *c.Size < len(prev.Members), moved: make([]int, 0, len(c.Moves)/2)}
+	for k := range c.Names {
+		if i, err := strconv.Atoi(k); err != nil || i < len(prev.Members) {
+			d.renamed = true
+		}
+	}
+	for i := 0; i+1 < len(c.Moves); i += 2 {
+		d.moved = append(d.moved, c.Moves[i])
+	}
+	return d
+}
+
+// maxChecked bounds the changed names (and waiting members) that
+// validateChange compares one by one: past it, it validates the whole map.
+const maxChecked = 8
+
+// validateChange is validate for m, which record c made of prev (valid):
+// it checks what c changed, and validates the whole map when c changed
+// much (a reshuffle, a long waiting list).
+func (m *rankMap) validateChange(prev *rankMap, c *change) error {
+	if m.Version < 1 {
+		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
+	}
+	n := len(m.Members)
+	var changed []int // indexes whose name is new
+	for k := range c.Names {
+		i, _ := strconv.Atoi(k) // (applyUnchecked parsed them)
+		changed = append(changed, i)
+	}
+	for i := len(prev.Members); i < n; i++ {
+		if _, ok := c.Names[strconv.Itoa(i)]; !ok {
+			changed = append(changed, i) // a new index left unnamed: ""
+		}
+	}
+	waitChanged := c.Waiting != nil || c.Unwait != nil || c.Wait != nil
+	if len(changed) > maxChecked || (waitChanged || len(changed) > 0) && len(m.Waiting) > maxChecked {
+		return m.validate()
+	}
+	// Names: a changed name must be non-empty and nowhere else, among
+	// the members or the waiting.
+	for _, i := range changed {
+		name := m.Members[i]
+		if name == "" {
+			return fmt.Errorf("%w: member %q empty or listed twice", errMapInvalid, name)
+		}
+		for j, o := range m.Members {
+			if j != i && len(o) == len(name) && o == name {
+				return fmt.Errorf("%w: member %q empty or listed twice", errMapInvalid, name)
+			}
+		}
+	}
+	if waitChanged || len(changed) > 0 {
+		for wi, w := range m.Waiting {
+			if w.Name == "" {
+				return fmt.Errorf("%w: waiting member %q empty or listed twice", errMapInvalid, w.Name)
+			}
+			for _, o := range m.Waiting[:wi] {
+				if o.Name == w.Name {
+					return fmt.Errorf("%w: waiting member %q empty or listed twice", errMapInvalid, w.Name)
+				}
+			}
+			for _, o := range m.Members {
+				if len(o) == len(w.Name) && o == w.Name {
+					return fmt.Errorf("%w: waiting member %q empty or listed twice", errMapInvalid, w.Name)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		return nil // (applyUnchecked left no table)
+	}
+	if len(m.Table) != m.Slots {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
+	}
+	if n < len(prev.Members) || len(prev.Table) == 0 {
+		// Fewer members (or a table made anew): every entry may point
+		// past the end.
+		for s, idx := range m.Table {
+			if idx < 0 || idx >= n {
+				return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
+			}
+		}
+		return nil
+	}
+	for i := 0; i < len(c.Moves); i += 2 {
+		if s, idx := c.Moves[i], c.Moves[i+1]; idx < 0 || idx >= n {
+			return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
+		}
+	}
+	return nil
 }
 
 // decodeRecord reports whether a map key's value is a change record, and

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -121,15 +122,27 @@ func FuzzApplyRecord(f *testing.F) {
 		if json.Unmarshal(data, &c) != nil {
 			return
 		}
-		prev := rankMap{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
-		m, err := apply(&prev, &c)
-		if err == nil {
-			if verr := m.validate(); verr != nil {
-				t.Fatalf("applied an invalid map: %v", verr)
+		for _, prev := range []rankMap{
+			{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}},
+			{Schema: schemaVersion, Version: 2, Slots: 3, Members: []string{"a", "b", "c"}, Table: slotTable{0, 1, 2}, Waiting: []waiter{{Name: "w"}}},
+			{Schema: schemaVersion, Version: 2, Slots: 2},
+		} {
+			m, err := apply(&prev, &c)
+			// apply checks only what the record changed: it must refuse
+			// exactly the maps that validate refuses.
+			whole, uerr := applyUnchecked(&prev, &c)
+			if uerr == nil {
+				uerr = whole.validate()
 			}
-		}
-		if prev.Members[0] != "a" || prev.Table[1] != 1 {
-			t.Fatal("apply changed prev")
+			if (err == nil) != (uerr == nil) {
+				t.Fatalf("apply: %v; applied whole and validated: %v", err, uerr)
+			}
+			if err == nil && !reflect.DeepEqual(m, whole) {
+				t.Fatalf("apply: %+v, unchecked: %+v", m, whole)
+			}
+			if prev.Version != 2 || len(prev.Members) > 0 && (prev.Members[0] != "a" || prev.Table[1] != 1) {
+				t.Fatal("apply changed prev")
+			}
 		}
 		// Maps with no members pass validate whatever their slot count
 		// (observers take any): a record must not make apply panic on one.

@@ -391,7 +391,7 @@ func FuzzIndexCur(f *testing.F) {
 					next = append(next[k:], next[:k]...)
 				}
 				st.cur.Members = next
-				b.r.indexCur(prev)
+				b.r.indexCur(prev, nil)
 			case op >= 96: // a key deleted
 				if _, ok := st.members[name]; ok {
 					delete(st.members, name)

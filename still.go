@@ -146,9 +146,13 @@ func (c *changeLog) still(name string, bound int64) int64 {
 
 // movedFor reports whether cur gives the member at index ci other slots
 // than prev gives the member at index pi (-1: not ranked there).
-func movedFor(prev, cur *rankMap, pi, ci int) bool {
+func movedFor(prev, cur *rankMap, pi, ci int, delta *mapDelta) bool {
 	owns := func(m *rankMap, i, s int) bool { return i >= 0 && s < len(m.Table) && m.Table[s] == i }
-	for s := range max(len(prev.Table), len(cur.Table)) {
+	var only []int
+	if delta != nil && !delta.renamed && pi == ci {
+		only = delta.moved // (the other slots kept their entries and names)
+	}
+	for s := range slotRange(only, max(len(prev.Table), len(cur.Table))) {
 		if owns(prev, pi, s) != owns(cur, ci, s) {
 			return true
 		}

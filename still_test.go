@@ -37,7 +37,7 @@ func TestChangedBetween(t *testing.T) {
 		t.Fatalf("reordered members, same owners: changed %v", got)
 	}
 	for name, want := range map[string]bool{"a": false, "c": false, "d": false, "b": false} {
-		if moved := movedFor(&b, &c, b.index(name), c.index(name)); moved != want {
+		if moved := movedFor(&b, &c, b.index(name), c.index(name), nil); moved != want {
 			t.Errorf("movedFor(%s) = %v, want %v", name, moved, want)
 		}
 	}
@@ -80,8 +80,14 @@ func FuzzChanged(f *testing.F) {
 		sa, sb := shapeOf(&a), shapeOf(&b)
 		changedBetween(&sa, &sb, func(name string) { got[name] = true })
 		for _, n := range names {
-			if moved := movedFor(&a, &b, a.index(n), b.index(n)); moved != got[n] {
+			if moved := movedFor(&a, &b, a.index(n), b.index(n), nil); moved != got[n] {
 				t.Fatalf("%s: movedFor %v, changedBetween %v\na %+v\nb %+v", n, moved, got[n], a, b)
+			}
+			// And from the record that takes a to b (see mapDelta).
+			a.Version, b.Version = 1, 2
+			c := diff(&a, &b)
+			if moved := movedFor(&a, &b, a.index(n), b.index(n), deltaOf(&a, &c)); moved != got[n] {
+				t.Fatalf("%s: movedFor with the record's delta %v, changedBetween %v\na %+v\nb %+v", n, moved, got[n], a, b)
 			}
 		}
 	})

@@ -1,9 +1,11 @@
 package rink
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // mapKVWith stands for the put of map m with transition t (see
@@ -75,4 +77,59 @@ func TestNarrowFloorGhosts(t *testing.T) {
 	f.Ghosts = 0
 	b.put(floorKV(f, 12))
 	b.wantHeld(1, true, "no ghost")
+}
+
+// A member that applies records passes over the slots they move only (see
+// mapDelta); what it owns must be what a pass over every slot finds, for
+// any sequence of records: joins, departures that close a hole, renames.
+func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
+	const L, S = 10, 12
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 50; round++ {
+		b := newBare(t, "b", S, 5)
+		b.narrowView()
+		b.put(memberKV("b", 5, 5, 0, 0))
+		names := []string{"a", "b", "c", "d", "e"}
+		prev := rankMap{}
+		for seq := int64(1); seq <= 30; seq++ {
+			m := rankMap{Schema: schemaVersion, Version: seq, Slots: S}
+			for _, n := range names {
+				if rng.IntN(4) > 0 {
+					m.Members = append(m.Members, n)
+				}
+			}
+			rng.Shuffle(len(m.Members), func(i, j int) { m.Members[i], m.Members[j] = m.Members[j], m.Members[i] })
+			if len(m.Members) > 0 {
+				m.Table = make(slotTable, S)
+				for s := range m.Table {
+					m.Table[s] = rng.IntN(len(m.Members))
+					if rng.IntN(3) > 0 && prev.Version > 0 && len(prev.Members) > 0 {
+						if i := m.index(prev.owner(s)); i >= 0 {
+							m.Table[s] = i // mostly unmoved
+						}
+					}
+				}
+			}
+			kv := mapKV(m, L, L+seq)
+			if seq > 1 {
+				c := diff(&prev, &m)
+				kv.Value = c.encode()
+			}
+			b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + seq})
+			st := &b.r.st
+			if st.curSeq != seq {
+				t.Fatalf("round %d: seq %d not applied (at %d)", round, seq, st.curSeq)
+			}
+			idx := m.index("b")
+			if st.selfIdx != idx {
+				t.Fatalf("round %d seq %d: own index %d, want %d", round, seq, st.selfIdx, idx)
+			}
+			for s := range S {
+				if want := idx >= 0 && m.Table[s] == idx; st.owned[s] != want {
+					t.Fatalf("round %d seq %d: slot %d owned %v, want %v", round, seq, s, st.owned[s], want)
+				}
+			}
+			prev = m
+		}
+	}
 }
