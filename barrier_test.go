@@ -132,7 +132,7 @@ func (b *bare) del(key string, rev int64) {
 	b.r.tryAcquire()
 }
 
-func (b *bare) held(s int) bool { return b.r.st.held[s] != nil }
+func (b *bare) held(s int) bool { return b.r.st.mine.isHeld(s) }
 
 func (b *bare) wantHeld(s int, want bool, why string) {
 	b.t.Helper()

@@ -71,20 +71,15 @@ type state struct {
 	strays    strayLog            // stray keys already logged (see stray.go)
 	strayKeys map[string]strayKey // stray keys to delete (see sweepStrays), by key
 
-	// Per slot: whether the applied map gives it to this member, since which
-	// map seq (and that map's mod revision) it has continuously done so, and
-	// the cancel function of the holding, if held.
-	owned    []bool
-	gain     []int64
-	gainRev  []int64
-	gainAt   []time.Time // when the slot became ours (for Event.Wait)
-	gainFrom []string    // its owner in the map before (for Event.From)
-	held     []context.CancelCauseFunc
-	prev     rankMap // the map applied before cur
-	prevSeq  int64   // its seq
-	joins    int     // incarnations so far
-	pending  slotSet // owned but not yet held
-	moved    bool    // reconcile changed what this member owns (see applyMap)
+	// The slots the applied map gives this member: since which map seq
+	// (and that map's mod revision) each has continuously been ours, and
+	// the cancel function of its holding, if held (see holdings.go).
+	mine    holdings
+	prev    rankMap // the map applied before cur
+	prevSeq int64   // its seq
+	joins   int     // incarnations so far
+	pending slotSet // owned but not yet held
+	moved   bool    // reconcile changed what this member owns (see applyMap)
 
 	// Slots given away while functions still ran on them (see drain.go):
 	// the acknowledgement waits for them, at most until drainTimer.
@@ -289,12 +284,6 @@ func (r *Rink) initState() {
 	st.touched = map[string]bool{}
 	st.strayKeys = map[string]strayKey{}
 	st.verSeq = map[int64]int64{}
-	st.owned = make([]bool, S)
-	st.gain = make([]int64, S)
-	st.gainRev = make([]int64, S)
-	st.gainAt = make([]time.Time, S)
-	st.gainFrom = make([]string, S)
-	st.held = make([]context.CancelCauseFunc, S)
 	st.pending = newSlotSet(S)
 	st.cur = rankMap{Schema: schemaVersion, Slots: S}
 }
@@ -683,7 +672,8 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		// ours; they may have been another member's in between. Count them
 		// as ours only from this map on.
 		for s := range st.pending.all() {
-			st.gain[s], st.gainRev[s] = kv.Version, kv.ModRevision
+			e := st.mine.of(s)
+			e.gain, e.gainRev = kv.Version, kv.ModRevision
 		}
 	}
 	began := time.Now()
@@ -880,7 +870,7 @@ func (r *Rink) mapGone() {
 func (r *Rink) dropPending() {
 	st := &r.st
 	for s := range st.pending.all() {
-		st.owned[s] = false
+		st.mine.disown(s)
 	}
 	st.pending.clear()
 }
@@ -896,31 +886,39 @@ func (r *Rink) reconcileSlots(only []int) {
 	mine := st.inc != nil && st.selfSeen && st.incompatible == nil && !st.stopping
 	// Our index in the map, or -1: owner compares indexes, not names (this
 	// runs on the path of every handover).
+	S := r.opts.slots
 	idx := -1
-	if mine && len(st.cur.Table) == len(st.owned) {
+	if mine && len(st.cur.Table) == S {
 		idx = r.rankedIndex(r.opts.member)
 	}
+	if idx < 0 && only == nil {
+		// Nothing is ours: only the slots that were can change.
+		only = slices.Sorted(maps.Keys(st.mine.m))
+		if only == nil {
+			only = []int{}
+		}
+	}
 	now := time.Now()
-	for s := range slotRange(only, len(st.owned)) {
+	for s := range slotRange(only, S) {
 		want := idx >= 0 && st.cur.Table[s] == idx
-		if want == st.owned[s] || want && st.curRev == 0 {
+		if want == st.mine.owns(s) || want && st.curRev == 0 {
 			continue // (no new gains while the map key is absent)
 		}
-		st.owned[s] = want
 		st.moved = true
 		if want {
-			st.gain[s], st.gainRev[s] = st.curSeq, st.curRev
-			st.gainAt[s], st.gainFrom[s] = now, ""
+			e := st.mine.own(s)
+			e.gain, e.gainRev, e.at = st.curSeq, st.curRev, now
 			if st.prevSeq == st.curSeq-1 {
-				st.gainFrom[s] = st.prev.owner(s)
+				e.from = st.prev.owner(s)
 			}
 			st.pending.add(s)
 			continue
 		}
 		st.pending.del(s)
-		if st.held[s] != nil {
+		if st.mine.isHeld(s) {
 			r.release(s, ErrRoleMoved)
 		}
+		st.mine.disown(s)
 	}
 }
 
@@ -1000,7 +998,7 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 // is what others returned.
 func (r *Rink) free(s int, others []memberBound) bool {
 	st := &r.st
-	g := st.gain[s]
+	g := st.mine.of(s).gain
 	for _, o := range others {
 		if o.bound >= g {
 			continue
@@ -1049,11 +1047,12 @@ func (r *Rink) seqOfVersion(v int64) int64 {
 // slot's fencing token and wakes the goroutines awaiting the slot's roles.
 func (r *Rink) acquire(s int) {
 	st := &r.st
-	token := max(st.gainRev[s], st.inc.createRev, st.inc.boundRev)
+	e := st.mine.of(s)
+	token := max(e.gainRev, st.inc.createRev, st.inc.boundRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
-	st.held[s] = cancel
+	e.cancel = cancel
 	now := time.Now()
-	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: st.gainFrom[s], Wait: now.Sub(st.gainAt[s])})
+	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: e.from, Wait: now.Sub(e.at)})
 	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
 	r.swapSlot(s, &slotState{ctx: rc, at: now, changed: make(chan struct{})})
 	r.notifySets(s)
@@ -1062,8 +1061,9 @@ func (r *Rink) acquire(s int) {
 // release stops holding slot s.
 func (r *Rink) release(s int, cause error) {
 	st := &r.st
-	st.held[s](cause)
-	st.held[s] = nil
+	e := st.mine.of(s)
+	e.cancel(cause)
+	e.cancel = nil
 	cur := r.slots[s].Load()
 	if cur != nil && cur.ctx != nil {
 		cause = context.Cause(cur.ctx) // a fence's cause, if it came first
@@ -1359,8 +1359,8 @@ func (r *Rink) shutdown(cause error) {
 		// The slots whose roles are in use last: they stop for the
 		// shortest time before the heirs start.
 		for _, used := range [2]bool{false, true} {
-			for s, h := range st.held {
-				if cur := r.slots[s].Load(); h != nil && (cur != nil && cur.used.Load()) == used {
+			for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
+				if cur := r.slots[s].Load(); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
 					r.release(s, ErrShutdown)
 				}
 			}

@@ -122,7 +122,7 @@ func (r *Rink) narrowBarrier() (low int64, ok bool) {
 // gave it, and its bound, at least low, says it let go of it since.
 func (r *Rink) freeNarrow(s int, low int64) bool {
 	st := &r.st
-	g := st.gain[s]
+	g := st.mine.of(s).gain
 	if low >= g {
 		return true
 	}

@@ -125,8 +125,8 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 				t.Fatalf("round %d seq %d: own index %d, want %d", round, seq, st.selfIdx, idx)
 			}
 			for s := range S {
-				if want := idx >= 0 && m.Table[s] == idx; st.owned[s] != want {
-					t.Fatalf("round %d seq %d: slot %d owned %v, want %v", round, seq, s, st.owned[s], want)
+				if want := idx >= 0 && m.Table[s] == idx; st.mine.owns(s) != want {
+					t.Fatalf("round %d seq %d: slot %d owned %v, want %v", round, seq, s, st.mine.owns(s), want)
 				}
 			}
 			prev = m

@@ -251,7 +251,7 @@ func (r *Rink) onWarmed(v int64) {
 func (r *Rink) startLeaving() bool {
 	st := &r.st
 	if r.opts.warmup <= 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || r.hushed() || r.rankedIndex(r.opts.member) < 0 ||
-		!slices.ContainsFunc(st.held, func(h context.CancelCauseFunc) bool { return h != nil }) {
+		!st.mine.anyHeld() {
 		return false
 	}
 	st.leaving = true
@@ -322,7 +322,7 @@ func (r *Rink) heirsWarm() bool {
 		return false
 	}
 	mine := func(s int) bool {
-		return s >= 0 && s < len(st.cur.Table) && s < len(st.held) && st.cur.Table[s] == idx && st.held[s] != nil
+		return s >= 0 && s < len(st.cur.Table) && st.cur.Table[s] == idx && st.mine.isHeld(s)
 	}
 	held := 0
 	for s := range st.cur.Table {
