@@ -11,7 +11,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 )
 
@@ -103,38 +102,29 @@ type proclaimResult struct {
 
 // campaign starts a goroutine that runs for leadership for the life of inc.
 //
-// It uses concurrency.Election over a concurrency.Session built on inc's
-// lease. The session is orphaned at once: it would otherwise renew the lease
-// a second time, and renewals and the fencing that depends on their timing
-// are the keeper's job (see keep).
-//
-// The election gets a client of its own that shares the real client's
-// connection (its KV, Watcher and Lease) but whose context ends with the
-// incarnation. A cancelled Campaign resigns using its client's context; on
-// the shared client that context never ends, and with etcd unreachable the
-// resignation would block until the connection came back, holding up
-// Shutdown. It is never closed: Close would close the shared Watcher and
-// Lease.
+// It runs etcd's election recipe, as concurrency.Election does: the
+// candidate's key (rink/<name>/election/<lease hex>, bound to inc's lease,
+// written with the member key: see candidacy) leads once no election key
+// with a lower create revision is left, and the candidate waits for the
+// deletion of the one just below its own. Unlike concurrency.Election it
+// deletes that key, guarded by its revision, when no campaign made it (a
+// stray: see stray.go): the member next in line may follow the narrow view
+// (see view.go), which shows it no stray, and a stray below it would keep
+// the rink without a leader for good. It never resigns: the key goes with
+// the lease, as the member leaves.
 func (r *Rink) campaign(inc *incarnation) {
-	ec := clientv3.NewCtxClient(inc.ctx, clientv3.WithZapLogger(r.log))
-	ec.KV, ec.Watcher, ec.Lease = r.cli.KV, r.cli.Watcher, r.cli.Lease
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		b := newBackoff()
 		for inc.ctx.Err() == nil {
-			sess, err := concurrency.NewSession(ec, concurrency.WithLease(inc.lease), concurrency.WithContext(inc.ctx))
+			e, err := r.runFor(inc)
 			if err == nil {
-				sess.Orphan()
-				// NewElection adds the "/" itself: keys are rink/<name>/election/<lease>.
-				e := concurrency.NewElection(sess, strings.TrimSuffix(r.keys.election(), "/"))
-				if err = e.Campaign(inc.ctx, r.opts.member); err == nil {
-					select {
-					case r.electedCh <- elected{inc: inc, key: e.Key(), rev: e.Rev()}:
-					case <-inc.ctx.Done():
-					}
-					return
+				select {
+				case r.electedCh <- e:
+				case <-inc.ctx.Done():
 				}
+				return
 			}
 			if inc.ctx.Err() != nil {
 				return
@@ -144,6 +134,69 @@ func (r *Rink) campaign(inc *incarnation) {
 			sleep(inc.ctx, wait)
 		}
 	}()
+}
+
+// runFor writes inc's election key if it is missing and returns once it
+// leads (see campaign).
+func (r *Rink) runFor(inc *incarnation) (elected, error) {
+	ctx := inc.ctx
+	key := r.keys.electionKey(int64(inc.lease))
+	resp, err := r.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, r.opts.member, clientv3.WithLease(inc.lease))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return elected{}, err
+	}
+	rev := resp.Header.Revision
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return elected{}, fmt.Errorf("rink: election key %s went while campaigning", key)
+		}
+		rev = kvs[0].CreateRevision
+	}
+	for {
+		below, err := r.cli.Get(ctx, r.keys.election(), append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
+		if err != nil {
+			return elected{}, err
+		}
+		if len(below.Kvs) == 0 {
+			return elected{inc: inc, key: key, rev: rev}, nil
+		}
+		kv := below.Kvs[0]
+		if !r.keys.isCandidate(kv) {
+			del, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpDelete(string(kv.Key))).Commit()
+			if err != nil {
+				return elected{}, err
+			}
+			if del.Succeeded {
+				r.log.Warn("deleted a stray key", zap.String("key", string(kv.Key)))
+			}
+			continue
+		}
+		if err := waitChanged(ctx, r.cli, string(kv.Key), below.Header.Revision); err != nil {
+			return elected{}, err
+		}
+	}
+}
+
+// waitChanged returns once key is put or deleted after revision rev (a
+// put may make an election key a stray: see runFor), or ctx ends.
+func waitChanged(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	return ctx.Err()
 }
 
 func (r *Rink) onElected(e elected) {
@@ -345,12 +398,12 @@ func (r *Rink) plan() {
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	}
-	gone := goneFrom(&base, &next, st.members)
+	t := transition{Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(l.inc.ctx, r.opts.ttl)
-		res := r.proclaim(ctx, l, base, next, mapRev, gone)
+		res := r.proclaim(ctx, l, base, next, mapRev, t)
 		cancel()
 		select {
 		case r.proclaimedCh <- res:
@@ -478,7 +531,7 @@ func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
 // only when they cannot (see readMap). The whole map goes into the map
 // key alone when the key is absent (a lineage starts whole) and when the
 // record would be no smaller.
-func (r *Rink) mapOps(base, next *rankMap, mapRev int64, gone []string) []clientv3.Op {
+func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []clientv3.Op {
 	wholeJSON := next.encode()
 	whole := string(wholeJSON)
 	if next.Schema < 3 {
@@ -488,7 +541,8 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, gone []string) []client
 		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
 	}
 	c := diff(base, next)
-	c.transition = transition{From: base.Version, Gone: gone}
+	t.From = base.Version
+	c.transition = t
 	rec := c.encode()
 	if alone := withTransition(wholeJSON, c.transition); len(rec) >= len(alone) {
 		// A change as large as the map (a hole closed in a small rink
@@ -502,9 +556,9 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, gone []string) []client
 
 // proclaim writes m as the rink's map, provided we still lead and the map
 // key is still at mapRev. Extra operations join the same transaction.
-func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, gone []string, extra ...clientv3.Op) proclaimResult {
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, t transition, extra ...clientv3.Op) proclaimResult {
 	res := proclaimResult{lead: l, version: m.Version, based: mapRev}
-	ops := append(r.mapOps(&base, &m, mapRev, gone), extra...)
+	ops := append(r.mapOps(&base, &m, mapRev, t), extra...)
 	resp, err := r.cli.Txn(ctx).
 		If(
 			clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
@@ -661,13 +715,9 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		// Ranked members without a key stay ranked in the plan: this
 		// member cannot tell a crash from a ghost, and the leader moves
 		// them as it finds out.
-		// (Bounded by the caller's context too: the roles are still held,
-		// and end with it, as Shutdown returns.)
-		lctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(r.stopCtx, cancel)
-		resp, err := r.listRink(lctx)
-		stop()
-		cancel()
+		// (Shutdown ends the roles when its context ends first: see
+		// Shutdown. The departure still goes out, as any.)
+		resp, err := r.listRink(ctx)
 		if err != nil || !relisted(resp) {
 			return false
 		}
@@ -696,7 +746,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			return false
 		}
 		fkey, fend := r.keys.followed()
-		ops := append(r.mapOps(&cur, &next, curRev, []string{self}), clientv3.OpDelete(key))
+		ops := append(r.mapOps(&cur, &next, curRev, transition{Gone: []string{self}}), clientv3.OpDelete(key))
 		release()
 		r.awaitDrains(r.stopCtx)
 		resp, err := r.cli.Txn(ctx).
@@ -722,6 +772,24 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 		}
 	}
 	return false
+}
+
+// replacedNames returns, for each ghost (see ghosts.go) whose name a live
+// member key holds now (a process restarted under the name after an
+// operator deleted the old key), that key's create revision: the
+// transition of the leader's maps carries them (see transition.Incs).
+func (r *Rink) replacedNames() map[string]int64 {
+	st := &r.st
+	var incs map[string]int64
+	for _, name := range st.ghosts {
+		if m, ok := st.members[name]; ok {
+			if incs == nil {
+				incs = map[string]int64{}
+			}
+			incs[name] = m.createRev
+		}
+	}
+	return incs
 }
 
 // goneFrom returns the members that base ranks or lists as waiting, that

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -54,11 +55,11 @@ const maxRate = 1e15
 // roles. AddLoad touches only acc; the reporter goroutine owns the rest of
 // the load state.
 type loadAcc struct {
-	acc []atomic.Uint64 // float64 bits: units added since the last tick
+	acc slotAcc // units added since the last tick
 
 	mu    sync.Mutex
 	roles map[string]struct{} // distinct roles awaited
-	count []int32             // roles per slot
+	count map[int]int32       // roles per slot (slots with none left out)
 
 	// kick wakes the reporter: a role was awaited for the first time, or
 	// the member joined again (buffered: a kick waiting is enough).
@@ -66,7 +67,59 @@ type loadAcc struct {
 }
 
 func newLoadAcc(slots int) *loadAcc {
-	return &loadAcc{acc: make([]atomic.Uint64, slots), roles: map[string]struct{}{}, count: make([]int32, slots), kick: make(chan struct{}, 1)}
+	return &loadAcc{acc: newSlotAcc(slots), roles: map[string]struct{}{}, count: map[int]int32{}, kick: make(chan struct{}, 1)}
+}
+
+// slotAcc is a float64 accumulator per slot, safe for concurrent use,
+// whose memory grows with the slots added to (in chunks of accChunk), not
+// with the rink's slots: a member adds load to the few it holds (issue 25).
+type slotAcc struct {
+	chunks []atomic.Pointer[[accChunk]atomic.Uint64]
+}
+
+const accChunk = 64
+
+func newSlotAcc(slots int) slotAcc {
+	return slotAcc{chunks: make([]atomic.Pointer[[accChunk]atomic.Uint64], (slots+accChunk-1)/accChunk)}
+}
+
+// add adds units to slot s's sum.
+func (a *slotAcc) add(s int, units float64) {
+	c := a.chunks[s/accChunk].Load()
+	if c == nil {
+		a.chunks[s/accChunk].CompareAndSwap(nil, new([accChunk]atomic.Uint64))
+		c = a.chunks[s/accChunk].Load()
+	}
+	v := &c[s%accChunk]
+	for {
+		old := v.Load()
+		if v.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+units)) {
+			return
+		}
+	}
+}
+
+// load returns slot s's sum.
+func (a *slotAcc) load(s int) float64 {
+	if c := a.chunks[s/accChunk].Load(); c != nil {
+		return math.Float64frombits(c[s%accChunk].Load())
+	}
+	return 0
+}
+
+// takeAll empties every sum, calling f with each slot's that is not 0.
+func (a *slotAcc) takeAll(f func(s int, units float64)) {
+	for i := range a.chunks {
+		c := a.chunks[i].Load()
+		if c == nil {
+			continue
+		}
+		for j := range c {
+			if u := math.Float64frombits(c[j].Swap(0)); u != 0 {
+				f(i*accChunk+j, u)
+			}
+		}
+	}
 }
 
 // wake asks the reporter to write the member's summary soon.
@@ -90,13 +143,7 @@ func (r *Rink) AddLoad(role string, units float64) {
 	if role == "" || !(units > 0) || math.IsInf(units, 1) {
 		return
 	}
-	a := &r.load.acc[slotOf(role, r.opts.slots)]
-	for {
-		old := a.Load()
-		if a.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+units)) {
-			break
-		}
-	}
+	r.load.acc.add(slotOf(role, r.opts.slots), units)
 }
 
 // noteRole counts role as awaited in slot s.
@@ -239,85 +286,107 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 	return rep, true
 }
 
-// withRoles returns rep with the awaited roles of roles (per slot): the
-// slots rep lists count theirs, and every other slot that owns says is
-// this member's is listed in Await with its roles, 0 included.
-func withRoles(rep loadReport, roles []int32, owns func(int) bool) loadReport {
+// withRoles returns rep with the awaited roles (roles gives a slot's):
+// the slots rep lists count theirs, and every other slot in owned (the
+// slots the map says are this member's, ascending) is listed in Await with
+// its roles, 0 included.
+func withRoles(rep loadReport, roles func(s int) int32, owned []int) loadReport {
 	out := loadReport{Slots: slices.Clone(rep.Slots)}
 	listed := make(map[int]bool, len(out.Slots))
 	for i := range out.Slots {
 		s := out.Slots[i].Slot
 		listed[s] = true
-		if s < len(roles) {
-			out.Slots[i].Roles = int(roles[s])
-		}
+		out.Slots[i].Roles = int(roles(s))
 	}
-	for s, n := range roles {
-		if !listed[s] && owns(s) {
-			out.Await = append(out.Await, slotRoles{Slot: s, Roles: int(n)})
+	for _, s := range owned {
+		if !listed[s] {
+			out.Await = append(out.Await, slotRoles{Slot: s, Roles: int(roles(s))})
 		}
 	}
 	return out
 }
 
-// loadMeter turns the units added per tick into decaying rates per slot. It
-// is pure: the reporter goroutine feeds it.
+// loadMeter turns the units added per tick into decaying rates per slot
+// held. It is pure: the reporter goroutine feeds it.
 type loadMeter struct {
-	rate  []float64
-	since []time.Time // when the slot was gained; zero when not held
+	slots map[int]*meterSlot // the slots held at the last tick
 }
 
-func newLoadMeter(slots int) *loadMeter {
-	return &loadMeter{rate: make([]float64, slots), since: make([]time.Time, slots)}
+// meterSlot is a held slot's decaying rate, and when it was gained.
+type meterSlot struct {
+	rate  float64
+	since time.Time
 }
+
+// heldLoad is a slot held at a tick: the units added to it since the last
+// tick, and when it was gained.
+type heldLoad struct {
+	slot  int
+	units float64
+	since time.Time
+}
+
+func newLoadMeter() *loadMeter { return &loadMeter{slots: map[int]*meterSlot{}} }
 
 // tick folds in the units added since the last tick, for the slots held
-// now (gained at the times in since; zero: not held), and returns the
-// report. A slot not held has no rate: its load is its holder's to
-// report. The average is a continuous-time one over the window, and
-// starts at zero when a slot is gained; the units of the first tick cover
-// only the time since the slot was gained, so the rate reported is
-// divided by 1 − e^(−held/window), the weight the time held carries: it is
-// unbiased from the first tick on, and a slot that just moved shows its
-// load at once rather than after a window.
-func (m *loadMeter) tick(now time.Time, units []float64, since []time.Time, roles []int32, interval, window time.Duration) loadReport {
+// now (held, ascending), and returns the report. A slot not held has no
+// rate: its load is its holder's to report. The average is a
+// continuous-time one over the window, and starts at zero when a slot is
+// gained; the units of the first tick cover only the time since the slot
+// was gained, so the rate reported is divided by 1 − e^(−held/window), the
+// weight the time held carries: it is unbiased from the first tick on, and
+// a slot that just moved shows its load at once rather than after a
+// window. roles gives the roles awaited in a slot.
+func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) loadReport {
 	var rep loadReport
-	for s := range m.rate {
-		if since[s].IsZero() || since[s].After(now) {
-			m.rate[s], m.since[s] = 0, time.Time{}
+	keep := make(map[int]bool, len(held))
+	for _, h := range held {
+		s := h.slot
+		if h.since.IsZero() || h.since.After(now) {
 			continue
 		}
-		u := units[s]
+		keep[s] = true
+		ms := m.slots[s]
+		if ms == nil {
+			ms = &meterSlot{}
+			m.slots[s] = ms
+		}
+		u := h.units
 		if math.IsInf(u, 0) || math.IsNaN(u) {
 			u = 0 // AddLoad's sums overflowed: a figure nobody can use
 		}
 		dt := interval
-		if !since[s].Equal(m.since[s]) {
+		if !h.since.Equal(ms.since) {
 			// Gained since the last tick (or gained anew): the units cover
 			// the time since then.
-			m.rate[s], m.since[s] = 0, since[s]
-			dt = min(interval, now.Sub(since[s]))
+			ms.rate, ms.since = 0, h.since
+			dt = min(interval, now.Sub(h.since))
 		}
-		held := now.Sub(m.since[s])
+		heldFor := now.Sub(ms.since)
 		if dt < interval/100 {
 			// Gained a moment ago: too short a time to tell a rate from.
-			m.since[s] = now
-			rep.Slots = append(rep.Slots, slotLoad{Slot: s, Roles: int(roles[s])})
+			ms.since = now
+			rep.Slots = append(rep.Slots, slotLoad{Slot: s, Roles: int(roles(s))})
 			continue
 		}
 		decay := math.Exp(-dt.Seconds() / window.Seconds())
-		m.rate[s] = m.rate[s]*decay + (1-decay)*u/dt.Seconds()
-		if math.IsInf(m.rate[s], 0) || math.IsNaN(m.rate[s]) {
-			m.rate[s] = 0
+		ms.rate = ms.rate*decay + (1-decay)*u/dt.Seconds()
+		if math.IsInf(ms.rate, 0) || math.IsNaN(ms.rate) {
+			ms.rate = 0
 		}
-		rate := m.rate[s]
-		if w := 1 - math.Exp(-held.Seconds()/window.Seconds()); w > 0 && w < 1 {
+		rate := ms.rate
+		if w := 1 - math.Exp(-heldFor.Seconds()/window.Seconds()); w > 0 && w < 1 {
 			rate /= w
 		}
 		if rate < 0.5/window.Seconds() {
 			rate = 0 // less than half a unit per window: idle
 		}
-		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Round(held.Seconds()*10) / 10, Roles: int(roles[s])})
+		rep.Slots = append(rep.Slots, slotLoad{Slot: s, Rate: rate, Age: math.Round(heldFor.Seconds()*10) / 10, Roles: int(roles(s))})
+	}
+	for s := range m.slots {
+		if !keep[s] {
+			delete(m.slots, s) // released: its rate and age go
+		}
 	}
 	return rep
 }
@@ -354,10 +423,11 @@ func loadChanged(last, next loadReport) bool {
 func (r *Rink) reportLoad() {
 	interval, window := r.opts.loadEvery, r.opts.loadWindow
 	S := r.opts.slots
-	meter := newLoadMeter(S)
-	units := make([]float64, S)
-	since := make([]time.Time, S)
-	roles := make([]int32, S)
+	meter := newLoadMeter()
+	roles := map[int]int32{}
+	roleOf := func(s int) int32 { return roles[s] }
+	var held []heldLoad
+	units := map[int]float64{}
 	var last, rates loadReport // the last summary written; the last interval's
 	var lastInc *incarnation
 	var woke time.Time // the last write woken early
@@ -380,20 +450,37 @@ func (r *Rink) reportLoad() {
 			woken, woke = true, time.Now()
 		}
 		r.load.mu.Lock()
-		copy(roles, r.load.count)
+		clear(roles)
+		maps.Copy(roles, r.load.count)
 		r.load.mu.Unlock()
 		if !woken {
-			for s := range units {
-				units[s] = math.Float64frombits(r.load.acc[s].Swap(0))
-				since[s] = time.Time{}
+			clear(units)
+			r.load.acc.takeAll(func(s int, u float64) { units[s] = u })
+			held = held[:0]
+			for s := range S {
 				if st := r.slots[s].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
-					since[s] = st.at
+					held = append(held, heldLoad{slot: s, units: units[s], since: st.at})
 				}
 			}
-			rates, ticked = meter.tick(now, units, since, roles, interval, window), true
+			rates, ticked = meter.tick(now, held, roleOf, interval, window), true
 		}
-		m := r.owners.Load()
-		rep := withRoles(rates, roles, func(s int) bool { return m != nil && m.owner(s) == r.opts.member })
+		var owned []int
+		if m := r.owners.Load(); m != nil {
+			i := -1
+			if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
+				i = rk.rank.Index // (found once per map by the run goroutine)
+			} else {
+				i = m.index(r.opts.member)
+			}
+			if i >= 0 {
+				for s, o := range m.Table {
+					if o == i {
+						owned = append(owned, s)
+					}
+				}
+			}
+		}
+		rep := withRoles(rates, roleOf, owned)
 		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {

@@ -12,7 +12,7 @@ import (
 
 func TestLoadMeter(t *testing.T) {
 	const S = 4
-	m := newLoadMeter(S)
+	m := newLoadMeter()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	since := []time.Time{t0, t0, {}, t0}
 	roles := []int32{0, 2, 5, 0}
@@ -20,7 +20,7 @@ func TestLoadMeter(t *testing.T) {
 	// 10 units per 100 ms in slot 0 (100/s), 1 per 100 ms in slot 3: with a
 	// window of 1 s the rates approach 100 and 10.
 	for i := 1; i <= 60; i++ {
-		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
+		rep = denseTick(m, t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
 	}
 	want := []slotLoad{{Slot: 0, Rate: 100, Age: 6}, {Slot: 1, Roles: 2, Age: 6}, {Slot: 3, Rate: 10, Age: 6}} // every held slot
 	if len(rep.Slots) != len(want) {
@@ -35,45 +35,45 @@ func TestLoadMeter(t *testing.T) {
 	// The units of a slot not held count for nothing (slot 2), and a slot
 	// that stops being held loses its rate and its age.
 	since[0] = time.Time{}
-	rep = m.tick(t0.Add(61*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
-	if rep.Slots[0].Slot != 1 || m.rate[0] != 0 || !m.since[0].IsZero() {
-		t.Errorf("after slot 0 was released: %+v, rate %v", rep, m.rate[0])
+	rep = denseTick(m, t0.Add(61*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
+	if rep.Slots[0].Slot != 1 || rateOf(m, 0) != 0 || m.slots[0] != nil {
+		t.Errorf("after slot 0 was released: %+v, rate %v", rep, rateOf(m, 0))
 	}
 	// A slot gained shows its rate from the first tick on, whenever in
 	// the interval it was gained: 100/s gained 30 ms before a tick of
 	// 100 ms adds 3 units by then.
-	fresh := newLoadMeter(S)
+	fresh := newLoadMeter()
 	t1 := t0.Add(time.Second)
 	since = []time.Time{t1.Add(-30 * time.Millisecond), {}, {}, {}}
-	rep = fresh.tick(t1, []float64{3, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	rep = denseTick(fresh, t1, []float64{3, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
 	if len(rep.Slots) != 1 || math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
 		t.Errorf("first tick after gaining a slot 30 ms ago: %+v, want a rate of 100", rep)
 	}
 	for i := 1; i <= 3; i++ {
-		rep = fresh.tick(t1.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+		rep = denseTick(fresh, t1.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
 		if math.Abs(rep.Slots[0].Rate-100) > 1e-6 {
 			t.Errorf("tick %d after gaining the slot: %+v, want a rate of 100", i, rep.Slots[0])
 		}
 	}
 	// A slot gained again between two ticks starts again.
 	since[0] = t1.Add(350 * time.Millisecond)
-	rep = fresh.tick(t1.Add(400*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	rep = denseTick(fresh, t1.Add(400*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
 	if math.Abs(rep.Slots[0].Rate-100) > 1e-6 || rep.Slots[0].Age != 0.1 {
 		t.Errorf("a slot gained anew 50 ms ago: %+v, want a rate of 100 and an age of 0.1", rep.Slots[0])
 	}
 	// Gained a moment ago: no rate yet.
 	since[0] = t1.Add(500*time.Millisecond - 100*time.Microsecond)
-	rep = fresh.tick(t1.Add(500*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
-	if rep.Slots[0].Rate != 0 || math.IsInf(fresh.rate[0], 0) {
+	rep = denseTick(fresh, t1.Add(500*time.Millisecond), []float64{5, 0, 0, 0}, since, roles, 100*time.Millisecond, time.Minute)
+	if rep.Slots[0].Rate != 0 || math.IsInf(rateOf(fresh, 0), 0) {
 		t.Errorf("a slot gained 100 µs ago: %+v", rep.Slots[0])
 	}
 	// Without units the rate decays e-fold per window.
 	since = []time.Time{{}, {}, {}, t0}
-	before := m.rate[3]
+	before := rateOf(m, 3)
 	for i := 62; i < 72; i++ {
-		rep = m.tick(t0.Add(time.Duration(i)*100*time.Millisecond), make([]float64, S), since, roles, 100*time.Millisecond, time.Second)
+		rep = denseTick(m, t0.Add(time.Duration(i)*100*time.Millisecond), make([]float64, S), since, roles, 100*time.Millisecond, time.Second)
 	}
-	if got := m.rate[3] / before; math.Abs(got-math.Exp(-1)) > 0.01 {
+	if got := rateOf(m, 3) / before; math.Abs(got-math.Exp(-1)) > 0.01 {
 		t.Errorf("after one window without load the rate is %.3f of what it was, want 1/e", got)
 	}
 }
@@ -89,9 +89,9 @@ func TestLoadCodec(t *testing.T) {
 		t.Errorf("an infinite rate made a summary that does not decode: %s", loadReport{Slots: []slotLoad{{Slot: 1, Rate: math.Inf(1)}}}.encode())
 	}
 	// Sums of AddLoad that overflow count for nothing.
-	m := newLoadMeter(2)
+	m := newLoadMeter()
 	now := time.Now()
-	if rep := m.tick(now, []float64{math.Inf(1), 1}, []time.Time{now.Add(-time.Second), now.Add(-time.Second)}, []int32{0, 0}, time.Second, time.Minute); rep.Slots[0].Rate != 0 || math.IsInf(m.rate[0], 0) {
+	if rep := denseTick(m, now, []float64{math.Inf(1), 1}, []time.Time{now.Add(-time.Second), now.Add(-time.Second)}, []int32{0, 0}, time.Second, time.Minute); rep.Slots[0].Rate != 0 || math.IsInf(rateOf(m, 0), 0) {
 		t.Errorf("an overflowed sum gave rate %v", rep.Slots[0].Rate)
 	}
 	for _, c := range []struct {
@@ -154,7 +154,7 @@ func FuzzDecodeLoad(f *testing.F) {
 func TestLoadAwait(t *testing.T) {
 	rates := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 0}}}
 	owns := func(s int) bool { return s != 0 }
-	rep := withRoles(rates, []int32{5, 3, 0, 2}, owns)
+	rep := withRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))
 	want := loadReport{Slots: []slotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []slotRoles{{Slot: 2, Roles: 0}, {Slot: 3, Roles: 2}}}
 	if !slices.Equal(rep.Slots, want.Slots) || !slices.Equal(rep.Await, want.Await) {
 		t.Fatalf("withRoles = %+v, want %+v", rep, want)
@@ -174,10 +174,10 @@ func TestLoadAwait(t *testing.T) {
 	if got, ok := decodeLoad(early.encode(), 4); !ok || !got.Unmeasured {
 		t.Fatalf("decoded %+v: a summary written before the first interval reads as measured", got)
 	}
-	if !loadChanged(rep, withRoles(rates, []int32{5, 3, 0, 1}, owns)) {
+	if !loadChanged(rep, withRoles(rates, rolesOf([]int32{5, 3, 0, 1}), ownedOf(4, owns))) {
 		t.Error("other roles awaited in a slot not held: not a change")
 	}
-	if loadChanged(rep, withRoles(rates, []int32{5, 3, 0, 2}, owns)) {
+	if loadChanged(rep, withRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))) {
 		t.Error("the same summary: a change")
 	}
 }
@@ -214,7 +214,7 @@ func TestAddLoadAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { r.AddLoad("BTC/ETH", 1.5) }); n != 0 {
 		t.Errorf("AddLoad allocates %v times per call", n)
 	}
-	if got := math.Float64frombits(r.load.acc[slotOf("BTC/ETH", 1024)].Load()); got != 1501.5 {
+	if got := r.load.acc.load(slotOf("BTC/ETH", 1024)); got != 1501.5 {
 		t.Errorf("accumulated %v, want 1501.5", got) // AllocsPerRun runs it once more to warm up
 	}
 }
@@ -324,4 +324,42 @@ func TestLoadReported(t *testing.T) {
 	if n := resp.Kvs[0].Version - v1; n != 0 {
 		t.Errorf("%d writes of a load key that did not change", n)
 	}
+}
+
+// denseTick ticks m with per-slot arrays, as the tests write them: a slot
+// is held when since is set.
+func denseTick(m *loadMeter, now time.Time, units []float64, since []time.Time, roles []int32, interval, window time.Duration) loadReport {
+	var held []heldLoad
+	for s := range since {
+		if !since[s].IsZero() {
+			held = append(held, heldLoad{slot: s, units: units[s], since: since[s]})
+		}
+	}
+	return m.tick(now, held, rolesOf(roles), interval, window)
+}
+
+func rolesOf(roles []int32) func(int) int32 {
+	return func(s int) int32 {
+		if s < len(roles) {
+			return roles[s]
+		}
+		return 0
+	}
+}
+
+func ownedOf(n int, owns func(int) bool) []int {
+	var out []int
+	for s := range n {
+		if owns(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func rateOf(m *loadMeter, s int) float64 {
+	if ms := m.slots[s]; ms != nil {
+		return ms.rate
+	}
+	return 0
 }

@@ -345,13 +345,10 @@ func (r *Rink) onWatch(b watchBatch) {
 			gone = st.members // those the listing has again are taken out below
 			st.members = make(map[string]memberInfo, len(gone))
 		} else {
-			// The narrow view: our own key, from its own watch, is all
-			// the view keeps of the member keys (see view.go).
-			own, ok := st.members[self]
+			// The narrow view: our own key, read with the listing (and
+			// followed on its own watch), is all the view keeps of the
+			// member keys (see view.go).
 			st.members = map[string]memberInfo{}
-			if ok {
-				st.members[self] = own
-			}
 			clear(st.ghosts)
 			// (New maps, not clear: clear keeps the wide view's buckets.)
 			st.elect, st.electOf, st.unlisted = map[string]electInfo{}, map[string][]string{}, map[string]bool{}
@@ -391,7 +388,8 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 		}
 		st.dirty = true
-		if st.inc != nil && b.rev >= st.inc.createRev && b.wide {
+		if st.inc != nil && b.rev >= st.inc.createRev {
+			// (The narrow view's listing reads our own key too: see watch.)
 			m, ok := st.members[self]
 			selfGone = !ok || m.createRev != st.inc.createRev || r.reboundSelf(m.lease, m.modRev)
 		}
@@ -650,6 +648,13 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.curRev, st.underivedRev = kv.ModRevision, 0
 	st.dirty = true
+	t := transitionOf(kv.Value)
+	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.createRev && m.Version > st.topVer {
+		// Our name is another process's now (see transition.Incs): our
+		// key went, though our own watch has not said so yet.
+		r.log.Warn("the map says another process holds this member's name: fencing", zap.Int64("key", inc))
+		r.fence(st.inc, ErrFenced)
+	}
 	if st.incompatible != nil {
 		r.log.Info("the rink's map is usable again: rejoining", zap.Int64("version", m.Version))
 		st.incompatible = nil
@@ -706,7 +711,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.topVer = max(st.topVer, m.Version)
 	st.hist.add(kv.Version, &m, delta)
-	r.noteGone(kv.Value, kv.Version, st.prevSeq, &st.prev)
+	r.noteGone(t, kv.Version, st.prevSeq, &st.prev)
 	r.checkOwnName()
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
 		st.verSeq[m.Version] = -1

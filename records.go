@@ -65,12 +65,19 @@ type change struct {
 type transition struct {
 	From int64    `json:"from,omitempty"`
 	Gone []string `json:"gone,omitempty"`
+	// Incs names, for a member name whose key was replaced while an
+	// earlier incarnation of the name may still act (an operator deleted
+	// its key and a new process took the name: see checkOwnName), the
+	// create revision of the key that holds the name now. A process of
+	// that name with another key fences before it applies the map: it
+	// follows its own key on a watch of its own, which may lag the map's.
+	Incs map[string]int64 `json:"incs,omitempty"`
 }
 
 // transitionOf returns the transition a map key's value carries (zero:
 // none, or one that does not decode).
 func transitionOf(value []byte) transition {
-	if !bytes.Contains(value, []byte(`"from"`)) {
+	if !bytes.Contains(value, []byte(`"from"`)) && !bytes.Contains(value, []byte(`"incs"`)) {
 		return transition{}
 	}
 	var t transition
@@ -83,7 +90,7 @@ func transitionOf(value []byte) transition {
 // withTransition returns a whole map's JSON with t's fields added (as
 // is, when t says nothing).
 func withTransition(whole []byte, t transition) []byte {
-	if t.From == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
+	if t.From == 0 && len(t.Incs) == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
 		return whole
 	}
 	tj, err := json.Marshal(t)

@@ -112,8 +112,8 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 }
 
 // candidacy is the put of the election key that a campaign on lease makes
-// (see campaign), written with the member key: concurrency.Election finds
-// it there and writes nothing, which saves every join a write.
+// (see campaign), written with the member key: the campaign finds it
+// there and writes nothing, which saves every join a write.
 func (r *Rink) candidacy(lease clientv3.LeaseID) clientv3.Op {
 	return clientv3.OpPut(r.keys.electionKey(int64(lease)), r.opts.member, clientv3.WithLease(lease))
 }

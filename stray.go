@@ -18,10 +18,13 @@ import (
 // ranking it would make a map every member refuses. So is a member key
 // bound to no lease (see liveMember), which is also deleted. An election
 // key that no campaign made (not named by the lease it is bound to, or
-// bound to none) is ignored too, and deleted: concurrency.Election would
+// bound to none) is ignored too, and deleted: the election would
 // otherwise wait for it to go before electing anyone whose key is newer.
 // The member whose own election key is the lowest (it leads, or is next)
-// deletes stray keys, each guarded by the revision it saw. Other keys
+// and the leader delete stray keys, each guarded by the revision it saw;
+// a candidate deletes a stray election key just below its own as it
+// campaigns (see runFor), which members that follow the narrow view (see
+// view.go) do not see otherwise. Other keys
 // under the prefix are never read.
 
 // validMember returns the member name of a member key, and whether a member
@@ -90,12 +93,15 @@ type strayKey struct {
 }
 
 // sweepStrays deletes the stray keys of the view (see strayKey), if this member's
-// own election key is the lowest (it leads, or is next): exactly one member
-// does it. Each deletion is guarded by the mod revision seen, and retried
+// own election key is the lowest (it leads, or is next), or it leads: one
+// member does it, or two for a moment. Each deletion is guarded by the mod revision seen, and retried
 // until it is done, the key has changed, or the incarnation ends.
 func (r *Rink) sweepStrays() {
 	st := &r.st
-	if st.inc == nil || len(st.strayKeys) == 0 || lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
+	// (The leader sweeps too: the member next in line may follow the
+	// narrow view, which shows it no stray, while a stray election key
+	// below it keeps it from being elected.)
+	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
 		return
 	}
 	for key, s := range st.strayKeys {

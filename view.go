@@ -76,7 +76,7 @@ func (r *Rink) syncView() {
 // put follows the map applied before it (prev, of seq prevSeq) and names
 // it as its base, and the map is not stale: an older put written back by
 // hand says nothing of today's members. seq is the put's.
-func (r *Rink) noteGone(value []byte, seq, prevSeq int64, prev *rankMap) {
+func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap) {
 	st := &r.st
 	if st.view.goneAt == nil {
 		st.view.goneAt = map[string]int64{}
@@ -86,7 +86,6 @@ func (r *Rink) noteGone(value []byte, seq, prevSeq int64, prev *rankMap) {
 			delete(st.view.goneAt, name) // back, or older than anything the check looks at
 		}
 	}
-	t := transitionOf(value)
 	if len(t.Gone) == 0 || st.stale || prevSeq != seq-1 || prev.Version == 0 || t.From != prev.Version {
 		return
 	}
@@ -273,7 +272,14 @@ func (r *Rink) watch() {
 		// The whole map beside the map key's change record (see
 		// records.go) is read with each listing, never watched: a member
 		// reads it only when it cannot apply the record.
-		more, relisted := followOnce(r.ctx, r.cli, key, end, []string{r.keys.snapshot()}, r.relistCh, r.log, func(batch watchBatch) bool {
+		extra := []string{r.keys.snapshot()}
+		if !wide {
+			// Our own key too, in the listing's revision: a process whose
+			// key went while it was cut off learns it before it applies
+			// the maps of the listing (its own watch may lag).
+			extra = append(extra, r.keys.member(r.opts.member))
+		}
+		more, relisted := followOnce(r.ctx, r.cli, key, end, extra, r.relistCh, r.log, func(batch watchBatch) bool {
 			batch.wide = wide
 			return r.sendBatch(batch)
 		})

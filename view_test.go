@@ -3,6 +3,7 @@ package rink
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -132,4 +133,86 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			prev = m
 		}
 	}
+}
+
+// Issue 25's storm (seed 28): a process cut off etcd whose key an operator
+// deleted and whose name a replacement took applied, as the cut ended, a
+// map that gave its name more slots, before its own watch told it of the
+// deletion, and started them with the replacement's token. The leader's
+// map says whose the name is now (transition.Incs): a process of that name
+// with another key fences before it starts anything.
+func TestNarrowReplacedNameFences(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
+	m := twoSlots(2, []string{"a", "b"}, 0, 1)
+	b.put(mapKVWith(m, transition{From: 1, Incs: map[string]int64{"b": 40}}, L, 41))
+	b.put(memberKV("a", 3, 42, 2, L))
+	b.wantHeld(1, false, "the name b is another process's now")
+	if b.r.st.inc.ctx.Err() == nil {
+		t.Fatal("not fenced")
+	}
+
+	// The same map naming this process's own key changes nothing.
+	n := newBare(t, "b", 2, 5)
+	n.narrowView()
+	n.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	n.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
+	n.put(mapKVWith(m, transition{From: 1, Incs: map[string]int64{"b": 5}}, L, 41))
+	n.put(memberKV("a", 3, 42, 2, L))
+	n.wantHeld(1, true, "the name is still ours, and a acknowledged")
+}
+
+// A listing of the narrow view reads the member's own key: a process whose
+// key went while it was cut off fences before it starts what the listed
+// map gives it.
+func TestNarrowListingWithoutOwnKeyFences(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.put(memberKV("b", 5, 5, 0, 0))
+	f := ackFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1}
+	b.manual = true
+	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L), floorKV(f, 12)}, rev: 20})
+	b.r.tryAcquire()
+	b.wantHeld(1, false, "our key is not in the listing")
+	if b.r.st.inc.ctx.Err() == nil {
+		t.Fatal("not fenced")
+	}
+}
+
+// Issue 25's storm (seed 28): an election key with no lease below every
+// candidate's (the leader's own key, overwritten by hand while the leader
+// was cut off) kept the rink without a leader, because the member next in
+// line followed the narrow view, which shows it no stray. The next in line
+// deletes a stray key just below its own as it campaigns.
+func TestStrayElectionKeyBelowNarrowCandidate(t *testing.T) {
+	h := &history{}
+	p := newProxy(t)
+	name := rinkName(t)
+	ttl := WithSessionTTL(2 * time.Second)
+	a := join(t, proxyClient(t, p), name, WithMemberName("a"), ttl, h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	b := join(t, newClient(t), name, WithMemberName("b"), ttl, h.hook())
+	settle(t, h, a, b)
+	if b.wideView.Load() {
+		t.Fatal("precondition: b follows the wide view")
+	}
+	p.PauseTx()
+	p.PauseRx()
+	t.Cleanup(func() { p.UnpauseTx(); p.UnpauseRx() })
+	cli := newClient(t)
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).election(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil || len(resp.Kvs) < 2 {
+		t.Fatalf("election keys: %v, %v", resp, err)
+	}
+	// a's key, the lowest, bound to no lease now: it outlives a.
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), string(resp.Kvs[0].Key), "a"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "b leads", func() bool { rk := b.Rank(); return rk.Leader == "b" && rk.Size == 1 && rk.Index == 0 })
+	settle(t, h, b)
+	h.check(t)
 }
