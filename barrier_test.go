@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ func newBare(t *testing.T, self string, S int, createRev int64) *bare {
 		opts:  options{member: self, slots: S, ttl: 2 * time.Second},
 		log:   zap.NewNop(),
 		keys:  newKeys("bare"),
-		slots: make([]atomic.Pointer[slotState], S),
+		slots: newSlotStates(S),
 		ackCh: make(chan ackReq, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -153,7 +152,7 @@ func TestBarrierWaitsForPreviousOwner(t *testing.T) {
 	b.wantHeld(1, false, "a has not acknowledged v2 yet")
 	b.put(memberKV("a", 3, 13, 2, L))
 	b.wantHeld(1, true, "a acknowledged v2")
-	tok, _ := Token(b.r.slots[1].Load().ctx)
+	tok, _ := Token(b.r.slots.load(1).ctx)
 	if tok != 12 {
 		t.Fatalf("token = %d, want the revision of v2 (12)", tok)
 	}
@@ -209,7 +208,7 @@ func TestBarrierOwnKeyDeleted(t *testing.T) {
 	b := newBare(t, "b", 1, 5)
 	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
 	b.wantHeld(0, true, "alone")
-	ctx := b.r.slots[0].Load().ctx
+	ctx := b.r.slots.load(0).ctx
 	b.del(newKeys("bare").member("b"), 8)
 	if ctx.Err() == nil {
 		t.Fatal("role context still live after our key was deleted")
@@ -303,7 +302,7 @@ func TestBarrierOlderMapWrittenByHand(t *testing.T) {
 	b.put(memberKV("b", 5, 5, 0, 0), memberKV("a", 3, 3, 0, 0))
 	b.put(mapKV(twoSlots(10, []string{"a", "b"}, 0, 1), L, 20), memberKV("a", 3, 21, 10, L))
 	b.wantHeld(1, true, "ours at v10")
-	ctx := b.r.slots[1].Load().ctx
+	ctx := b.r.slots.load(1).ctx
 	// v8, put by hand at seq 11: slots 0 and 1 change owners.
 	b.put(mapKVSeq(twoSlots(8, []string{"b", "a"}, 0, 1), L, 30, 11))
 	if b.r.st.incompatible != nil {
@@ -335,7 +334,7 @@ func TestRoleContextFencesAtDeadline(t *testing.T) {
 		}
 	}
 	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
-	ctx := b.r.slots[0].Load().ctx
+	ctx := b.r.slots.load(0).ctx
 	if ctx.Err() != nil {
 		t.Fatal("a fresh holding reports itself lost")
 	}
@@ -696,7 +695,7 @@ func TestBarrierMapPutBackUnchanged(t *testing.T) {
 	m := twoSlots(1, []string{"a", "b"}, 0, 1)
 	b.put(mapKVSeq(m, L, L, 1), memberKVSeq("a", 3, 11, 1, 1, L))
 	b.wantHeld(1, true, "ours at v1")
-	ctx := b.r.slots[1].Load().ctx
+	ctx := b.r.slots.load(1).ctx
 	b.put(mapKVSeq(m, L, 12, 2))
 	if b.r.st.incompatible != nil || ctx.Err() != nil {
 		t.Fatalf("the same map put again: incompatible %v, role context %v", b.r.st.incompatible, context.Cause(ctx))

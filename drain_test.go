@@ -30,7 +30,7 @@ func runAll(t *testing.T, m *Rink, roles []string, fn func(role string, ctx cont
 
 // running reports whether a function runs on m's holding of role.
 func running(m *Rink, role string) bool {
-	st := m.slots[slotOf(role, m.opts.slots)].Load()
+	st := m.slots.load(slotOf(role, m.opts.slots))
 	return st != nil && st.ctx != nil && st.ctx.Err() == nil && st.runners.Load() > 0
 }
 

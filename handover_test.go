@@ -44,7 +44,7 @@ func TestHandoverStartsRolesInUseFirst(t *testing.T) {
 				_, err := heir.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
 				awaited <- err
 			}()
-			eventually(t, 10*time.Second, "the heir awaits the role", func() bool { return heir.slots[slot].Load() != nil })
+			eventually(t, 10*time.Second, "the heir awaits the role", func() bool { return heir.slots.load(slot) != nil })
 			t0 := time.Now()
 			if err := leaver.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
 				t.Fatal(err)
@@ -94,7 +94,7 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 		// lower slot now, before the run goroutine goes on.
 		go b.AwaitRoleContext(context.Background(), low)
 		slot := slotOf(low, DefaultSlots)
-		for b.slots[slot].Load() == nil {
+		for b.slots.load(slot) == nil {
 			runtime.Gosched()
 		}
 	})

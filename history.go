@@ -4,19 +4,27 @@ import "sort"
 
 // slotHistory is what the handover check (free) needs of the maps a member
 // applied: who owned each slot in every map from seq from to seq top. It
-// keeps, per slot, the seqs at which its owner changed, not whole maps: a
-// member's memory for it is O(slots + moves), not O(maps × members), and a
-// map that moves nothing costs a comparison per slot (issue 25).
+// keeps a base, the owners in one map (its table and members, shared with
+// that map, not copied), and per slot whose owner changed since, the seqs
+// at which it did: a member's memory for it is O(slots that moved), and a
+// map applied from a record costs what the record moved (see mapDelta).
+// When every member has acknowledged the newest map, the base moves to it
+// (see rebase), and the changes go (issue 25).
 //
-// Invariants: from = 0 (nothing known; top = 0) or 1 ≤ from ≤ top, every
-// map from from to top was added, in order, with no gap; for every slot
-// s, log[s] is non-empty, rises strictly by seq, log[s][0].seq ≤ from,
-// and the owner of s in the map of seq v (from ≤ v ≤ top) is the name of
-// the last entry whose seq ≤ v ("" when nobody is ranked). Entries below
-// from are dropped lazily (see prune), keeping the one in force at from.
+// Invariants: from = 0 (nothing known; top = 0) or base ≤ from ≤ top,
+// where base is the seq of the base map; every map from from to top was
+// added, in order, with no gap; for every slot s, changes[s] rises
+// strictly by seq, every seq in it is above base, and the owner of s in
+// the map of seq v (from ≤ v ≤ top) is the name of the last entry of
+// changes[s] whose seq ≤ v, or else the base map's owner of s ("" when it
+// ranks nobody). Entries below from are dropped lazily (see prune),
+// keeping the one in force at from.
 type slotHistory struct {
 	from, top int64
-	log       [][]ownerSince
+	baseSeq   int64
+	baseTable slotTable // the base map's table (shared: never written)
+	baseNames []string  // the base map's members (shared: never written)
+	changes   map[int][]ownerSince
 	entries   int // entries over all slots, for prune
 }
 
@@ -28,37 +36,57 @@ type ownerSince struct {
 
 // reset forgets every map.
 func (h *slotHistory) reset() {
-	h.from, h.top, h.entries = 0, 0, 0
-	for s := range h.log {
-		h.log[s] = h.log[s][:0]
-	}
+	h.from, h.top, h.baseSeq, h.entries = 0, 0, 0, 0
+	h.baseTable, h.baseNames, h.changes = nil, nil, nil
 }
 
-// add records the map of seq seq. A map that does not follow the last one
+// rebase makes the map of seq seq (the newest added) the base, when it is
+// the newest and the oldest the history must keep: nothing before it is
+// needed any more.
+func (h *slotHistory) rebase(seq int64, m *rankMap) {
+	if h.top == 0 || seq != h.top {
+		return
+	}
+	h.from, h.baseSeq = seq, seq
+	h.baseTable, h.baseNames, h.changes, h.entries = m.Table, m.Members, nil, 0
+}
+
+// baseOwner returns slot s's owner in the base map.
+func (h *slotHistory) baseOwner(s int) string {
+	if s < 0 || s >= len(h.baseTable) || len(h.baseNames) == 0 {
+		return ""
+	}
+	return h.baseNames[h.baseTable[s]]
+}
+
+// last returns slot s's owner in the newest map added.
+func (h *slotHistory) last(s int) string {
+	if l := h.changes[s]; len(l) > 0 {
+		return l[len(l)-1].name
+	}
+	return h.baseOwner(s)
+}
+
+// add records the map of seq seq, which record delta made of the map
+// before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
 func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
-	if len(h.log) != m.Slots {
-		h.log = make([][]ownerSince, m.Slots)
-		h.from, h.top = 0, 0
-	}
 	if h.top == 0 || seq != h.top+1 {
-		h.entries = 0
-		for s := range h.log {
-			h.log[s] = append(h.log[s][:0], ownerSince{seq, m.owner(s)})
-		}
-		h.from, h.top, h.entries = seq, seq, len(h.log)
+		h.reset()
+		h.from, h.top, h.baseSeq = seq, seq, seq
+		h.baseTable, h.baseNames = m.Table, m.Members
 		return
 	}
 	var only []int
 	if delta != nil && !delta.renamed {
 		only = delta.moved // (no other slot's owner changed)
 	}
-	for s := range slotRange(only, len(h.log)) {
-		if s >= len(h.log) {
-			continue
-		}
-		if o := m.owner(s); o != h.log[s][len(h.log[s])-1].name {
-			h.log[s] = append(h.log[s], ownerSince{seq, o})
+	for s := range slotRange(only, m.Slots) {
+		if o := m.owner(s); o != h.last(s) {
+			if h.changes == nil {
+				h.changes = map[int][]ownerSince{}
+			}
+			h.changes[s] = append(h.changes[s], ownerSince{seq, o})
 			h.entries++
 		}
 	}
@@ -67,8 +95,8 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 
 // prune forgets the maps below seq low: a later check that needs them
 // fails, which is safe (the caller waits). Entries are dropped once they
-// are as many again as the slots, so a prune costs O(1) amortized per
-// entry added.
+// are as many again as the slots that moved, so a prune costs O(1)
+// amortized per entry added.
 func (h *slotHistory) prune(low int64) {
 	if h.top == 0 || low <= h.from {
 		return
@@ -78,50 +106,65 @@ func (h *slotHistory) prune(low int64) {
 		return
 	}
 	h.from = low
-	if h.entries <= 2*len(h.log) {
+	if h.entries <= 2*len(h.changes) {
 		return
 	}
 	h.entries = 0
-	for s, l := range h.log {
+	for s, l := range h.changes {
 		i := sort.Search(len(l), func(i int) bool { return l[i].seq > low }) - 1 // the entry in force at low
-		h.log[s] = append(l[:0], l[i:]...)
-		h.entries += len(h.log[s])
+		if i > 0 {
+			l = append(l[:0], l[i:]...)
+			h.changes[s] = l
+		}
+		h.entries += len(l)
 	}
+}
+
+// owners calls f with the owners of slot s in the maps of seq a to g-1,
+// in order (some may repeat), and reports whether the history covers
+// those maps (else it calls f with nothing). It stops when f returns
+// false.
+func (h *slotHistory) owners(s int, a, g int64, f func(name string) bool) (known bool) {
+	if a >= g {
+		return true
+	}
+	if h.top == 0 || a < h.from || g-1 > h.top {
+		return false
+	}
+	l := h.changes[s]
+	i := sort.Search(len(l), func(i int) bool { return l[i].seq > a }) - 1 // in force at a; -1: the base
+	if i < 0 {
+		if !f(h.baseOwner(s)) {
+			return true
+		}
+		i = 0
+	}
+	for ; i < len(l) && l[i].seq < g; i++ {
+		if !f(l[i].name) {
+			return true
+		}
+	}
+	return true
 }
 
 // heldBy reports whether any map of seq a to g-1 gives slot s to name, and
 // known: whether the history covers those maps (else held says nothing).
 func (h *slotHistory) heldBy(s int, name string, a, g int64) (held, known bool) {
-	if a >= g {
-		return false, true
-	}
-	if h.top == 0 || a < h.from || g-1 > h.top || s >= len(h.log) {
-		return false, false
-	}
-	l := h.log[s]
-	i := sort.Search(len(l), func(i int) bool { return l[i].seq > a }) - 1
-	for ; i < len(l) && l[i].seq < g; i++ {
-		if l[i].name == name {
-			return true, true
-		}
-	}
-	return false, true
+	known = h.owners(s, a, g, func(o string) bool {
+		held = held || o == name
+		return !held
+	})
+	return held && known, known
 }
 
 // during returns the owners of slot s in the maps of seq a to g-1 (some
 // may repeat), and known: whether the history covers those maps.
 func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
-	if a >= g {
-		return nil, true
-	}
-	if h.top == 0 || a < h.from || g-1 > h.top || s >= len(h.log) {
-		return nil, false
-	}
-	l := h.log[s]
-	for i := sort.Search(len(l), func(i int) bool { return l[i].seq > a }) - 1; i < len(l) && l[i].seq < g; i++ {
-		owners = append(owners, l[i].name)
-	}
-	return owners, true
+	known = h.owners(s, a, g, func(o string) bool {
+		owners = append(owners, o)
+		return true
+	})
+	return owners, known
 }
 
 // covers reports whether the history holds the map of seq v.

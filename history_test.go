@@ -50,7 +50,11 @@ func FuzzSlotHistory(f *testing.F) {
 				whole[seq] = m
 			case r < 8:
 				p := seq - int64(rng.IntN(5))
-				h.prune(p)
+				if m, ok := whole[seq]; ok && p == seq && rng.IntN(2) == 0 {
+					h.rebase(seq, &m) // everybody at the newest map
+				} else {
+					h.prune(p)
+				}
 				low = max(low, p)
 				for v := range whole {
 					if v < p {
@@ -88,8 +92,8 @@ func FuzzSlotHistory(f *testing.F) {
 	})
 }
 
-// A map that moves nothing adds nothing per slot; a prune keeps the entry
-// in force at its seq.
+// A map that moves nothing adds nothing; a prune keeps the entry in force
+// at its seq; a rebase to the newest map drops every change.
 func TestSlotHistory(t *testing.T) {
 	var h slotHistory
 	m1 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
@@ -98,8 +102,8 @@ func TestSlotHistory(t *testing.T) {
 	h.add(1, &m1, nil)
 	h.add(2, &m2, nil)
 	h.add(3, &m3, nil)
-	if h.entries != 3 {
-		t.Fatalf("%d entries, want 3 (one per slot, one move)", h.entries)
+	if h.entries != 1 || len(h.changes) != 1 {
+		t.Fatalf("%d entries in %d slots, want 1 (the move; the base map is shared)", h.entries, len(h.changes))
 	}
 	for _, c := range []struct {
 		s           int
@@ -125,6 +129,10 @@ func TestSlotHistory(t *testing.T) {
 	}
 	if held, known := h.heldBy(0, "b", 3, 4); !held || !known {
 		t.Error("seq 3 forgotten by a prune to 3")
+	}
+	h.rebase(3, &m3)
+	if held, known := h.heldBy(0, "b", 3, 4); !held || !known || h.changes != nil || h.from != 3 {
+		t.Errorf("after a rebase to 3: %v %v, changes %v, from %d", held, known, h.changes, h.from)
 	}
 	h.add(5, &m1, nil) // a gap
 	if _, known := h.heldBy(0, "a", 3, 4); known || h.from != 5 {

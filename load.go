@@ -422,7 +422,6 @@ func loadChanged(last, next loadReport) bool {
 // of the last interval with the roles awaited now, reportPause later.
 func (r *Rink) reportLoad() {
 	interval, window := r.opts.loadEvery, r.opts.loadWindow
-	S := r.opts.slots
 	meter := newLoadMeter()
 	roles := map[int]int32{}
 	roleOf := func(s int) int32 { return roles[s] }
@@ -457,11 +456,11 @@ func (r *Rink) reportLoad() {
 			clear(units)
 			r.load.acc.takeAll(func(s int, u float64) { units[s] = u })
 			held = held[:0]
-			for s := range S {
-				if st := r.slots[s].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
+			r.slots.each(func(s int, st *slotState) {
+				if st.ctx != nil && st.ctx.Err() == nil {
 					held = append(held, heldLoad{slot: s, units: units[s], since: st.at})
 				}
-			}
+			})
 			rates, ticked = meter.tick(now, held, roleOf, interval, window), true
 		}
 		var owned []int

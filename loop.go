@@ -949,7 +949,7 @@ func (r *Rink) tryAcquire() {
 	// await it meanwhile (an acquisition wakes goroutines that may).
 	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (!first || r.slots[s].Load() != nil) && (st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
+			if (!first || r.slots.load(s) != nil) && (st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
 				st.pending.del(s)
 				r.acquire(s)
 			}
@@ -1069,7 +1069,7 @@ func (r *Rink) release(s int, cause error) {
 	e := st.mine.of(s)
 	e.cancel(cause)
 	e.cancel = nil
-	cur := r.slots[s].Load()
+	cur := r.slots.load(s)
 	if cur != nil && cur.ctx != nil {
 		cause = context.Cause(cur.ctx) // a fence's cause, if it came first
 	}
@@ -1080,7 +1080,7 @@ func (r *Rink) release(s int, cause error) {
 }
 
 func (r *Rink) swapSlot(s int, next *slotState) {
-	if old := r.slots[s].Swap(next); old != nil {
+	if old := r.slots.at(s).Swap(next); old != nil {
 		close(old.changed)
 	}
 }
@@ -1102,7 +1102,11 @@ func (r *Rink) pruneHistory() {
 	if !st.hist.covers(low) || low == st.hist.from {
 		return
 	}
-	st.hist.prune(low)
+	if low == st.curSeq {
+		st.hist.rebase(st.curSeq, &st.cur) // (every member at the newest map)
+	} else {
+		st.hist.prune(low)
+	}
 	for ver, seq := range st.verSeq {
 		if seq >= 0 && seq < low {
 			delete(st.verSeq, ver)
@@ -1365,7 +1369,7 @@ func (r *Rink) shutdown(cause error) {
 		// shortest time before the heirs start.
 		for _, used := range [2]bool{false, true} {
 			for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
-				if cur := r.slots[s].Load(); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
+				if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
 					r.release(s, ErrShutdown)
 				}
 			}

@@ -123,7 +123,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "m0's functions run", func() bool {
 		for s := 0; s < S; s++ {
-			if st := m0.slots[s].Load(); m.owner(s) == m0.Member() && (st == nil || st.runners.Load() == 0) {
+			if st := m0.slots.load(s); m.owner(s) == m0.Member() && (st == nil || st.runners.Load() == 0) {
 				return false
 			}
 		}

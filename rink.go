@@ -65,7 +65,7 @@ type Rink struct {
 
 	// Published state, read by the API without locks. Only the run
 	// goroutine writes it.
-	slots  []atomic.Pointer[slotState]
+	slots  slotStates
 	owners atomic.Pointer[rankMap]
 	rank   atomic.Pointer[rankState]
 	listed atomic.Bool // the leader has listed this member at least once (see Ready)
@@ -164,7 +164,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		opts:          o,
 		log:           o.log.With(zap.String("rink", name), zap.String("member", o.member)),
 		keys:          newKeys(name),
-		slots:         make([]atomic.Pointer[slotState], o.slots),
+		slots:         newSlotStates(o.slots),
 		stopping:      make(chan struct{}),
 		done:          make(chan struct{}),
 		watchCh:       make(chan watchBatch),

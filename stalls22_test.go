@@ -19,7 +19,7 @@ func holdsMapped(r *Rink) bool {
 		return false
 	}
 	for s := 0; s < m.Slots; s++ {
-		if m.owner(s) == r.Member() && r.slots[s].Load() == nil {
+		if m.owner(s) == r.Member() && r.slots.load(s) == nil {
 			return false
 		}
 	}

@@ -186,7 +186,7 @@ func (s *RoleSet) Held() []string {
 	defer s.mu.Unlock()
 	var held []string
 	for slot, rs := range s.bySlot {
-		if st := s.r.slots[slot].Load(); st != nil && st.ctx != nil && st.ctx.Err() == nil {
+		if st := s.r.slots.load(slot); st != nil && st.ctx != nil && st.ctx.Err() == nil {
 			held = append(held, rs...)
 		}
 	}
@@ -290,7 +290,7 @@ func (s *RoleSet) dispatch() {
 		}
 		slices.Sort(queue)
 		for _, slot := range slices.Compact(queue) {
-			cur := r.slots[slot].Load()
+			cur := r.slots.load(slot)
 			held := cur != nil && cur.ctx != nil && cur.ctx.Err() == nil
 			if a := active[slot]; a != nil && (a != cur || !held) {
 				end(slot) // the holding ended
@@ -301,7 +301,7 @@ func (s *RoleSet) dispatch() {
 			if !held {
 				if len(want) > 0 && cur == nil {
 					// Awaited: the run goroutine starts it among the first.
-					r.slots[slot].CompareAndSwap(nil, &slotState{changed: make(chan struct{})})
+					r.slots.at(slot).CompareAndSwap(nil, &slotState{changed: make(chan struct{})})
 				}
 				continue
 			}
