@@ -629,7 +629,8 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	} else {
 		st.taint = 0
 	}
-	m, err := readMap(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots)
+	// (Only the leader checks a record against every member: see applyAs.)
+	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil)
 	if errors.Is(err, errUnderived) {
 		r.underived(kv)
 		return

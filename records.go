@@ -192,12 +192,24 @@ func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.S
 // of n members costs a member O(n) string comparisons and no hashing, where
 // validating the whole map cost every member O(n) hashing per change, and
 // the rink O(n²) (issue 25).
-func apply(prev *rankMap, c *change) (rankMap, error) {
+func apply(prev *rankMap, c *change) (rankMap, error) { return applyAs(prev, c, false) }
+
+// applyAs is apply; lax leaves out the checks that cost a member O(members)
+// per record: that a new name is nowhere else among the members, and
+// that a waiting member is not ranked. A member that does not lead
+// applies records laxly: checked at every member, a batch of joins cost
+// the rink O(members²). Such a map is no danger to the barrier (ownership
+// goes by index; a member named twice holds the slots of its first index
+// only, and the others see its name in the history of the rest), and the
+// leader, which applies every record strictly, cannot apply it and
+// writes a whole map over it (see underived), which every member decodes
+// and checks whole.
+func applyAs(prev *rankMap, c *change, lax bool) (rankMap, error) {
 	m, err := applyUnchecked(prev, c)
 	if err != nil {
 		return rankMap{}, err
 	}
-	if err := m.validateChange(prev, c); err != nil {
+	if err := m.validateChange(prev, c, lax); err != nil {
 		return rankMap{}, err
 	}
 	return m, nil
@@ -320,7 +332,7 @@ const maxChecked = 8
 // validateChange is validate for m, which record c made of prev (valid):
 // it checks what c changed, and validates the whole map when c changed
 // much (a reshuffle, a long waiting list).
-func (m *rankMap) validateChange(prev *rankMap, c *change) error {
+func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 	if m.Version < 1 {
 		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
 	}
@@ -336,6 +348,9 @@ func (m *rankMap) validateChange(prev *rankMap, c *change) error {
 		}
 	}
 	waitChanged := c.Waiting != nil || c.Unwait != nil || c.Wait != nil
+	if lax {
+		return m.validateLax(prev, c, changed, waitChanged)
+	}
 	if len(changed) > maxChecked || (waitChanged || len(changed) > 0) && len(m.Waiting) > maxChecked {
 		return m.validate()
 	}
@@ -393,6 +408,52 @@ func (m *rankMap) validateChange(prev *rankMap, c *change) error {
 	return nil
 }
 
+// validateLax is validateChange for applyAs's lax mode: the new names
+// are not empty and differ from each other, the waiting members' names are
+// not empty and differ from each other when the list changed, and the
+// table points at members.
+func (m *rankMap) validateLax(prev *rankMap, c *change, changed []int, waitChanged bool) error {
+	n := len(m.Members)
+	if len(changed) > 0 {
+		seen := make(map[string]bool, len(changed))
+		for _, i := range changed {
+			if name := m.Members[i]; name == "" || seen[name] {
+				return fmt.Errorf("%w: member %q empty or listed twice", errMapInvalid, name)
+			}
+			seen[m.Members[i]] = true
+		}
+	}
+	if waitChanged {
+		seen := make(map[string]bool, len(m.Waiting))
+		for _, w := range m.Waiting {
+			if w.Name == "" || seen[w.Name] {
+				return fmt.Errorf("%w: waiting member %q empty or listed twice", errMapInvalid, w.Name)
+			}
+			seen[w.Name] = true
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if len(m.Table) != m.Slots {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
+	}
+	if n < len(prev.Members) || len(prev.Table) == 0 {
+		for s, idx := range m.Table {
+			if idx < 0 || idx >= n {
+				return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
+			}
+		}
+		return nil
+	}
+	for i := 0; i < len(c.Moves); i += 2 {
+		if s, idx := c.Moves[i], c.Moves[i+1]; idx < 0 || idx >= n {
+			return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
+		}
+	}
+	return nil
+}
+
 // decodeRecord reports whether a map key's value is a change record, and
 // decodes it. A value that is not one (a whole map, or one that does not
 // decode) returns false.
@@ -432,6 +493,12 @@ var errUnderived = fmt.Errorf("%w: a change record without the map it applies to
 // with the record in the same transaction (snap, the snapshot key, when
 // at hand). slots is what the map must have (0: what it says).
 func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int) (rankMap, error) {
+	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, slots, false)
+}
+
+// readMapAs is readMap, applying a record laxly when lax is set (see
+// applyAs).
+func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int, lax bool) (rankMap, error) {
 	c, isRecord := decodeRecord(kv.Value)
 	if !isRecord {
 		if slots == 0 {
@@ -455,7 +522,7 @@ func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLin
 	if !ok || kv.CreateRevision != prevLineage || kv.Version != prevSeq+1 {
 		return rankMap{}, errUnderived
 	}
-	m, err := apply(prev, &c)
+	m, err := applyAs(prev, &c, lax)
 	if err != nil {
 		// A record that does not fit the map before it (an older record
 		// put back by hand): nobody can apply it, and the leader writes a

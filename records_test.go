@@ -140,6 +140,19 @@ func FuzzApplyRecord(f *testing.F) {
 			if err == nil && !reflect.DeepEqual(m, whole) {
 				t.Fatalf("apply: %+v, unchecked: %+v", m, whole)
 			}
+			// Laxly, it refuses no more than that, and what it takes
+			// has every slot owned by an index in range.
+			lm, lerr := applyAs(&prev, &c, true)
+			if err == nil && lerr != nil {
+				t.Fatalf("lax apply refused what apply took: %v", lerr)
+			}
+			if lerr == nil {
+				for s, idx := range lm.Table {
+					if idx < 0 || idx >= len(lm.Members) || len(lm.Table) != lm.Slots {
+						t.Fatalf("lax apply: slot %d owned by index %d of %d", s, idx, len(lm.Members))
+					}
+				}
+			}
 			if prev.Version != 2 || len(prev.Members) > 0 && (prev.Members[0] != "a" || prev.Table[1] != 1) {
 				t.Fatal("apply changed prev")
 			}
