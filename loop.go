@@ -901,8 +901,9 @@ func (r *Rink) reconcileSlots(only []int) {
 	if mine && len(st.cur.Table) == S {
 		idx = r.rankedIndex(r.opts.member)
 	}
-	if idx < 0 && only == nil {
-		// Nothing is ours: only the slots that were can change.
+	if idx < 0 {
+		// Nothing is ours: only the slots that were can change (whatever
+		// only says: this member may have stopped being able to own).
 		only = slices.Sorted(maps.Keys(st.mine.m))
 		if only == nil {
 			only = []int{}
