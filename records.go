@@ -230,7 +230,15 @@ func applyUnchecked(prev *rankMap, c *change) (rankMap, error) {
 			return rankMap{}, fmt.Errorf("%w: record sizes the members to %d", errMapInvalid, n)
 		}
 	}
-	if n != len(prev.Members) || len(c.Names) > 0 {
+	switch {
+	case n > len(prev.Members) && appendsOnly(c.Names, len(prev.Members)):
+		// Members joined, nobody else renamed: grow prev's list in place,
+		// past its end, which prev does not see (amortized O(joins), where
+		// a copy cost every member O(members) per join). Safe because a
+		// member derives one map from each it applies: the next map's
+		// names beyond prev's end are written only by it.
+		m.Members = append(prev.Members[:len(prev.Members):cap(prev.Members)], make([]string, n-len(prev.Members))...)
+	case n != len(prev.Members) || len(c.Names) > 0:
 		m.Members = make([]string, n)
 		copy(m.Members, prev.Members)
 	}
@@ -323,6 +331,16 @@ func deltaOf(prev *rankMap, c *change) *mapDelta {
 		d.moved = append(d.moved, c.Moves[i])
 	}
 	return d
+}
+
+// appendsOnly reports whether every index names sets is at least n.
+func appendsOnly(names map[string]string, n int) bool {
+	for k := range names {
+		if i, err := strconv.Atoi(k); err != nil || i < n {
+			return false
+		}
+	}
+	return true
 }
 
 // maxChecked bounds the changed names (and waiting members) that
