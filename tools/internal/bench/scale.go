@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -271,7 +272,7 @@ func (b *Breadth) Run() (Sample, error) {
 	// What building the rink wrote (the last acknowledgements, floors and
 	// load summaries) is not the join's.
 	if err := until(time.Minute, "every slot held", b.allHeld); err != nil {
-		return nil, fmt.Errorf("before the join: %w", err)
+		return nil, fmt.Errorf("before the join: %w (%s)", err, b.unheld())
 	}
 	if err := b.restAfter(time.Now()); err != nil {
 		return nil, fmt.Errorf("before the join: %w", err)
@@ -488,6 +489,40 @@ func (b *Breadth) readMap() (slotMap, error) {
 		return slotMap{}, fmt.Errorf("the map at %s: %w", key, err)
 	}
 	return m, nil
+}
+
+// unheld says, for a rink whose slots are not all held, which are not,
+// what their owners' ranks say, and the floor: what a maintainer needs
+// to tell a stuck barrier from a slow one.
+func (b *Breadth) unheld() string {
+	m, err := b.readMap()
+	if err != nil {
+		return err.Error()
+	}
+	held := heldBy(b.rec.snapshot())
+	var out []string
+	for s := 0; s < b.cfg.Slots && len(out) < 5; s++ {
+		if _, ok := held[s]; ok {
+			continue
+		}
+		o := m.owner(s)
+		desc := fmt.Sprintf("slot %d owner %q", s, o)
+		if r := b.members[o]; r != nil {
+			rk := r.Rank()
+			desc += fmt.Sprintf(" (rank %d of %d, version %d, settled %v, leader %q)", rk.Index, rk.Size, rk.Version, rk.Settled, rk.Leader)
+		}
+		out = append(out, desc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if resp, err := b.clients[0].Get(ctx, "rink/"+b.name+"/floor"); err == nil && len(resp.Kvs) > 0 {
+		f := string(resp.Kvs[0].Value)
+		if len(f) > 600 {
+			f = f[:600] + "..."
+		}
+		out = append(out, "floor "+f)
+	}
+	return fmt.Sprintf("%d of %d slots held; map version %d; %s", len(held), b.cfg.Slots, m.Version, strings.Join(out, "; "))
 }
 
 // membersChanged counts the members whose slots differ between two maps:
