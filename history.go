@@ -61,8 +61,10 @@ func (h *slotHistory) baseOwner(s int) string {
 
 // last returns slot s's owner in the newest map added.
 func (h *slotHistory) last(s int) string {
-	if l := h.changes[s]; len(l) > 0 {
-		return l[len(l)-1].name
+	if len(h.changes) > 0 { // (no lookup per slot in a rink at rest: see rebase)
+		if l := h.changes[s]; len(l) > 0 {
+			return l[len(l)-1].name
+		}
 	}
 	return h.baseOwner(s)
 }

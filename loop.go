@@ -901,12 +901,28 @@ func (r *Rink) reconcileSlots(only []int) {
 	if mine && len(st.cur.Table) == S {
 		idx = r.rankedIndex(r.opts.member)
 	}
-	if idx < 0 {
+	switch {
+	case idx < 0:
 		// Nothing is ours: only the slots that were can change (whatever
 		// only says: this member may have stopped being able to own).
 		only = slices.Sorted(maps.Keys(st.mine.m))
 		if only == nil {
 			only = []int{}
+		}
+	case only == nil:
+		// Every slot: those the map gives us and those we own, found with
+		// a pass of integer comparisons over the table, not a lookup per
+		// slot (this runs on the path of a handover).
+		only = []int{}
+		for s, o := range st.cur.Table {
+			if o == idx {
+				only = append(only, s)
+			}
+		}
+		for s := range st.mine.m {
+			if st.cur.Table[s] != idx {
+				only = append(only, s) // (to lose)
+			}
 		}
 	}
 	now := time.Now()

@@ -77,10 +77,22 @@ type transition struct {
 // transitionOf returns the transition a map key's value carries (zero:
 // none, or one that does not decode).
 func transitionOf(value []byte) transition {
-	if !bytes.Contains(value, []byte(`"from"`)) && !bytes.Contains(value, []byte(`"incs"`)) {
+	var t transition
+	// withTransition puts the fields last, and a record's are at its end
+	// too (the embedded struct's fields are encoded last): parse from the
+	// first of them, not the whole value (a whole map written alone is on
+	// the path of a handover, and was parsed twice).
+	i := bytes.LastIndex(value, []byte(`"from":`))
+	if j := bytes.LastIndex(value, []byte(`"incs":`)); i < 0 || j >= 0 && j < i {
+		i = j
+	}
+	if i < 0 {
 		return transition{}
 	}
-	var t transition
+	if json.Unmarshal(append([]byte{'{'}, value[i:]...), &t) == nil {
+		return t
+	}
+	t = transition{}
 	if json.Unmarshal(value, &t) != nil {
 		return transition{}
 	}

@@ -193,3 +193,29 @@ func TestChangeRecordSize(t *testing.T) {
 		t.Fatalf("apply: %v", err)
 	}
 }
+
+// The transition is read from the end of a record or of a whole map
+// written alone, as withTransition and encode put it, and whole when the
+// tail does not parse.
+func TestTransitionOf(t *testing.T) {
+	want := transition{From: 7, Gone: []string{"a", "b"}, Incs: map[string]int64{"c": 9}}
+	m := rankMap{Schema: schemaVersion, Version: 8, Slots: 2, Leader: "x", Members: []string{"from", "incs"}, Table: slotTable{0, 1}}
+	whole := withTransition(m.encode(), want)
+	c := change{Schema: schemaVersion, Change: true, Version: 8, Moves: []int{0, 1}, transition: want}
+	gone := transition{From: 7, Gone: []string{"a"}}
+	for name, v := range map[string][]byte{
+		"whole map":       whole,
+		"record":          c.encode(),
+		"fields in front": []byte(`{"incs":{"c":9},"from":7,"gone":["a","b"],"version":8}`),
+	} {
+		if got := transitionOf(v); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: %+v, want %+v", name, got, want)
+		}
+	}
+	if got := transitionOf(withTransition(m.encode(), gone)); !reflect.DeepEqual(got, gone) {
+		t.Errorf("no incs: %+v", got)
+	}
+	if got := transitionOf(m.encode()); !reflect.DeepEqual(got, transition{}) {
+		t.Errorf("a map without one: %+v", got)
+	}
+}
