@@ -302,6 +302,12 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		r.fence(inc, st.incompatible)
 		return
 	}
+	if st.joins > 1 && st.view.selfCheck == 1 {
+		// The quiet time below waits out an earlier incarnation of our
+		// name as the check for one would (see checkOwnName), which must
+		// not wait for this process's own new lease.
+		st.view.selfCheck = 2
+	}
 	if st.joins > 1 {
 		// A rejoin after a fence: etcd may have been restored meanwhile,
 		// and the map (and our member key, if we resumed) may be back from

@@ -343,7 +343,12 @@ func (r *Rink) checkOwnName() {
 				continue
 			}
 			for _, kv := range resp.Kvs {
-				if kv.Lease != own && r.keys.isCandidate(kv) && candidateName(kv.Value) == r.opts.member {
+				// (Not a lease of this process: it may have rejoined under
+				// a new one meanwhile, and would wait for itself.)
+				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
+					continue
+				}
+				if r.keys.isCandidate(kv) && candidateName(kv.Value) == r.opts.member {
 					r.awaitLeaseGone(r.opts.member, kv.Lease)
 				}
 			}
