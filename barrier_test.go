@@ -120,14 +120,14 @@ func (b *bare) put(kvs ...*mvccpb.KeyValue) {
 		evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: kv})
 		rev = max(rev, kv.ModRevision)
 	}
-	b.r.onWatch(watchBatch{events: evs, rev: rev})
+	b.r.onWatch(watchBatch{wide: !b.narrow, events: evs, rev: rev})
 	b.r.tryAcquire()
 }
 
 func (b *bare) del(key string, rev int64) {
 	b.sim.del(newKeys("bare"), key)
 	ev := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
-	b.r.onWatch(watchBatch{events: []*clientv3.Event{ev}, rev: rev})
+	b.r.onWatch(watchBatch{wide: !b.narrow, events: []*clientv3.Event{ev}, rev: rev})
 	b.r.tryAcquire()
 }
 

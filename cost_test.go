@@ -27,7 +27,7 @@ func eventBytes(t *testing.T, n int) float64 {
 			Key: []byte(k.member(fmt.Sprintf("member-%05d", i))), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}})
 	}
 	rev := int64(10 + n)
-	b.r.onWatch(watchBatch{events: evs, rev: rev})
+	b.r.onWatch(watchBatch{wide: true, events: evs, rev: rev})
 	const rounds = 200
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -36,10 +36,10 @@ func eventBytes(t *testing.T, n int) float64 {
 		// A member joins and leaves, outside the map: one put, one delete.
 		rev++
 		kv := &mvccpb.KeyValue{Key: []byte(k.member("newcomer")), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}
-		b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: rev})
+		b.r.onWatch(watchBatch{wide: true, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: rev})
 		rev++
 		del := &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev}
-		b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypeDelete, Kv: del}}, rev: rev})
+		b.r.onWatch(watchBatch{wide: true, events: []*clientv3.Event{{Type: clientv3.EventTypeDelete, Kv: del}}, rev: rev})
 	}
 	runtime.ReadMemStats(&after)
 	return float64(after.TotalAlloc-before.TotalAlloc) / (2 * rounds)

@@ -339,10 +339,17 @@ func (r *Rink) onWatch(b watchBatch) {
 		r.onOwn(b)
 		return
 	}
+	if b.wide != r.wideView.Load() {
+		// A batch of the view this member has left, sent before the
+		// watcher saw the switch: the listing of the view it follows now
+		// comes next (see syncView), and says all this batch would.
+		return
+	}
 	self := r.opts.member
 	selfGone := false
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
 	if b.snapshot {
+		st.view.listed = true
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
 		}

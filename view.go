@@ -47,7 +47,12 @@ import (
 // the seq of the map that dropped it as holding nothing, until a later map
 // ranks or lists that name again.
 type view struct {
-	wide   bool
+	wide bool
+	// listed: a listing was applied since this process started. Until
+	// then wantWide keeps the view New chose: a member that joins a rink
+	// of protocol 3 knows no map before its first listing, and must not
+	// ask for the wide view (every member key) for that.
+	listed bool
 	goneAt map[string]int64
 	// selfCheck: whether this process has begun (1) or finished (2) the
 	// check for an earlier incarnation of its name (see checkOwnName).
@@ -57,6 +62,9 @@ type view struct {
 // wantWide reports whether this member should follow the wide view.
 func (r *Rink) wantWide() bool {
 	st := &r.st
+	if !st.view.listed && st.lead == nil {
+		return r.wideView.Load()
+	}
 	return st.lead != nil || st.cur.Version == 0 || st.cur.Schema < 3
 }
 

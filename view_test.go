@@ -116,7 +116,7 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 				c := diff(&prev, &m)
 				kv.Value = c.encode()
 			}
-			b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + seq})
+			b.r.onWatch(watchBatch{wide: !b.narrow, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + seq})
 			st := &b.r.st
 			if st.curSeq != seq {
 				t.Fatalf("round %d: seq %d not applied (at %d)", round, seq, st.curSeq)
@@ -215,4 +215,53 @@ func TestStrayElectionKeyBelowNarrowCandidate(t *testing.T) {
 	eventually(t, 20*time.Second, "b leads", func() bool { rk := b.Rank(); return rk.Leader == "b" && rk.Size == 1 && rk.Index == 0 })
 	settle(t, h, b)
 	h.check(t)
+}
+
+// A member that New found joining a rink of protocol 3 follows the narrow
+// view from the start: before its first listing arrives it knows no map,
+// and must not ask for the wide view for that (a listing of every member
+// key per joining member, and a watch torn down and made again twice).
+func TestNarrowJoinStaysNarrowBeforeItsListing(t *testing.T) {
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.r.relistCh = make(chan struct{}, 1)
+	b.r.syncView()
+	if b.r.wideView.Load() {
+		t.Fatal("a member with no listing yet asked for the wide view")
+	}
+	select {
+	case <-b.r.relistCh:
+		t.Fatal("a member with no listing yet asked for a new listing")
+	default:
+	}
+	// A listing with no map at all: the rink has none, and the member
+	// follows the wide view (a rink of no protocol yet).
+	b.r.onWatch(watchBatch{snapshot: true, kvs: nil, rev: 20})
+	b.r.syncView()
+	if !b.r.wideView.Load() {
+		t.Fatal("a member that listed a rink with no map follows the narrow view")
+	}
+}
+
+// A batch of the view the member has left (sent before the watcher saw the
+// switch) is dropped: a wide listing that arrives after the member asked
+// for the narrow view must not fill the view with every member key (the
+// narrow listing that follows would not empty it).
+func TestNarrowDropsBatchesOfTheViewLeft(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	b.r.onWatch(watchBatch{snapshot: true, wide: true, kvs: b.seen([]*mvccpb.KeyValue{
+		memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0), memberKV("c", 4, 4, 0, 0),
+		mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L)}), rev: 20})
+	if n := len(b.r.st.members); n > 1 {
+		t.Fatalf("the narrow view keeps %d member keys from a wide listing it had left", n)
+	}
+	if b.r.st.view.wide {
+		t.Fatal("a wide listing of the view left made the view wide")
+	}
+	b.r.onWatch(watchBatch{wide: true, rev: 21, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: memberKV("d", 21, 21, 0, 0)}}})
+	if _, ok := b.r.st.members["d"]; ok {
+		t.Fatal("the narrow view took a member key from a wide batch")
+	}
 }

@@ -557,6 +557,33 @@ func (b *Breadth) keepAliveSize() (int, error) {
 	return keepAliveSize(h.ClusterId, h.MemberId, h.Revision, h.RaftTerm, int64(resp.Leases[0].ID), int64(b.cfg.TTL/time.Second)), nil
 }
 
+// writeHeapProfile writes a heap profile and a goroutine profile of the
+// rink as built, to the CPU profile's file name with ".heap" and
+// ".goroutines" added, if that is not empty.
+func writeHeapProfile(cpuFile string) error {
+	if cpuFile == "" {
+		return nil
+	}
+	runtime.GC()
+	for _, p := range []struct {
+		name, ext string
+		debug     int
+	}{{"heap", ".heap", 0}, {"goroutine", ".goroutines", 1}} {
+		f, err := os.Create(cpuFile + p.ext)
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup(p.name).WriteTo(f, p.debug)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // startProfile starts a CPU profile into file, if it is not empty; stop
 // ends it.
 func startProfile(file string) (stop func(), err error) {
@@ -802,6 +829,10 @@ func Scale(env Env, cfg ScaleConfig) (Sample, error) {
 		return nil, err
 	}
 	b.Profile = cfg.Profile
+	if err := writeHeapProfile(cfg.Profile); err != nil {
+		b.Close()
+		return nil, err
+	}
 	s, err := b.Run()
 	b.Close()
 	if err != nil {
