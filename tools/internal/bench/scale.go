@@ -38,10 +38,17 @@ func mallocs() uint64 {
 
 // memInUse is the heap in use plus goroutine stacks, after a collection.
 func memInUse() uint64 {
+	heap, stacks := memSplit()
+	return heap + stacks
+}
+
+// memSplit is the heap in use and the goroutine stacks, after a
+// collection.
+func memSplit() (heap, stacks uint64) {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc + ms.StackInuse
+	return ms.HeapAlloc, ms.StackInuse
 }
 
 // applyLog records, per member, the newest map version it applied and when.
@@ -104,6 +111,7 @@ type Breadth struct {
 	// Setup figures: how long building the rink took and what it costs.
 	SetupTime      time.Duration
 	BytesPerMember float64
+	StackPerMember float64 // of BytesPerMember: goroutine stacks
 	Goroutines     float64 // per member
 	// Profile, if set, is a file to write a CPU profile of Run's join to.
 	Profile string
@@ -161,7 +169,8 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		}
 		b.clients = append(b.clients, cli)
 	}
-	mem0, g0 := memInUse(), runtime.NumGoroutine()
+	heap0, stack0 := memSplit()
+	g0 := runtime.NumGoroutine()
 	began := time.Now()
 	if _, err := b.join(); err != nil { // the first leads
 		b.Close()
@@ -205,7 +214,9 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		return nil, err
 	}
 	b.SetupTime = time.Since(began)
-	b.BytesPerMember = float64(memInUse()-mem0) / float64(n)
+	heap1, stack1 := memSplit()
+	b.BytesPerMember = (float64(heap1) - float64(heap0) + float64(stack1) - float64(stack0)) / float64(n)
+	b.StackPerMember = (float64(stack1) - float64(stack0)) / float64(n)
 	b.Goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
 	return b, nil
 }
@@ -267,6 +278,7 @@ func (b *Breadth) Run() (Sample, error) {
 		"ttl_s":                 b.cfg.TTL.Seconds(),
 		"setup_s":               b.SetupTime.Seconds(),
 		"kib_per_member":        b.BytesPerMember / 1024,
+		"stack_kib_per_member":  b.StackPerMember / 1024,
 		"goroutines_per_member": b.Goroutines,
 	}
 	// What building the rink wrote (the last acknowledgements, floors and
