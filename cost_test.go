@@ -3,6 +3,7 @@ package rink
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -53,5 +54,63 @@ func TestWatchEventCostFlat(t *testing.T) {
 	t.Logf("bytes allocated per watch event: %.0f with 50 members, %.0f with 2,000", small, large)
 	if large > 1.5*small+512 {
 		t.Fatalf("a watch event costs %.0f bytes with 2,000 members, %.0f with 50: it grows with the rink", large, small)
+	}
+}
+
+// recordBytes returns the bytes a member that does not lead allocates, on
+// average, to apply one change record that moves one slot between two
+// other members, in a rink of n members on S slots.
+func recordBytes(t *testing.T, n, S int) float64 {
+	const L = 10
+	b := newBare(t, "self", S, 5)
+	b.narrowView()
+	b.put(memberKV("self", 5, 5, 0, 0))
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
+	for i := range m.Members {
+		m.Members[i] = fmt.Sprintf("member-%05d", i)
+	}
+	m.Members[0] = "self"
+	for s := range m.Table {
+		m.Table[s] = s % n
+	}
+	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(m, L, L)}, rev: L})
+	const rounds = 50
+	var total uint64
+	for i := 1; i <= rounds; i++ {
+		next := m
+		next.Version = m.Version + 1
+		next.Table = slices.Clone(m.Table)
+		s := 1 + i%(S-1)
+		if s%n == 0 {
+			s++ // (not one of ours)
+		}
+		next.Table[s] = 1 + next.Table[s]%(n-1)
+		c := diff(&m, &next)
+		kv := mapKV(next, L, L+next.Version)
+		kv.Value = c.encode()
+		batch := watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + next.Version}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.r.onWatch(batch)
+		runtime.ReadMemStats(&after)
+		total += after.TotalAlloc - before.TotalAlloc
+		if b.r.st.cur.Version != next.Version {
+			t.Fatalf("version %d not applied", next.Version)
+		}
+		m = next
+	}
+	return float64(total) / rounds
+}
+
+// TestRecordCostFlat: a record that moves one slot between two other
+// members costs a member about the same bytes with 16,384 slots and 2,000
+// members as with 1,024 slots and 50: it must not copy the slot table (at
+// 8731f83 each record cloned it: 131 KiB per member per change at 16,384
+// slots, 1.3 GB per change over a rink of 10,000).
+func TestRecordCostFlat(t *testing.T) {
+	small, large := recordBytes(t, 50, 1024), recordBytes(t, 2000, 16384)
+	t.Logf("bytes allocated per record: %.0f with 50 members on 1,024 slots, %.0f with 2,000 on 16,384", small, large)
+	if large > 1.5*small+1024 {
+		t.Fatalf("a record costs %.0f bytes with 2,000 members on 16,384 slots, %.0f with 50 on 1,024: it grows with the rink", large, small)
 	}
 }

@@ -29,7 +29,7 @@ func cutOffHolder(t *testing.T, h *history, opts, xOpts []Option) (name string, 
 	x = join(t, proxyClient(t, p), name, append(append([]Option{WithMemberName("x")}, opts...), xOpts...)...)
 	// (Not settle: x's events may be recorded under another name.)
 	eventually(t, 10*time.Second, "a and x ranked, on one map", func() bool {
-		m := a.owners.Load()
+		m := a.ownersNow()
 		return m != nil && len(m.Members) == 2 && len(m.Waiting) == 0 && len(m.Incoming) == 0 && x.Rank().Version == m.Version
 	})
 	role = roleOf(t, x)

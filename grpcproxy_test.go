@@ -177,14 +177,14 @@ func TestGRPCProxy(t *testing.T) {
 		n := start(fmt.Sprint("new", i), newClient(t, addr))
 		live = append(live, n)
 		eventually(t, 10*time.Second, n.Member()+" listed as waiting", func() bool { return n.Rank().Waiting })
-		want := ownedBy(old.owners.Load(), old.Member())
+		want := ownedBy(old.ownersNow(), old.Member())
 		if err := old.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
 			t.Fatalf("shutdown of %s: %v", old.Member(), err)
 		}
 		live = slices.DeleteFunc(live, func(r *Rink) bool { return r == old })
 		eventually(t, 10*time.Second, n.Member()+" ranked", func() bool { return n.Rank().Index == i })
 		step("replacing "+old.Member(), live)
-		if got := ownedBy(n.owners.Load(), n.Member()); len(got) != len(want) {
+		if got := ownedBy(n.ownersNow(), n.Member()); len(got) != len(want) {
 			t.Fatalf("%s owns %d slots, its predecessor %s had %d", n.Member(), len(got), old.Member(), len(want))
 		}
 	}

@@ -58,7 +58,7 @@ func TestShutdownRightAfterJoin(t *testing.T) {
 			}
 			idx := leaver.Rank().Index
 			var theirs []int
-			m := leaver.owners.Load()
+			m := leaver.ownersNow()
 			for s := 0; s < m.Slots; s++ {
 				if m.owner(s) == leaver.Member() {
 					theirs = append(theirs, s)
@@ -142,7 +142,7 @@ func TestMapPutBackUnchanged(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "a newer map version proclaimed", func() bool {
 		for _, m := range ms {
-			if m.Rank().Version <= ms[0].owners.Load().Version-1 || m.Rank().Index < 0 {
+			if m.Rank().Version <= ms[0].ownersNow().Version-1 || m.Rank().Index < 0 {
 				return false
 			}
 		}
@@ -192,7 +192,7 @@ func TestMapRewrittenSameVersion(t *testing.T) {
 	if f := since(h, t0, EventFenced); len(f) > 0 {
 		t.Errorf("%d fences after the map was rewritten (first: %s, %v)", len(f), f[0].Member, f[0].Cause)
 	}
-	if o := ms[0].owners.Load(); !slices.Equal(o.Table, m.Table) {
+	if o := ms[0].ownersNow(); !slices.Equal(o.Table, m.Table) {
 		t.Errorf("the rewritten table was not kept: the leader moved slots again")
 	}
 }

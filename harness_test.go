@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -332,4 +333,19 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 			fn()
 		}
 	}
+}
+
+// ownersNow returns a copy of the map r publishes to its API (see Owner),
+// for a test to read at leisure: the run goroutine may write the
+// published table in place (see applyInPlace).
+func (r *Rink) ownersNow() *rankMap {
+	r.ownersMu.RLock()
+	defer r.ownersMu.RUnlock()
+	m := r.owners.Load()
+	if m == nil {
+		return nil
+	}
+	c := *m
+	c.Table, c.Members = slices.Clone(m.Table), slices.Clone(m.Members)
+	return &c
 }

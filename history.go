@@ -13,16 +13,20 @@ import "sort"
 //
 // Invariants: from = 0 (nothing known; top = 0) or base ≤ from ≤ top,
 // where base is the seq of the base map; every map from from to top was
-// added, in order, with no gap; for every slot s, changes[s] rises
-// strictly by seq, every seq in it is above base, and the owner of s in
-// the map of seq v (from ≤ v ≤ top) is the name of the last entry of
-// changes[s] whose seq ≤ v, or else the base map's owner of s ("" when it
-// ranks nobody). Entries below from are dropped lazily (see prune),
-// keeping the one in force at from.
+// added, in order, with no gap; for every slot s, changes[s] is empty or
+// begins with an entry of seq base naming s's owner in the base map, and
+// rises strictly by seq after it; the owner of s in the map of seq v (from
+// ≤ v ≤ top) is the name of the last entry of changes[s] whose seq ≤ v,
+// or else (no entry) the base map's owner of s ("" when it ranks nobody).
+// baseTable may be the table of a later map, written in place by the
+// records applied since (see applyInPlace): its entries are the base
+// map's for the slots with no entry in changes, and only those are read.
+// Entries below from are dropped lazily (see prune), keeping the one in
+// force at from.
 type slotHistory struct {
 	from, top int64
 	baseSeq   int64
-	baseTable slotTable // the base map's table (shared: never written)
+	baseTable slotTable // the base map's table (shared; see the invariants)
 	baseNames []string  // the base map's members (shared: never written)
 	changes   map[int][]ownerSince
 	entries   int // entries over all slots, for prune
@@ -79,20 +83,45 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 		h.baseTable, h.baseNames = m.Table, m.Members
 		return
 	}
-	var only []int
 	if delta != nil && !delta.renamed {
-		only = delta.moved // (no other slot's owner changed)
-	}
-	for s := range slotRange(only, m.Slots) {
-		if o := m.owner(s); o != h.last(s) {
-			if h.changes == nil {
-				h.changes = map[int][]ownerSince{}
+		// No other slot's owner changed, and no index was renamed: a moved
+		// slot's owner in the map before is its last entry, or the name of
+		// its old entry (the table may have been written in place since).
+		for i, s := range delta.moved {
+			was := ""
+			if l := h.changes[s]; len(l) > 0 {
+				was = l[len(l)-1].name
+			} else if o := delta.old[i]; o >= 0 && o < len(m.Members) {
+				was = m.Members[o]
 			}
-			h.changes[s] = append(h.changes[s], ownerSince{seq, o})
-			h.entries++
+			if o := m.owner(s); o != was {
+				h.change(s, was, seq, o)
+			}
+		}
+	} else {
+		for s := range m.Slots {
+			if o, was := m.owner(s), h.last(s); o != was {
+				h.change(s, was, seq, o)
+			}
 		}
 	}
 	h.top = seq
+}
+
+// change records that slot s, owned by was until now, is owned by o from
+// the map of seq seq on. The first change of a slot since the base also
+// records was as its owner in the base (see the invariants).
+func (h *slotHistory) change(s int, was string, seq int64, o string) {
+	if h.changes == nil {
+		h.changes = map[int][]ownerSince{}
+	}
+	l := h.changes[s]
+	if len(l) == 0 {
+		l = append(l, ownerSince{h.baseSeq, was})
+		h.entries++
+	}
+	h.changes[s] = append(l, ownerSince{seq, o})
+	h.entries++
 }
 
 // prune forgets the maps below seq low: a later check that needs them

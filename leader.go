@@ -399,6 +399,7 @@ func (r *Rink) plan() {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	}
 	t := transition{Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
+	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

@@ -464,6 +464,7 @@ func (r *Rink) reportLoad() {
 			rates, ticked = meter.tick(now, held, roleOf, interval, window), true
 		}
 		var owned []int
+		r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
 		if m := r.owners.Load(); m != nil {
 			i := -1
 			if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
@@ -479,6 +480,7 @@ func (r *Rink) reportLoad() {
 				}
 			}
 		}
+		r.ownersMu.RUnlock()
 		rep := withRoles(rates, roleOf, owned)
 		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()

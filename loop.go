@@ -77,6 +77,14 @@ type state struct {
 	mine    holdings
 	prev    rankMap // the map applied before cur (its version only, once applyMap is done)
 	prevSeq int64   // its seq
+	// proclaiming counts the proclaim goroutines under way (see plan):
+	// each reads a map that shares st.cur's table.
+	proclaiming int
+	// prevOld, while applyMap runs, is the record that made cur of prev
+	// when it was applied into prev's table (see applyInPlace): prev's
+	// entries for the slots it moved are cur's then, and prevOwner reads
+	// them from it. Nil otherwise.
+	prevOld *mapDelta
 	joins   int     // incarnations so far
 	pending slotSet // owned but not yet held
 	moved   bool    // reconcile changed what this member owns (see applyMap)
@@ -200,6 +208,7 @@ func (r *Rink) run(first *incarnation) {
 		case e := <-r.electedCh:
 			r.onElected(e)
 		case res := <-r.proclaimedCh:
+			st.proclaiming--
 			r.onProclaimed(res)
 		case <-timer:
 			st.lead.timer = nil
@@ -642,8 +651,34 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	} else {
 		st.taint = 0
 	}
-	// (Only the leader checks a record against every member: see applyAs.)
-	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil)
+	// What a record applied to the map before it changes (nil: unknown, a
+	// whole map), so that the passes below cost what it changed; taken
+	// before it is applied, which may write into the current map's table.
+	var delta *mapDelta
+	if c, ok := decodeRecord(kv.Value); ok && snap == nil && !fresh && sameLineage && kv.Version == st.curSeq+1 {
+		delta = deltaOf(&st.cur, &c)
+	}
+	// A member that does not lead applies a record laxly (only the leader
+	// checks it against every member: see applyAs) and, when it renames
+	// nobody, into its own table (see applyInPlace): it owns that table,
+	// and publishes it to other goroutines (Owner) under ownersMu. The
+	// leader's planning, and a proclaim still under way from a leadership
+	// just lost, may share it.
+	inPlace := delta != nil && !delta.renamed && st.lead == nil && st.proclaiming == 0 && len(st.cur.Table) > 0
+	if inPlace {
+		r.ownersMu.Lock()
+	}
+	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil, inPlace)
+	if inPlace {
+		if err == nil {
+			r.owners.Store(&m) // (with the table written: the old map's members may not cover its entries)
+		}
+		r.ownersMu.Unlock()
+	}
+	st.prevOld = nil
+	if inPlace && err == nil {
+		st.prevOld = delta // (the map before shares the table now: see prevOwner)
+	}
 	if errors.Is(err, errUnderived) {
 		r.underived(kv)
 		return
@@ -696,12 +731,6 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		}
 	}
 	began := time.Now()
-	// What a record applied to the map before it changed (nil: unknown, a
-	// whole map), so that the passes below cost what it changed.
-	var delta *mapDelta
-	if c, ok := decodeRecord(kv.Value); ok && snap == nil && !fresh && !newLineage && kv.Version == st.curSeq+1 {
-		delta = deltaOf(&st.cur, &c)
-	}
 	st.lineage = kv.CreateRevision
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
@@ -759,7 +788,26 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// above): keep its version, not its members and table, which at
 	// 10,000 members cost every member a quarter of a megabyte.
 	st.prev = rankMap{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
+	st.prevOld = nil
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
+}
+
+// prevOwner returns slot s's owner in the map applied before the current
+// one (st.prev), while applyMap runs: from the record's old entries when
+// it was applied into that map's table (see prevOld).
+func (r *Rink) prevOwner(s int) string {
+	st := &r.st
+	if d := st.prevOld; d != nil {
+		for i := len(d.moved) - 1; i >= 0; i-- {
+			if d.moved[i] == s {
+				if o := d.old[i]; o >= 0 && o < len(st.prev.Members) {
+					return st.prev.Members[o]
+				}
+				return ""
+			}
+		}
+	}
+	return st.prev.owner(s)
 }
 
 // underived handles a change record this member cannot apply (see
@@ -949,7 +997,7 @@ func (r *Rink) reconcileSlots(only []int) {
 			e := st.mine.own(s)
 			e.gain, e.gainRev, e.at = st.curSeq, st.curRev, now
 			if st.prevSeq == st.curSeq-1 {
-				e.from = st.prev.owner(s)
+				e.from = r.prevOwner(s)
 			}
 			st.pending.add(s)
 			continue

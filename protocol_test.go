@@ -179,14 +179,14 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
 	settle(t, h, a)
 	mark := time.Now()
-	later := a.owners.Load()
+	later := a.ownersNow()
 	m := *later
 	m.Schema, m.Version = 7, later.Version+1
 	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(m.encode())); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "a map of this build's protocol again, every slot held", func() bool {
-		cur := a.owners.Load()
+		cur := a.ownersNow()
 		if cur.Schema != schemaVersion || cur.Version <= m.Version {
 			return false
 		}
@@ -210,7 +210,7 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	}
 	b := join(t, cli, other, WithMemberName("b"))
 	eventually(t, 10*time.Second, "b ranked in a map of this build's protocol", func() bool {
-		cur := b.owners.Load()
+		cur := b.ownersNow()
 		return b.Rank().Index == 0 && cur != nil && cur.Schema == schemaVersion
 	})
 }

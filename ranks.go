@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -94,7 +95,7 @@ func parseTable(b []byte) (v []int, ok bool) {
 		return nil, false
 	}
 	i++
-	v = make([]int, 0, len(b)/2)
+	v = make([]int, 0, bytes.Count(b, []byte{','})+1) // (exact for the form leaders write: a member keeps the table)
 	skip()
 	if i < len(b) && b[i] == ']' {
 		i++

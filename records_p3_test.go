@@ -56,7 +56,7 @@ func TestChangeRecordsInTheMapKey(t *testing.T) {
 		t.Fatalf("snapshot at revision %d (map at %d), version %d (record %d): %v", snapRev, rev, m.Version, c.Version, err)
 	}
 	for _, r := range ms {
-		if got := r.owners.Load(); !sameMap(got, &m) {
+		if got := r.ownersNow(); !sameMap(got, &m) {
 			t.Fatalf("%s follows %+v, the whole map is %+v", r.Member(), *got, m)
 		}
 	}
@@ -104,7 +104,7 @@ func TestChangeRecordPutBack(t *testing.T) {
 	})
 	settle(t, h, append(ms, n)...)
 	for _, e := range since(h, t0, EventReleased) {
-		if e.Member != "n" && !slices.Contains(slotsOf(n.owners.Load(), "n"), e.Slot) {
+		if e.Member != "n" && !slices.Contains(slotsOf(n.ownersNow(), "n"), e.Slot) {
 			t.Errorf("a release after a record put back, not to the newcomer: %+v", e)
 		}
 	}

@@ -130,7 +130,7 @@ func FuzzApplyRecord(f *testing.F) {
 			m, err := apply(&prev, &c)
 			// apply checks only what the record changed: it must refuse
 			// exactly the maps that validate refuses.
-			whole, uerr := applyUnchecked(&prev, &c)
+			whole, uerr := applyUnchecked(&prev, &c, false)
 			if uerr == nil {
 				uerr = whole.validate()
 			}
@@ -155,6 +155,20 @@ func FuzzApplyRecord(f *testing.F) {
 			}
 			if prev.Version != 2 || len(prev.Members) > 0 && (prev.Members[0] != "a" || prev.Table[1] != 1) {
 				t.Fatal("apply changed prev")
+			}
+			// In place, it takes what lax apply takes, the same map, and
+			// leaves prev's table as it was when it refuses.
+			own := prev
+			own.Table = slices.Clone(prev.Table)
+			im, ierr := applyInPlace(&own, &c, true)
+			if (ierr == nil) != (lerr == nil) {
+				t.Fatalf("in place: %v; lax apply: %v", ierr, lerr)
+			}
+			if ierr == nil && !reflect.DeepEqual(im, lm) {
+				t.Fatalf("in place: %+v, lax apply: %+v", im, lm)
+			}
+			if ierr != nil && !slices.Equal(own.Table, prev.Table) {
+				t.Fatalf("a refused in-place apply left the table %v, was %v", own.Table, prev.Table)
 			}
 		}
 		// Maps with no members pass validate whatever their slot count

@@ -103,7 +103,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 	runCtx, stopRuns := context.WithCancel(context.Background())
 	var runs sync.WaitGroup
 	defer func() { stopRuns(); letGo(); runs.Wait() }()
-	m := m0.owners.Load()
+	m := m0.ownersNow()
 	for s := 0; s < S; s++ {
 		if m.owner(s) != m0.Member() {
 			continue
@@ -141,7 +141,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 	b := join(t, newClient(t), name, append([]Option{WithMemberName("b"), h.hook()}, opts...)...)
 	var fromM0, fromM1 []int
 	eventually(t, 15*time.Second, "b ranked, holding m1's slot, m0's still draining", func() bool {
-		cur := m1.owners.Load()
+		cur := m1.ownersNow()
 		fromM0, fromM1 = fromM0[:0], fromM1[:0]
 		for s := 0; s < S; s++ {
 			if cur.owner(s) == "b" && len(cur.Incoming) == 0 {
@@ -177,7 +177,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 		defer cancel()
 		left <- b.Shutdown(ctx)
 	}()
-	eventually(t, 10*time.Second, "the leader announces b's slots", func() bool { return len(m0.owners.Load().Incoming) > 0 })
+	eventually(t, 10*time.Second, "the leader announces b's slots", func() bool { return len(m0.ownersNow().Incoming) > 0 })
 	letGo() // m0's drain ends: it acknowledges, and b's unstarted slots are free
 	ended := time.Now()
 
@@ -195,7 +195,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 			break
 		}
 		if time.Since(ended) > within {
-			cur := m0.owners.Load()
+			cur := m0.ownersNow()
 			t.Errorf("%v after m0's drain ended, slots %v (owned by leaving b, never started) have no holder; map %d table %v incoming %v leave %v",
 				within, unheld, cur.Version, cur.Table, cur.Incoming, cur.Leave)
 			break

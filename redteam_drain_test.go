@@ -76,7 +76,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 	settle(t, h, a, b)
 
 	// Two roles in a slot a owns.
-	m := a.owners.Load()
+	m := a.ownersNow()
 	x := -1
 	for s := 0; s < S; s++ {
 		if m.owner(s) == "a" {

@@ -63,7 +63,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 
 	var bSlots []int
 	eventually(t, 10*time.Second, "b owns slots", func() bool {
-		m := l.owners.Load()
+		m := l.ownersNow()
 		bSlots = slotsOf(m, b.Member())
 		return len(m.Members) == 3 && len(bSlots) > 0
 	})
@@ -74,7 +74,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 		defer cancel()
 		leaving <- a.Shutdown(ctx)
 	}()
-	eventually(t, 10*time.Second, "the leader announces a's slots", func() bool { return len(l.owners.Load().Incoming) > 0 })
+	eventually(t, 10*time.Second, "the leader announces a's slots", func() bool { return len(l.ownersNow().Incoming) > 0 })
 
 	cs[2].Close() // b crashes: its lease expires in about 2 s
 	crash := time.Now()
@@ -89,7 +89,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 	deadline := crash.Add(within)
 	for {
 		held := h.holders()
-		cur := l.owners.Load()
+		cur := l.ownersNow()
 		var unheld []string
 		for _, s := range bSlots {
 			hs := slices.DeleteFunc(slices.Clone(held[s]), func(n string) bool { return n == b.Member() })
@@ -150,7 +150,7 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	c := join(t, newClient(t), name, append(opts, WithMemberName("c"), h.hook())...)
 	deadline := time.Now().Add(3*warmup + 5*time.Second)
 	for {
-		m := ms[0].owners.Load()
+		m := ms[0].ownersNow()
 		n := 0
 		for s := 0; s < S; s++ {
 			if m.owner(s) == c.Member() {
@@ -231,7 +231,7 @@ func TestRedteamWarmupNeverEndsWhileLoadMoves(t *testing.T) {
 	within := 3*warmup + 3*time.Second
 	versions := map[int64]bool{}
 	for {
-		m := a.owners.Load()
+		m := a.ownersNow()
 		if len(m.Incoming) > 0 {
 			versions[m.Version] = true
 		}
@@ -279,7 +279,7 @@ func TestRedteamWarmLeaveIgnoresShutdownContext(t *testing.T) {
 
 	// b must hold slots when it leaves, or there is nothing to warm up:
 	// settle waits until the newcomer's announced slots are moved to it.
-	if m := a.owners.Load(); len(m.Incoming) > 0 || !slices.Contains(m.Table, m.index(b.Member())) {
+	if m := a.ownersNow(); len(m.Incoming) > 0 || !slices.Contains(m.Table, m.index(b.Member())) {
 		t.Fatalf("b owns no slot before its Shutdown: map %d members %v table %v incoming %v", m.Version, m.Members, m.Table, m.Incoming)
 	}
 
@@ -342,7 +342,7 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Close()
-	m := l.owners.Load()
+	m := l.ownersNow()
 	dSlots := slotsOf(m, "d")
 	leaving := make(chan error, 1)
 	go func() {
@@ -351,7 +351,7 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 		leaving <- a.Shutdown(ctx)
 	}()
 	eventually(t, 10*time.Second, "the leader announces a's slots, d applies the announcement", func() bool {
-		cur := l.owners.Load()
+		cur := l.ownersNow()
 		return len(cur.Incoming) > 0 && d.Rank().Version == cur.Version && a.Rank().Version == cur.Version
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -363,7 +363,7 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 	within := 3 * time.Second
 	for {
 		held := h.holders()
-		cur := l.owners.Load()
+		cur := l.ownersNow()
 		var unheld []string
 		for _, s := range dSlots {
 			if hs := slices.DeleteFunc(slices.Clone(held[s]), func(n string) bool { return n == "d" }); len(hs) == 0 {

@@ -87,7 +87,7 @@ func TestRestoreFromSnapshot(t *testing.T) {
 	e = restoreAt(t, snap, dir, client, peer)
 
 	eventually(t, 30*time.Second, "the live members ranked and holding every slot again", func() bool {
-		m := ms[0].owners.Load()
+		m := ms[0].ownersNow()
 		if m == nil || len(m.Members) != 3 {
 			return false
 		}
@@ -202,13 +202,13 @@ func TestRestoreWhileMembersAway(t *testing.T) {
 	b := join(t, proxyClient(t, pb), name, append(opts, WithMemberName("b"))...)
 	eventually(t, 10*time.Second, "both ranked", func() bool { return b.Rank().Index >= 0 && b.Rank().Size == 2 })
 	settle(t, h, a, b)
-	ofA := ownedBy(a.owners.Load(), "a")
+	ofA := ownedBy(a.ownersNow(), "a")
 
 	// Cut a off; save the snapshot while its key is still there.
 	pa.Close()
 	snap := saveSnapshot(t, endpoint, dir)
 	eventually(t, 4*ttl, "b holds a's slots", func() bool {
-		m := b.owners.Load()
+		m := b.ownersNow()
 		if m == nil || m.index("a") >= 0 {
 			return false
 		}
@@ -233,6 +233,6 @@ func TestRestoreWhileMembersAway(t *testing.T) {
 	eventually(t, 4*ttl, "b fenced", func() bool { return fencedSince(h, "b", tb) })
 	h.check(t)
 	proxyTo(t, endpoint, fromB)
-	eventually(t, 30*time.Second, "every slot held once again", func() bool { return h.heldAsMapped(b.owners.Load()) })
+	eventually(t, 30*time.Second, "every slot held once again", func() bool { return h.heldAsMapped(b.ownersNow()) })
 	h.check(t)
 }

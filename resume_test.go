@@ -64,7 +64,7 @@ func fencedSince(h *history, member string, t0 time.Time) bool {
 // and that no other member acquired anything.
 func checkResumed(t *testing.T, h *history, ms []*Rink, fenced []*Rink, mark time.Time, before map[string]map[int]int64) {
 	t.Helper()
-	m := ms[0].owners.Load()
+	m := ms[0].ownersNow()
 	acq, _ := slotsSince(h, mark)
 	after := slotTokens(h)
 	for _, r := range ms {
@@ -115,7 +115,7 @@ func TestFencedMemberResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.owners.Load().ByLoad })
+	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.ownersNow().ByLoad })
 	settle(t, h, ms...)
 	waitSettled(t, ms...)
 	version, rankB := a.Rank().Version, b.Rank().Index
@@ -297,7 +297,7 @@ func TestAllMembersResume(t *testing.T) {
 		for _, r := range ms {
 			n += len(acq[r.Member()])
 		}
-		return n >= ms[0].owners.Load().Slots
+		return n >= ms[0].ownersNow().Slots
 	})
 	settle(t, h, ms...)
 	for _, m := range ms {

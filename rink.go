@@ -67,8 +67,12 @@ type Rink struct {
 	// goroutine writes it.
 	slots  slotStates
 	owners atomic.Pointer[rankMap]
-	rank   atomic.Pointer[rankState]
-	listed atomic.Bool // the leader has listed this member at least once (see Ready)
+	// ownersMu guards the table of the map in owners, which the run
+	// goroutine may write in place (see applyInPlace): readers hold it
+	// shared while they read the table.
+	ownersMu sync.RWMutex
+	rank     atomic.Pointer[rankState]
+	listed   atomic.Bool // the leader has listed this member at least once (see Ready)
 
 	stopping    chan struct{} // closed when shutdown begins
 	stopOnce    sync.Once

@@ -389,7 +389,7 @@ func cluster(t testing.TB, h *history, n int, opts ...Option) (string, []*Rink, 
 func settle(t testing.TB, h *history, ms ...*Rink) {
 	t.Helper()
 	eventually(t, 10*time.Second, "members hold their slots", func() bool {
-		m := ms[0].owners.Load()
+		m := ms[0].ownersNow()
 		if m == nil || len(m.Incoming) > 0 || !h.heldAsMapped(m) {
 			return false
 		}
@@ -466,14 +466,14 @@ func rollingDeploy(tb testing.TB, h *history, started func(*Rink)) ([]*Rink, tim
 		// The readiness check of a rolling deploy: the old member may go
 		// once the leader lists the newcomer as waiting.
 		eventually(tb, 10*time.Second, "newcomer listed as waiting", func() bool { return n.Rank().Waiting })
-		want := ownedBy(o.owners.Load(), o.Member())
+		want := ownedBy(o.ownersNow(), o.Member())
 		if err := o.Shutdown(context.Background()); err != nil {
 			tb.Fatal(err)
 		}
 		all = slices.DeleteFunc(all, func(r *Rink) bool { return r == o })
 		eventually(tb, 10*time.Second, "newcomer ranked", func() bool { return n.Rank().Index == i })
 		settle(tb, h, all...)
-		if got := ownedBy(n.owners.Load(), n.Member()); !maps.Equal(got, want) {
+		if got := ownedBy(n.ownersNow(), n.Member()); !maps.Equal(got, want) {
 			tb.Fatalf("newcomer %s owns %d slots, its predecessor had %d", n.Member(), len(got), len(want))
 		}
 	}
@@ -545,7 +545,7 @@ func TestScaleOut(t *testing.T) {
 	h := &history{}
 	name, ms, _ := cluster(t, h, 4)
 	settle(t, h, ms...)
-	before := *ms[0].owners.Load()
+	before := *ms[0].ownersNow()
 	role := roleOf(t, ms[1])
 	held, err := ms[1].AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
 	if err != nil {
@@ -556,7 +556,7 @@ func TestScaleOut(t *testing.T) {
 	all := append(slices.Clone(ms), n)
 	eventually(t, 10*time.Second, "m4 ranked", func() bool { return n.Rank().Index == 4 })
 	settle(t, h, all...)
-	after := *n.owners.Load()
+	after := *n.ownersNow()
 	if m := moved(before, after); m < DefaultSlots/5 || m > DefaultSlots/5+1 {
 		t.Fatalf("%d slots moved, want %d's share", m, DefaultSlots/5)
 	}
@@ -588,13 +588,13 @@ func TestLeaderCrash(t *testing.T) {
 	if ms[0].Rank().Leader != "m0" {
 		t.Fatalf("leader is %s", ms[0].Rank().Leader)
 	}
-	before := *ms[1].owners.Load()
+	before := *ms[1].ownersNow()
 	theirs := ownedBy(&before, "m0")
 	mark := time.Now()
 	cs[0].Close()
 	eventually(t, 15*time.Second, "new leader", func() bool { return ms[1].Rank().Leader != "m0" && ms[1].Rank().Leader != "" })
 	settle(t, h, ms[1:]...)
-	after := *ms[1].owners.Load()
+	after := *ms[1].ownersNow()
 	if m := moved(before, after); m != len(theirs) {
 		t.Fatalf("%d slots moved, want exactly the leader's %d", m, len(theirs))
 	}

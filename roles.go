@@ -173,6 +173,8 @@ func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 // while no member is ranked. The owner may not have started the role yet
 // (it waits until the previous holder let go).
 func (r *Rink) Owner(role string) (member string, ok bool) {
+	r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
+	defer r.ownersMu.RUnlock()
 	m := r.owners.Load()
 	if m == nil || len(m.Table) == 0 || role == "" {
 		return "", false

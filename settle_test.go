@@ -129,7 +129,7 @@ func waitRest(t testing.TB, h *history, ms ...*Rink) (*rankMap, time.Time) {
 // looksSettled returns the map of a rink that looks settled, or why it
 // does not.
 func looksSettled(h *history, ob *Observer, ms []*Rink) (*rankMap, string) {
-	m := ms[0].owners.Load()
+	m := ms[0].ownersNow()
 	switch {
 	case m == nil || m.Version == 0:
 		return nil, "no map"
@@ -155,7 +155,7 @@ func looksSettled(h *history, ob *Observer, ms []*Rink) (*rankMap, string) {
 			return nil, fmt.Sprintf("observer: %s live %v, acknowledged %d of %d", st.Name, st.Live, st.Ack, s.Version)
 		}
 	}
-	m = ms[0].owners.Load()
+	m = ms[0].ownersNow()
 	if m.Version != s.Version {
 		return nil, "the map changed meanwhile"
 	}
@@ -337,7 +337,7 @@ func TestSettledRollingDeployAfterFirstSettle(t *testing.T) {
 		// once the leader lists the newcomer as waiting.
 		eventually(t, 10*time.Second, n.Member()+" listed as waiting", func() bool { return n.Rank().Waiting })
 		idx := o.Rank().Index
-		want := ownedBy(o.owners.Load(), o.Member())
+		want := ownedBy(o.ownersNow(), o.Member())
 		if err := o.Shutdown(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 
 // holdsMapped reports whether r holds every slot its map gives it.
 func holdsMapped(r *Rink) bool {
-	m := r.owners.Load()
+	m := r.ownersNow()
 	if m == nil {
 		return false
 	}
@@ -57,7 +57,7 @@ func TestLeaselessMemberKeyIsStray(t *testing.T) {
 		resp, err := op.Get(context.Background(), zz)
 		return err == nil && len(resp.Kvs) == 0
 	})
-	if m := a.owners.Load(); m.index("zz") >= 0 {
+	if m := a.ownersNow(); m.index("zz") >= 0 {
 		t.Errorf("the leaseless key is ranked: %v", m.Members)
 	}
 	role := roleOf(t, c)
@@ -92,7 +92,7 @@ func TestStrangerBlocksNothing(t *testing.T) {
 	}
 	eventually(t, 3*time.Second, role+" held again", func() bool { return len(holding(role, a, b)) == 1 })
 	settle(t, h, a, b)
-	if m := a.owners.Load(); m.index("future") >= 0 {
+	if m := a.ownersNow(); m.index("future") >= 0 {
 		t.Errorf("the stranger is ranked: %v", m.Members)
 	}
 	h.check(t)
@@ -146,7 +146,7 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 	}
 	// A role awaited for the first time is reported at once, and the
 	// leader proclaims a map balanced by load: let it come first.
-	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.owners.Load().ByLoad })
+	eventually(t, 10*time.Second, "the map balanced by load", func() bool { return a.ownersNow().ByLoad })
 	settle(t, h, a, b, c)
 	version := a.Rank().Version
 	mark := cutUntilFenced(t, p, ctxB, ttl)

@@ -148,11 +148,18 @@ func (c *changeLog) still(name string, bound int64) int64 {
 // than prev gives the member at index pi (-1: not ranked there).
 func movedFor(prev, cur *rankMap, pi, ci int, delta *mapDelta) bool {
 	owns := func(m *rankMap, i, s int) bool { return i >= 0 && s < len(m.Table) && m.Table[s] == i }
-	var only []int
 	if delta != nil && !delta.renamed && pi == ci {
-		only = delta.moved // (the other slots kept their entries and names)
+		// The other slots kept their entries and names; the moved ones'
+		// entries in prev are the delta's (prev's table may be cur's: see
+		// applyInPlace).
+		for i, s := range delta.moved {
+			if (pi >= 0 && delta.old[i] == pi) != owns(cur, ci, s) {
+				return true
+			}
+		}
+		return false
 	}
-	for s := range slotRange(only, max(len(prev.Table), len(cur.Table))) {
+	for s := range max(len(prev.Table), len(cur.Table)) {
 		if owns(prev, pi, s) != owns(cur, ci, s) {
 			return true
 		}

@@ -133,7 +133,7 @@ func TestStrayKeys(t *testing.T) {
 			return true
 		})
 		settle(t, h, rest...)
-		for _, n := range rest[0].owners.Load().Members {
+		for _, n := range rest[0].ownersNow().Members {
 			if validName(n, false) != "" {
 				t.Fatalf("map ranks %q", n)
 			}

@@ -210,7 +210,7 @@ func TestWarmupShutdownHoldingNothing(t *testing.T) {
 	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
 	var bSlots []int
 	eventually(t, 10*time.Second, "the map gives b its slots", func() bool {
-		m := a.owners.Load()
+		m := a.ownersNow()
 		bSlots = slotsOf(m, b.Member())
 		return len(m.Incoming) == 0 && len(bSlots) > 0 && b.Rank().Version == m.Version
 	})
