@@ -37,7 +37,7 @@ type rankMap struct {
 	Version int64    `json:"version"`
 	Slots   int      `json:"slots"`
 	Leader  string   `json:"leader,omitempty"`
-	Members []string `json:"members"`
+	Members memberList `json:"members"`
 	Waiting []waiter `json:"waiting,omitempty"`
 	// Table maps each slot to the index of its owner in Members. It has
 	// Slots entries when Members is non-empty and none otherwise.
@@ -128,6 +128,97 @@ func parseTable(b []byte) (v []int, ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// memberList is a map's member names. It decodes with a fast path for
+// the form leaders write (a JSON array of plain ASCII strings): the names
+// share one allocation, and the list has exactly their number, where the
+// generic decoder made one allocation per name and a list up to twice as
+// long as needed (at 10,000 members a member keeps 10,000 names: issue
+// 25). Anything else goes through the generic decoder, with its errors.
+type memberList []string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (l *memberList) UnmarshalJSON(b []byte) error {
+	if v, ok := parseNames(b); ok {
+		*l = v
+		return nil
+	}
+	var v []string
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
+// parseNames parses b as a JSON array (or null) of strings of printable
+// ASCII with no escapes; ok is false for anything else. The names are
+// substrings of one copy of b.
+func parseNames(b []byte) (v []string, ok bool) {
+	i := 0
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+			i++
+		}
+	}
+	// scan checks the form and calls f with each name's bounds in b.
+	scan := func(f func(start, end int)) bool {
+		i = 0
+		skip()
+		if i >= len(b) || b[i] != '[' {
+			return false
+		}
+		i++
+		skip()
+		if i < len(b) && b[i] == ']' {
+			i++
+			skip()
+			return i == len(b)
+		}
+		for {
+			if i >= len(b) || b[i] != '"' {
+				return false
+			}
+			i++
+			start := i
+			for i < len(b) && b[i] >= 0x20 && b[i] < 0x7f && b[i] != '"' && b[i] != '\\' {
+				i++
+			}
+			if i >= len(b) || b[i] != '"' {
+				return false
+			}
+			f(start, i)
+			i++
+			skip()
+			if i >= len(b) {
+				return false
+			}
+			switch b[i] {
+			case ',':
+				i++
+				skip()
+			case ']':
+				i++
+				skip()
+				return i == len(b)
+			default:
+				return false
+			}
+		}
+	}
+	skip()
+	if string(b[i:]) == "null" {
+		return nil, true
+	}
+	n := 0
+	if !scan(func(int, int) { n++ }) {
+		return nil, false
+	}
+	all := string(b)
+	v = make([]string, 0, n)
+	scan(func(start, end int) { v = append(v, all[start:end]) })
+	return v, true
 }
 
 // waiter is a live member that has not been ranked yet.

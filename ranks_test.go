@@ -531,3 +531,54 @@ func FuzzShares(f *testing.F) {
 		}
 	})
 }
+
+// parseNames must agree with encoding/json wherever it answers, and
+// answer for the names leaders write.
+func TestParseNames(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+		ok   bool
+	}{
+		{`["a","bc","m0001"]`, []string{"a", "bc", "m0001"}, true},
+		{` [ "a" , "" ,"c" ] `, []string{"a", "", "c"}, true},
+		{`[]`, []string{}, true},
+		{`null`, nil, true},
+		{`["a\"b"]`, nil, false},
+		{`["a\u0062"]`, nil, false},
+		{`["é"]`, nil, false},
+		{`["a",]`, nil, false},
+		{`["a" "b"]`, nil, false},
+		{`["a"]x`, nil, false},
+		{`[1]`, nil, false},
+		{`["a`, nil, false},
+		{``, nil, false},
+	} {
+		got, ok := parseNames([]byte(c.in))
+		if ok != c.ok || ok && !slices.Equal(got, c.want) || ok && (got == nil) != (c.want == nil) {
+			t.Errorf("parseNames(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
+		}
+		if ok && cap(got) != len(got) {
+			t.Errorf("parseNames(%q): capacity %d for %d names", c.in, cap(got), len(got))
+		}
+	}
+}
+
+func FuzzParseNames(f *testing.F) {
+	for _, s := range []string{`["a","b"]`, `[]`, `null`, `["a\"b"]`, ` [ "x" ] `, `["é"]`, `[1]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseNames(b)
+		var want []string
+		err := json.Unmarshal(b, &want)
+		if ok && (err != nil || !slices.Equal(got, want)) {
+			t.Fatalf("parseNames(%q) = %q, json: %q, %v", b, got, want, err)
+		}
+		var l memberList
+		lerr := json.Unmarshal(b, &l)
+		if (lerr == nil) != (err == nil) || err == nil && !slices.Equal([]string(l), want) {
+			t.Fatalf("memberList(%q) = %q, %v; json: %q, %v", b, l, lerr, want, err)
+		}
+	})
+}
