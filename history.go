@@ -4,32 +4,33 @@ import "sort"
 
 // slotHistory is what the handover check (free) needs of the maps a member
 // applied: who owned each slot in every map from seq from to seq top. It
-// keeps a base, the owners in one map (its table and members, shared with
-// that map, not copied), and per slot whose owner changed since, the seqs
-// at which it did: a member's memory for it is O(slots that moved), and a
-// map applied from a record costs what the record moved (see mapDelta).
-// When every member has acknowledged the newest map, the base moves to it
-// (see rebase), and the changes go (issue 25).
+// keeps the newest map's owners (its table and members, shared with that
+// map, not copied) and, per slot whose owner changed since from, the seqs
+// at which it did: a member's memory for it is O(slots that moved since
+// the floor's lowest bound), and a map applied from a record costs what
+// the record moved (see mapDelta). As the floor rises (see prune) the
+// changes below it go, and a slot that has not changed since goes whole
+// (issue 25).
 //
-// Invariants: from = 0 (nothing known; top = 0) or base ≤ from ≤ top,
-// where base is the seq of the base map; every map from from to top was
-// added, in order, with no gap; for every slot s, changes[s] is empty or
-// begins with an entry of seq base naming s's owner in the base map, and
-// rises strictly by seq after it; the owner of s in the map of seq v (from
-// ≤ v ≤ top) is the name of the last entry of changes[s] whose seq ≤ v,
-// or else (no entry) the base map's owner of s ("" when it ranks nobody).
-// baseTable may be the table of a later map, written in place by the
-// records applied since (see applyInPlace): its entries are the base
-// map's for the slots with no entry in changes, and only those are read.
+// Invariants: from = 0 (nothing known; top = 0) or from ≤ top; every map
+// from from to top was added, in order, with no gap; curTable and
+// curNames are the table and members of the map of seq top (the table
+// may be written in place by the next record before it is added: see
+// applyInPlace, and add); for every slot s, changes[s] is empty, and s
+// had its owner in the map of seq top in every map from from on, or it
+// rises strictly by seq, its first entry's seq is at most from, and the
+// owner of s in the map of seq v (from ≤ v ≤ top) is the name of the last
+// entry whose seq ≤ v; order lists (seq, slot) for every entry added
+// after a slot's first, by rising seq, from the oldest not yet pruned.
 // Entries below from are dropped lazily (see prune), keeping the one in
 // force at from.
 type slotHistory struct {
 	from, top int64
-	baseSeq   int64
-	baseTable slotTable // the base map's table (shared; see the invariants)
-	baseNames []string  // the base map's members (shared: never written)
+	curTable  slotTable // the newest map's table (shared)
+	curNames  []string  // the newest map's members (shared: never written)
 	changes   map[int][]ownerSince
-	entries   int // entries over all slots, for prune
+	entries   int          // entries over all slots, for prune
+	order     []slotChange // see the invariants
 }
 
 // ownerSince is one owner of a slot, from the map of seq seq on.
@@ -38,29 +39,35 @@ type ownerSince struct {
 	name string
 }
 
-// reset forgets every map.
-func (h *slotHistory) reset() {
-	h.from, h.top, h.baseSeq, h.entries = 0, 0, 0, 0
-	h.baseTable, h.baseNames, h.changes = nil, nil, nil
+// slotChange is a change of slot's owner at the map of seq seq.
+type slotChange struct {
+	seq  int64
+	slot int
 }
 
-// rebase makes the map of seq seq (the newest added) the base, when it is
-// the newest and the oldest the history must keep: nothing before it is
-// needed any more.
-func (h *slotHistory) rebase(seq int64, m *rankMap) {
+// reset forgets every map.
+func (h *slotHistory) reset() {
+	*h = slotHistory{}
+}
+
+// rebase drops every change when seq is the newest map's and the oldest
+// the history must keep: nothing before it is needed any more.
+func (h *slotHistory) rebase(seq int64) {
 	if h.top == 0 || seq != h.top {
 		return
 	}
-	h.from, h.baseSeq = seq, seq
-	h.baseTable, h.baseNames, h.changes, h.entries = m.Table, m.Members, nil, 0
+	h.from, h.changes, h.entries, h.order = seq, nil, 0, nil
 }
 
-// baseOwner returns slot s's owner in the base map.
-func (h *slotHistory) baseOwner(s int) string {
-	if s < 0 || s >= len(h.baseTable) || len(h.baseNames) == 0 {
+// curOwner returns slot s's owner in the newest map added.
+func (h *slotHistory) curOwner(s int) string {
+	if s < 0 || s >= len(h.curTable) || len(h.curNames) == 0 {
 		return ""
 	}
-	return h.baseNames[h.baseTable[s]]
+	if i := h.curTable[s]; i >= 0 && i < len(h.curNames) {
+		return h.curNames[i]
+	}
+	return ""
 }
 
 // last returns slot s's owner in the newest map added.
@@ -70,7 +77,7 @@ func (h *slotHistory) last(s int) string {
 			return l[len(l)-1].name
 		}
 	}
-	return h.baseOwner(s)
+	return h.curOwner(s)
 }
 
 // add records the map of seq seq, which record delta made of the map
@@ -79,8 +86,8 @@ func (h *slotHistory) last(s int) string {
 func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 	if h.top == 0 || seq != h.top+1 {
 		h.reset()
-		h.from, h.top, h.baseSeq = seq, seq, seq
-		h.baseTable, h.baseNames = m.Table, m.Members
+		h.from, h.top = seq, seq
+		h.curTable, h.curNames = m.Table, m.Members
 		return
 	}
 	if delta != nil && !delta.renamed {
@@ -106,28 +113,31 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 		}
 	}
 	h.top = seq
+	h.curTable, h.curNames = m.Table, m.Members
 }
 
 // change records that slot s, owned by was until now, is owned by o from
-// the map of seq seq on. The first change of a slot since the base also
-// records was as its owner in the base (see the invariants).
+// the map of seq seq on. The first change of a slot records was as its
+// owner from from on (see the invariants).
 func (h *slotHistory) change(s int, was string, seq int64, o string) {
 	if h.changes == nil {
 		h.changes = map[int][]ownerSince{}
 	}
 	l := h.changes[s]
 	if len(l) == 0 {
-		l = append(l, ownerSince{h.baseSeq, was})
+		l = append(l, ownerSince{h.from, was})
 		h.entries++
 	}
 	h.changes[s] = append(l, ownerSince{seq, o})
 	h.entries++
+	h.order = append(h.order, slotChange{seq, s})
 }
 
 // prune forgets the maps below seq low: a later check that needs them
-// fails, which is safe (the caller waits). Entries are dropped once they
-// are as many again as the slots that moved, so a prune costs O(1)
-// amortized per entry added.
+// fails, which is safe (the caller waits). A slot that has not changed
+// since low goes whole (its owner is the newest map's); of the others,
+// entries are dropped once they are as many again as the slots that
+// moved. Each costs O(1) amortized per entry added.
 func (h *slotHistory) prune(low int64) {
 	if h.top == 0 || low <= h.from {
 		return
@@ -137,6 +147,19 @@ func (h *slotHistory) prune(low int64) {
 		return
 	}
 	h.from = low
+	n := 0
+	for n < len(h.order) && h.order[n].seq <= low {
+		c := h.order[n]
+		if l := h.changes[c.slot]; len(l) > 0 && l[len(l)-1].seq == c.seq {
+			// Its owner since c.seq ≤ low is the newest map's.
+			h.entries -= len(l)
+			delete(h.changes, c.slot)
+		}
+		n++
+	}
+	if n > 0 {
+		h.order = append(h.order[:0], h.order[n:]...)
+	}
 	if h.entries <= 2*len(h.changes) {
 		return
 	}
@@ -163,13 +186,11 @@ func (h *slotHistory) owners(s int, a, g int64, f func(name string) bool) (known
 		return false
 	}
 	l := h.changes[s]
-	i := sort.Search(len(l), func(i int) bool { return l[i].seq > a }) - 1 // in force at a; -1: the base
-	if i < 0 {
-		if !f(h.baseOwner(s)) {
-			return true
-		}
-		i = 0
+	if len(l) == 0 {
+		f(h.curOwner(s)) // (the same in every map from from on)
+		return true
 	}
+	i := max(sort.Search(len(l), func(i int) bool { return l[i].seq > a })-1, 0) // in force at a (the first is at most from)
 	for ; i < len(l) && l[i].seq < g; i++ {
 		if !f(l[i].name) {
 			return true

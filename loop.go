@@ -1186,7 +1186,7 @@ func (r *Rink) pruneHistory() {
 		return
 	}
 	if low == st.curSeq {
-		st.hist.rebase(st.curSeq, &st.cur) // (every member at the newest map)
+		st.hist.rebase(st.curSeq) // (every member at the newest map)
 	} else {
 		st.hist.prune(low)
 	}

@@ -33,12 +33,12 @@ const schemaVersion = 3
 //
 // It is stored as JSON under <prefix>/map so that it can be read with etcdctl.
 type rankMap struct {
-	Schema  int      `json:"schema"`
-	Version int64    `json:"version"`
-	Slots   int      `json:"slots"`
-	Leader  string   `json:"leader,omitempty"`
+	Schema  int        `json:"schema"`
+	Version int64      `json:"version"`
+	Slots   int        `json:"slots"`
+	Leader  string     `json:"leader,omitempty"`
 	Members memberList `json:"members"`
-	Waiting []waiter `json:"waiting,omitempty"`
+	Waiting []waiter   `json:"waiting,omitempty"`
 	// Table maps each slot to the index of its owner in Members. It has
 	// Slots entries when Members is non-empty and none otherwise.
 	Table slotTable `json:"table,omitempty"`

@@ -185,6 +185,10 @@ func main() {
 	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
 	flag.IntVar(&cfg.shifts, "shifts", 10, "how many hot sets the load-shift scenario draws")
 	flag.Parse()
+	if cfg.scaleProfile != "" {
+		// (kill -USR1 writes the heap of a scale run still building its rink.)
+		defer bench.HeapProfileOnSignal(cfg.scaleProfile + ".sig")()
+	}
 	if err := run(os.Stdout, os.Stderr, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "rinkbench:", err)
 		os.Exit(1)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -594,6 +595,35 @@ func writeHeapProfile(cpuFile string) error {
 		}
 	}
 	return nil
+}
+
+// HeapProfileOnSignal writes a heap profile to file (numbered: file.1,
+// file.2, …) each time the process receives SIGUSR1, until stop is
+// called: a look inside a scale run that is still building its rink.
+func HeapProfileOnSignal(file string) (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 1; ; n++ {
+			select {
+			case <-ch:
+			case <-done:
+				return
+			}
+			f, err := os.Create(fmt.Sprintf("%s.%d", file, n))
+			if err != nil {
+				continue
+			}
+			runtime.GC()
+			_ = pprof.Lookup("heap").WriteTo(f, 0)
+			f.Close()
+		}
+	}()
+	return func() { signal.Stop(ch); close(done); wg.Wait() }
 }
 
 // startProfile starts a CPU profile into file, if it is not empty; stop
