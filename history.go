@@ -133,6 +133,15 @@ func (h *slotHistory) change(s int, was string, seq int64, o string) {
 	h.order = append(h.order, slotChange{seq, s})
 }
 
+// keepingAtMost returns the lowest seq from which the history keeps at
+// most n changes (0 when it keeps no more than n).
+func (h *slotHistory) keepingAtMost(n int) int64 {
+	if len(h.order) <= n {
+		return 0
+	}
+	return h.order[len(h.order)-n].seq
+}
+
 // prune forgets the maps below seq low: a later check that needs them
 // fails, which is safe (the caller waits). A slot that has not changed
 // since low goes whole (its owner is the newest map's); of the others,

@@ -183,3 +183,34 @@ func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 		}
 	}
 }
+
+// When the floor does not move at all, the history still keeps at most
+// the newest changes it is allowed (see maxHistChanges), and answers for
+// the maps it keeps.
+func TestSlotHistoryBounded(t *testing.T) {
+	const S, n, keep = 4096, 64, 100
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
+	for i := range m.Members {
+		m.Members[i] = string(rune('A' + i))
+	}
+	var h slotHistory
+	h.add(1, &m, nil)
+	for seq := int64(2); seq <= 3000; seq++ {
+		prev := m
+		m.Version = seq
+		m.Table = slices.Clone(prev.Table)
+		s := int(seq*7) % S
+		m.Table[s] = (m.Table[s] + 1) % n
+		c := diff(&prev, &m)
+		h.add(seq, &m, deltaOf(&prev, &c))
+		if low := h.keepingAtMost(keep); low > h.from {
+			h.prune(low)
+		}
+		if h.entries > 2*keep+2 {
+			t.Fatalf("seq %d: %d entries kept, for at most %d changes", seq, h.entries, keep)
+		}
+		if held, known := h.heldBy(s, prev.owner(s), seq-1, seq); !held || !known {
+			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
+		}
+	}
+}

@@ -149,6 +149,15 @@ type electInfo struct {
 // before others take slots it may hold.
 const maxHistory = 256
 
+// maxHistChanges bounds the slot changes the handover history keeps
+// (about twice as many entries: see slotHistory): under steady churn in a
+// large rink (members joining by the thousand) the floor lags, and 256
+// maps that each move dozens of slots kept an entry for nearly every slot
+// at every member, 660 KB each at 10,000 members. Past it the oldest maps
+// go, as past maxHistory: a member whose acknowledgement lags behind them
+// has to catch up before others take slots it may hold.
+const maxHistChanges = 2048
+
 // watchBatch carries what the watcher saw: either a full listing of the
 // rink's keys (after start or a broken watch) or the events of one watch
 // response.
@@ -1182,6 +1191,7 @@ func (r *Rink) pruneHistory() {
 			low = max(low, r.seqOfVersion(f.Floor))
 		}
 	}
+	low = max(low, st.hist.keepingAtMost(maxHistChanges))
 	if !st.hist.covers(low) || low == st.hist.from {
 		return
 	}
