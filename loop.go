@@ -1114,22 +1114,31 @@ func (r *Rink) free(s int, others []memberBound) bool {
 // in the lineage names nothing). A floor of another lineage, or of a map
 // this member has not applied yet, tells nothing yet; a newer one comes.
 func (r *Rink) bound(name string) int64 {
-	st := &r.st
-	f := &st.floor
-	if f.Lineage != st.lineage || st.curRev == 0 {
+	f := &r.st.floor
+	if !r.floorUsable() {
 		return 0
 	}
 	if f.Seq > 0 {
-		if f.Seq > st.curSeq {
-			return 0
-		}
 		if a := f.seqOf(name); a > 0 {
 			return a
 		}
-	} else if f.Version > st.cur.Version {
-		return 0
 	}
 	return r.seqOfVersion(f.of(name))
+}
+
+// floorUsable reports whether the floor speaks of the applied map's
+// lineage, and of no map (by seq, or by version for a leader that writes
+// no seqs) beyond the newest applied here.
+func (r *Rink) floorUsable() bool {
+	st := &r.st
+	f := &st.floor
+	if f.Lineage != st.lineage || st.curRev == 0 {
+		return false
+	}
+	if f.Seq > 0 {
+		return f.Seq <= st.curSeq
+	}
+	return f.Version <= st.cur.Version
 }
 
 // seqOfVersion returns the seq of the applied map of version v, or 0.

@@ -454,6 +454,15 @@ func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 			}
 		}
 	}
+	return m.validateTable(prev, c)
+}
+
+// validateTable checks that m's table, which record c made of prev's,
+// has a slot per slot and points at members: every entry when c dropped
+// members or made the table anew (any may point past the end), else the
+// entries c moved.
+func (m *rankMap) validateTable(prev *rankMap, c *change) error {
+	n := len(m.Members)
 	if n == 0 {
 		return nil // (applyUnchecked left no table)
 	}
@@ -461,8 +470,6 @@ func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
 	}
 	if n < len(prev.Members) || len(prev.Table) == 0 {
-		// Fewer members (or a table made anew): every entry may point
-		// past the end.
 		for s, idx := range m.Table {
 			if idx < 0 || idx >= n {
 				return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
@@ -483,7 +490,6 @@ func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 // not empty and differ from each other when the list changed, and the
 // table points at members.
 func (m *rankMap) validateLax(prev *rankMap, c *change, changed []int, waitChanged bool) error {
-	n := len(m.Members)
 	if len(changed) > 0 {
 		seen := make(map[string]bool, len(changed))
 		for _, i := range changed {
@@ -502,26 +508,7 @@ func (m *rankMap) validateLax(prev *rankMap, c *change, changed []int, waitChang
 			seen[w.Name] = true
 		}
 	}
-	if n == 0 {
-		return nil
-	}
-	if len(m.Table) != m.Slots {
-		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
-	}
-	if n < len(prev.Members) || len(prev.Table) == 0 {
-		for s, idx := range m.Table {
-			if idx < 0 || idx >= n {
-				return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
-			}
-		}
-		return nil
-	}
-	for i := 0; i < len(c.Moves); i += 2 {
-		if s, idx := c.Moves[i], c.Moves[i+1]; idx < 0 || idx >= n {
-			return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
-		}
-	}
-	return nil
+	return m.validateTable(prev, c)
 }
 
 // decodeRecord reports whether a map key's value is a change record, and

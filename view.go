@@ -168,15 +168,11 @@ func (r *Rink) holderBound(name string) (bound int64, none bool) {
 // of the current lineage, or 0 when the floor says nothing usable: every
 // member holds nothing that the maps from it on do not give it.
 func (r *Rink) lowBound() int64 {
-	st := &r.st
-	f := &st.floor
-	if f.Lineage != st.lineage || st.curRev == 0 {
+	f := &r.st.floor
+	if !r.floorUsable() {
 		return 0
 	}
 	if f.Seq > 0 {
-		if f.Seq > st.curSeq {
-			return 0
-		}
 		low := f.SeqFloor
 		if f.SeqComplete {
 			low = f.Seq
@@ -187,9 +183,6 @@ func (r *Rink) lowBound() int64 {
 			}
 		}
 		return low
-	}
-	if f.Version > st.cur.Version {
-		return 0
 	}
 	low := f.Floor
 	if f.Complete {
