@@ -82,11 +82,7 @@ func (t *slotTable) UnmarshalJSON(b []byte) error {
 // them; ok is false for anything else.
 func parseTable(b []byte) (v []int, ok bool) {
 	i := 0
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
-		}
-	}
+	skip := func() { i = skipSpace(b, i) }
 	skip()
 	if string(b[i:]) == "null" {
 		return nil, true
@@ -157,11 +153,7 @@ func (l *memberList) UnmarshalJSON(b []byte) error {
 // substrings of one copy of b.
 func parseNames(b []byte) (v []string, ok bool) {
 	i := 0
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-			i++
-		}
-	}
+	skip := func() { i = skipSpace(b, i) }
 	// scan checks the form and calls f with each name's bounds in b.
 	scan := func(f func(start, end int)) bool {
 		i = 0
@@ -219,6 +211,15 @@ func parseNames(b []byte) (v []string, ok bool) {
 	v = make([]string, 0, n)
 	scan(func(start, end int) { v = append(v, all[start:end]) })
 	return v, true
+}
+
+// skipSpace returns the index of the first byte of b from i on that is
+// not JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
 }
 
 // waiter is a live member that has not been ranked yet.
