@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -661,7 +662,9 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 	}()
 	defer wg.Wait()
 	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]loadReport{}, reqs: reqs, rest: rest}
-	batches := make(chan watchBatch)
+	// (Buffered: the follower reads ahead while a floor is computed, and
+	// the loop below folds what piled up with one computation.)
+	batches := make(chan watchBatch, maxMerged)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -683,6 +686,18 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		}
 		select {
 		case b = <-batches:
+			// Every batch that came meanwhile, folded with one computation
+			// of the floor: at 10,000 members a computation costs
+			// milliseconds, and acknowledgements come faster than that.
+		merge:
+			for n := 1; n < maxMerged; n++ {
+				select {
+				case next := <-batches:
+					b = b.then(next)
+				default:
+					break merge
+				}
+			}
 		case <-rest.kick:
 			// What the leader plans changed: the floor says it (see fold).
 		case <-held:
@@ -695,6 +710,20 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		}
 		r.fold(a, b)
 	}
+}
+
+// maxMerged bounds the watch batches the aggregator folds at once.
+const maxMerged = 64
+
+// then returns batch b followed by next, of the same watch, as one batch:
+// folding it is folding b and then next.
+func (b watchBatch) then(next watchBatch) watchBatch {
+	if next.snapshot {
+		return next
+	}
+	b.events = append(slices.Clip(b.events), next.events...) // (b's slice is the watch's)
+	b.rev = next.rev
+	return b
 }
 
 // floorPause is how long the leader holds back a floor that raises no

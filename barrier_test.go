@@ -109,7 +109,7 @@ func mapKV(m rankMap, createRev, modRev int64) *mvccpb.KeyValue {
 }
 
 func twoSlots(version int64, members []string, table ...int) rankMap {
-	return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+	return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 }
 
 // put feeds put events, in order, then lets the member acquire what it may.
@@ -365,7 +365,7 @@ func floorKV(f ackFloor, modRev int64) *mvccpb.KeyValue {
 func TestBarrierFloorBounds(t *testing.T) {
 	const L = 10
 	three := func(version int64, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: []string{"a", "b", "c"}, Table: table}
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: []string{"a", "b", "c"}, Table: tableOf(table...)}
 	}
 	start := func() *bare {
 		b := newBare(t, "b", 3, 5)
@@ -560,7 +560,7 @@ func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
 		t.Run(fmt.Sprintf("floor_with_seq=%v", withSeq), func(t *testing.T) {
 			const L = 10
 			three := func(version int64, members []string, table ...int) rankMap {
-				return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+				return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 			}
 			f1 := ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}
 			if withSeq {
@@ -587,7 +587,7 @@ func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
 func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 	const L = 10
 	three := func(version int64, members []string, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 	}
 	n := newBare(t, "n", 3, 36)
 	n.manual = true
@@ -610,7 +610,7 @@ func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 	const L = 10
 	two := func(version int64, members []string, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: table}
+		return rankMap{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 	}
 	n := newBare(t, "n", 2, 36) // the harness simulates the leader's floor
 	n.snapshot(38, mapKVSeq(two(8, []string{"a"}, 0, 0), L, 30, 11),
@@ -629,7 +629,7 @@ func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 func TestBarrierPrunedThenLowerFloor(t *testing.T) {
 	const L = 10
 	two := func(v int64, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: table}
+		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
 	}
 	b := newBare(t, "b", 2, 5)
 	b.manual = true

@@ -173,7 +173,7 @@ func TestMapRewrittenSameVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	for s := range m.Table {
-		m.Table[s] = (m.Table[s] + 1) % len(m.Members)
+		m.Table[s] = (m.Table[s] + 1) % int32(len(m.Members))
 	}
 	t0 := time.Now()
 	if _, err := cli.Put(context.Background(), key, string(m.encode())); err != nil {

@@ -349,3 +349,12 @@ func (r *Rink) ownersNow() *rankMap {
 	c.Table, c.Members = slices.Clone(m.Table), slices.Clone(m.Members)
 	return &c
 }
+
+// tableOf is a slot table with the given entries.
+func tableOf(entries ...int) slotTable {
+	t := make(slotTable, len(entries))
+	for i, e := range entries {
+		t[i] = int32(e)
+	}
+	return t
+}

@@ -64,7 +64,7 @@ func (h *slotHistory) curOwner(s int) string {
 	if s < 0 || s >= len(h.curTable) || len(h.curNames) == 0 {
 		return ""
 	}
-	if i := h.curTable[s]; i >= 0 && i < len(h.curNames) {
+	if i := h.curTable[s]; i >= 0 && int(i) < len(h.curNames) {
 		return h.curNames[i]
 	}
 	return ""
@@ -91,15 +91,15 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 		return
 	}
 	if delta != nil && !delta.renamed {
-		// No other slot's owner changed, and no index was renamed: a moved
-		// slot's owner in the map before is its last entry, or the name of
-		// its old entry (the table may have been written in place since).
+		// No other slot's owner changed: a moved slot's owner in the map
+		// before is its last entry, or the old name of its old entry (the
+		// table may have been written in place since).
 		for i, s := range delta.moved {
 			was := ""
 			if l := h.changes[s]; len(l) > 0 {
 				was = l[len(l)-1].name
-			} else if o := delta.old[i]; o >= 0 && o < len(m.Members) {
-				was = m.Members[o]
+			} else {
+				was = delta.oldName(delta.old[i], m.Members)
 			}
 			if o := m.owner(s); o != was {
 				h.change(s, was, seq, o)

@@ -37,7 +37,7 @@ func FuzzSlotHistory(f *testing.F) {
 				if len(m.Members) > 0 {
 					m.Table = make(slotTable, S)
 					for s := range m.Table {
-						m.Table[s] = rng.IntN(len(m.Members))
+						m.Table[s] = int32(rng.IntN(len(m.Members)))
 					}
 				}
 				// Half the time the map comes as a record applied to the

@@ -903,7 +903,7 @@ func (r *Rink) estimate() []float64 {
 			roles[i] = l.rolesOf[name]
 		}
 		for s, o := range st.cur.Table {
-			if o < 0 || o >= len(roles) || s >= S {
+			if o < 0 || int(o) >= len(roles) || s >= S {
 				continue
 			}
 			if n, ok := roles[o][s]; ok {
@@ -945,7 +945,7 @@ func (r *Rink) loadSeen(est []float64) bool {
 func (r *Rink) allReported(m rankMap, measured bool) bool {
 	seen := make([]bool, len(m.Members))
 	for _, i := range m.Table {
-		if i < 0 || i >= len(seen) || seen[i] {
+		if i < 0 || int(i) >= len(seen) || seen[i] {
 			continue
 		}
 		seen[i] = true

@@ -474,7 +474,7 @@ func (r *Rink) reportLoad() {
 			}
 			if i >= 0 {
 				for s, o := range m.Table {
-					if o == i {
+					if int(o) == i {
 						owned = append(owned, s)
 					}
 				}

@@ -40,7 +40,7 @@ type loadPlanInput struct {
 }
 
 // memberLoads returns each member's load over its slots in table.
-func memberLoads(table []int, n int, load []float64) []float64 {
+func memberLoads(table slotTable, n int, load []float64) []float64 {
 	out := make([]float64, n)
 	for s, i := range table {
 		out[i] += load[s]
@@ -107,7 +107,7 @@ func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) floa
 //     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
-func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
+func rebalanceLoad(cur rankMap, in loadPlanInput) (table slotTable, moved []int) {
 	n := len(cur.Members)
 	table = slices.Clone(cur.Table)
 	if n < 2 || len(in.Load) != len(table) || in.Budget < 1 {
@@ -156,7 +156,7 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 		}
 		best, to, bestPeak, bestFits := -1, -1, per(h), false
 		for s, i := range table {
-			if i != h || done[s] || !(in.Load[s] > 0) {
+			if int(i) != h || done[s] || !(in.Load[s] > 0) {
 				continue
 			}
 			x := in.Load[s]
@@ -184,7 +184,7 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 			break
 		}
 		x := in.Load[best]
-		table[best] = to
+		table[best] = int32(to)
 		loads[h] -= x
 		loads[to] += x
 		count[h]--
@@ -201,13 +201,13 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table []int, moved []int) {
 // capacity it raises least, ties to the member with the fewest slots per
 // capacity, then the lower index. It is balance for a rink balanced by
 // load: live members' slots stay where the load rounds put them.
-func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) []int {
+func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) slotTable {
 	n, S := len(members), len(owners)
 	idx := make(map[string]int, n)
 	for i, name := range members {
 		idx[name] = i
 	}
-	table := make([]int, S)
+	table := make(slotTable, S)
 	loads := make([]float64, n)
 	count := make([]int, n)
 	caps := make([]float64, n)
@@ -221,7 +221,7 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 			orphans = append(orphans, s)
 			continue
 		}
-		table[s] = i
+		table[s] = int32(i)
 		count[i]++
 		if s < len(load) {
 			loads[i] += load[s]
@@ -250,7 +250,7 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 				best = i
 			}
 		}
-		table[s] = best
+		table[s] = int32(best)
 		loads[best] += at(s)
 		count[best]++
 	}
@@ -276,7 +276,7 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 //     highest-numbered).
 //
 // Newcomers are served in index order. It changes table in place.
-func fillNewcomers(table []int, members []string, capacity map[string]float64, load []float64) {
+func fillNewcomers(table slotTable, members []string, capacity map[string]float64, load []float64) {
 	n, S := len(members), len(table)
 	count := make([]int, n)
 	for _, i := range table {
@@ -324,13 +324,13 @@ func fillNewcomers(table []int, members []string, capacity map[string]float64, l
 					break
 				}
 				for t := S - 1; t >= 0; t-- {
-					if table[t] == donor && (s < 0 || at(t) < at(s)) {
+					if int(table[t]) == donor && (s < 0 || at(t) < at(s)) {
 						s = t
 					}
 				}
 			}
 			d := table[s]
-			table[s] = i
+			table[s] = int32(i)
 			count[d]--
 			loads[d] -= at(s)
 			loads[i] += at(s)
@@ -340,14 +340,14 @@ func fillNewcomers(table []int, members []string, capacity map[string]float64, l
 
 // loadedSlot picks the loaded slot newcomer i takes next (see
 // fillNewcomers), or -1.
-func loadedSlot(table []int, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
+func loadedSlot(table slotTable, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
 	donor := -1
 	for j := range caps {
 		if j == i || count[j] < 2 || (donor >= 0 && loads[j]/caps[j] <= loads[donor]/caps[donor]) {
 			continue
 		}
 		for s, o := range table {
-			if o == j && at(s) > 0 {
+			if int(o) == j && at(s) > 0 {
 				donor = j
 				break
 			}
@@ -359,7 +359,7 @@ func loadedSlot(table []int, i int, count []int, caps, loads []float64, at func(
 	fit, small := -1, -1
 	for s, o := range table {
 		x := at(s)
-		if o != donor || x <= 0 {
+		if int(o) != donor || x <= 0 {
 			continue
 		}
 		if loads[i]+x <= share && (fit < 0 || x > at(fit)) {

@@ -60,21 +60,21 @@ func TestRebalanceLoadFewRoles(t *testing.T) {
 
 func TestRebalanceLoadTable(t *testing.T) {
 	// Four slots per member, two members: a holds the hot slots.
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: []int{0, 0, 0, 0, 1, 1, 1, 1}}
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: slotTable{0, 0, 0, 0, 1, 1, 1, 1}}
 	for _, c := range []struct {
 		name   string
 		load   []float64
 		frozen []bool
 		budget int
 		tol    float64
-		want   []int
+		want   slotTable
 	}{
-		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, []int{0, 1, 0, 0, 1, 1, 1, 1}},
-		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, []int{1, 0, 0, 0, 1, 1, 1, 1}},
-		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, []int{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, []int{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, slotTable{0, 1, 0, 0, 1, 1, 1, 1}},
+		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, slotTable{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, slotTable{1, 0, 0, 0, 1, 1, 1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, moved := rebalanceLoad(m, loadPlanInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
@@ -96,13 +96,13 @@ func zipfLoad(rng *rand.Rand, S, n int) []float64 {
 }
 
 // checkRound asserts rebalanceLoad's promises for one round.
-func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table []int, moved []int) {
+func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table slotTable, moved []int) {
 	t.Helper()
 	if len(table) != len(cur.Table) {
 		t.Fatalf("table of %d slots, want %d", len(table), len(cur.Table))
 	}
 	for s := range table {
-		if table[s] < 0 || table[s] >= len(cur.Members) {
+		if table[s] < 0 || int(table[s]) >= len(cur.Members) {
 			t.Fatalf("slot %d owned by index %d", s, table[s])
 		}
 	}
@@ -111,8 +111,8 @@ func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table []int, moved 
 	}
 	had, has := map[int]int{}, map[int]int{}
 	for s := range table {
-		had[cur.Table[s]]++
-		has[table[s]]++
+		had[int(cur.Table[s])]++
+		has[int(table[s])]++
 	}
 	for i := range cur.Members {
 		if had[i] > 0 && has[i] == 0 {
@@ -182,7 +182,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 				t.Fatalf("seed %d: slot %d moved in round %d and again in round %d", seed, s, rs[len(rs)-1], round)
 			}
 			movedAt[s] = append(movedAt[s], round)
-			lastOwner[s] = append(lastOwner[s], cur.Table[s])
+			lastOwner[s] = append(lastOwner[s], int(cur.Table[s]))
 		}
 		cur.Table = table
 		if round == 19 {
@@ -216,14 +216,14 @@ func TestPlaceOrphans(t *testing.T) {
 	owners := []string{"a", "a", "c", "c", "b", "c", ""}
 	load := []float64{5, 5, 4, 1, 0, 0, 0}
 	got := placeOrphans(owners, []string{"a", "b"}, nil, load)
-	if want := []int{0, 0, 1, 1, 1, 1, 1}; !slices.Equal(got, want) {
+	if want := (slotTable{0, 0, 1, 1, 1, 1, 1}); !slices.Equal(got, want) {
 		t.Errorf("table %v, want %v", got, want)
 	}
 	// Without load the orphans spread by count per capacity.
 	got = placeOrphans([]string{"", "", "", "", "", ""}, []string{"a", "b"}, map[string]float64{"b": 2}, make([]float64, 6))
 	n := map[int]int{}
 	for _, i := range got {
-		n[i]++
+		n[int(i)]++
 	}
 	if n[0] != 2 || n[1] != 4 {
 		t.Errorf("orphans without load: %v, want 2 to a and 4 to b", got)
@@ -250,7 +250,7 @@ func FuzzPlaceOrphans(f *testing.F) {
 		load := zipfLoad(rng, S, rng.IntN(3*S))
 		table := placeOrphans(owners, members, nil, load)
 		for s, o := range owners {
-			if table[s] < 0 || table[s] >= n {
+			if table[s] < 0 || int(table[s]) >= n {
 				t.Fatalf("slot %d given to index %d", s, table[s])
 			}
 			if slices.Contains(members, o) && members[table[s]] != o {
@@ -316,7 +316,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 // a count share back at once, outside the budget and the freeze. Planning
 // after rounds is a fixed point.
 func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: []int{0, 1, 1, 1, 1}, ByLoad: true}
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: slotTable{0, 1, 1, 1, 1}, ByLoad: true}
 	caps := map[string]float64{"b": 4}
 	load := []float64{3, 0, 0, 0, 0}
 	table, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
@@ -377,7 +377,7 @@ func TestFillNewcomersSpreadsLoad(t *testing.T) {
 			for i := 0; i < c.members; i++ {
 				m.Members = append(m.Members, fmt.Sprintf("m%d", i))
 			}
-			table := make([]int, S) // m0 owns every slot
+			table := make(slotTable, S) // m0 owns every slot
 			fillNewcomers(table, m.Members, c.capacity, load)
 			m.Table = table
 			caps := make([]float64, c.members)

@@ -84,7 +84,7 @@ type State struct {
 	// a round that ran out of budget.
 	Imbalance, Tolerance float64
 
-	table   []int
+	table   slotTable
 	changed chan struct{}
 }
 

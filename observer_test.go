@@ -148,7 +148,7 @@ func TestObserverUnusableMapAndDiff(t *testing.T) {
 	awaitState(t, ob, "a ranked", func(s State) bool { return len(s.Members) == 1 })
 
 	// A map of an unknown schema: members refuse it, so does the observer.
-	older := rankMap{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make([]int, DefaultSlots)}
+	older := rankMap{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(slotTable, DefaultSlots)}
 	if _, err := cli.Put(context.Background(), newKeys(name).rankMap(), string(older.encode())); err != nil {
 		t.Fatal(err)
 	}

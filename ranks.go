@@ -2,6 +2,7 @@ package rink
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -61,7 +62,7 @@ type rankMap struct {
 // members decode a map on the path of every handover, and the generic
 // decoder spends most of its time on this array. Anything else goes
 // through the generic decoder, with its errors.
-type slotTable []int
+type slotTable []int32
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (t *slotTable) UnmarshalJSON(b []byte) error {
@@ -69,7 +70,7 @@ func (t *slotTable) UnmarshalJSON(b []byte) error {
 		*t = v
 		return nil
 	}
-	var v []int
+	var v []int32
 	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
@@ -80,7 +81,7 @@ func (t *slotTable) UnmarshalJSON(b []byte) error {
 // parseTable parses b as a JSON array of non-negative integers of at most
 // nine digits without leading zeros (or null), as encoding/json writes
 // them; ok is false for anything else.
-func parseTable(b []byte) (v []int, ok bool) {
+func parseTable(b []byte) (v []int32, ok bool) {
 	i := 0
 	skip := func() { i = skipSpace(b, i) }
 	skip()
@@ -91,7 +92,7 @@ func parseTable(b []byte) (v []int, ok bool) {
 		return nil, false
 	}
 	i++
-	v = make([]int, 0, bytes.Count(b, []byte{','})+1) // (exact for the form leaders write: a member keeps the table)
+	v = make([]int32, 0, bytes.Count(b, []byte{','})+1) // (exact for the form leaders write: a member keeps the table)
 	skip()
 	if i < len(b) && b[i] == ']' {
 		i++
@@ -99,9 +100,9 @@ func parseTable(b []byte) (v []int, ok bool) {
 		return v, i == len(b)
 	}
 	for {
-		start, n := i, 0
+		start, n := i, int32(0)
 		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			n = n*10 + int(b[i]-'0')
+			n = n*10 + int32(b[i]-'0')
 			i++
 		}
 		if d := i - start; d == 0 || d > 9 || d > 1 && b[start] == '0' {
@@ -287,7 +288,7 @@ func (m rankMap) validate() error {
 		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
 	}
 	for s, idx := range m.Table {
-		if idx < 0 || idx >= len(m.Members) {
+		if idx < 0 || int(idx) >= len(m.Members) {
 			return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, len(m.Members))
 		}
 	}
@@ -488,7 +489,7 @@ func compact(members []string) []string {
 // members moves. The shares rounded up go to the members that already own
 // the most slots. capacity gives each member's capacity; a member it does
 // not name has capacity 1.
-func balance(owners []string, members []string, capacity map[string]float64) []int {
+func balance(owners []string, members []string, capacity map[string]float64) slotTable {
 	n, S := len(members), len(owners)
 	idx := make(map[string]int, n)
 	for i, name := range members {
@@ -505,7 +506,7 @@ func balance(owners []string, members []string, capacity map[string]float64) []i
 		caps[i] = capacityOr1(capacity[name])
 	}
 	target := shares(S, caps, count)
-	table := make([]int, S)
+	table := make(slotTable, S)
 	var free []int
 	// Walk slots from the top so that an over-full member gives up its
 	// highest-numbered slots; the choice is arbitrary but deterministic.
@@ -521,13 +522,13 @@ func balance(owners []string, members []string, capacity map[string]float64) []i
 			free = append(free, s)
 			continue
 		}
-		table[s] = i
+		table[s] = int32(i)
 	}
 	slices.Sort(free)
 	f := 0
 	for i := 0; i < n; i++ {
 		for ; keep[i] < target[i]; keep[i]++ {
-			table[free[f]] = i
+			table[free[f]] = int32(i)
 			f++
 		}
 	}
@@ -554,6 +555,15 @@ func capacityOr1(c float64) float64 {
 // is exact (big.Rat), so equal capacities give exactly floor(S/n) or
 // ceil(S/n).
 func shares(S int, caps []float64, count []int) []int {
+	n := len(caps)
+	if n > 0 && !slices.ContainsFunc(caps, func(c float64) bool { return c != caps[0] }) {
+		return equalShares(S, count)
+	}
+	return ratShares(S, caps, count)
+}
+
+// ratShares is shares in exact rational arithmetic, for any capacities.
+func ratShares(S int, caps []float64, count []int) []int {
 	n := len(caps)
 	total := new(big.Rat)
 	rats := make([]*big.Rat, n)
@@ -590,6 +600,41 @@ func shares(S int, caps []float64, count []int) []int {
 		return oi > oj
 	})
 	for _, i := range order[:min(left, len(order))] {
+		target[i]++
+	}
+	return target
+}
+
+// equalShares is shares for equal capacities, in integers (the rational
+// arithmetic cost the leader 5 ms a plan at 10,000 members): every share
+// is S/n rounded down, and the S mod n left over go first to members that
+// own more than that (rounding them up saves a move), then to those that
+// own the most, then to the lower indexes, as shares gives them.
+func equalShares(S int, count []int) []int {
+	n := len(count)
+	target := make([]int, n)
+	for i := range target {
+		target[i] = S / n
+	}
+	left := S % n
+	if left == 0 {
+		return target
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int {
+		oi, oj := count[i]-target[i], count[j]-target[j]
+		if si, sj := oi > 0, oj > 0; si != sj {
+			if si {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(oj, oi)
+	})
+	for _, i := range order[:left] {
 		target[i]++
 	}
 	return target

@@ -422,12 +422,12 @@ func TestWaitingSinceIsKept(t *testing.T) {
 func TestParseTable(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want []int
+		want slotTable
 		ok   bool
 	}{
-		{`[0,1,2]`, []int{0, 1, 2}, true},
-		{` [ 0 , 12 ,3 ] `, []int{0, 12, 3}, true},
-		{`[]`, []int{}, true},
+		{`[0,1,2]`, slotTable{0, 1, 2}, true},
+		{` [ 0 , 12 ,3 ] `, slotTable{0, 12, 3}, true},
+		{`[]`, slotTable{}, true},
 		{`null`, nil, true},
 		{`[01]`, nil, false},
 		{`[-1]`, nil, false},
@@ -459,17 +459,41 @@ func FuzzParseTable(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, ok := parseTable(b)
-		var want []int
+		var want []int32
 		err := json.Unmarshal(b, &want)
 		if ok && (err != nil || !slices.Equal(got, want)) {
 			t.Fatalf("parseTable(%q) = %v, json: %v, %v", b, got, want, err)
 		}
 		var tab slotTable
 		terr := json.Unmarshal(b, &tab)
-		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int(tab), want) {
+		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int32(tab), want) {
 			t.Fatalf("slotTable(%q) = %v, %v; json: %v, %v", b, tab, terr, want, err)
 		}
 	})
+}
+
+// equalShares gives what the rational arithmetic gives, for equal
+// capacities.
+func TestEqualShares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for range 2000 {
+		n := 1 + rng.IntN(40)
+		S := rng.IntN(300)
+		caps, count := make([]float64, n), make([]int, n)
+		c := []float64{1, 0.5, 3, 1e-9}[rng.IntN(4)]
+		for i := range caps {
+			caps[i] = c
+		}
+		for range S {
+			count[rng.IntN(n)]++ // a table some members own more of
+		}
+		if rng.IntN(3) == 0 {
+			clear(count)
+		}
+		if got, want := equalShares(S, count), ratShares(S, caps, count); !slices.Equal(got, want) {
+			t.Fatalf("equalShares(%d, %v) = %v, ratShares = %v", S, count, got, want)
+		}
+	}
 }
 
 func TestShares(t *testing.T) {

@@ -136,7 +136,7 @@ func diff(prev, next *rankMap) change {
 	}
 	for s := range next.Table {
 		if s >= len(prev.Table) || prev.Table[s] != next.Table[s] {
-			c.Moves = append(c.Moves, s, next.Table[s])
+			c.Moves = append(c.Moves, s, int(next.Table[s]))
 		}
 	}
 	if !slices.EqualFunc(prev.Waiting, next.Waiting, sameWaiter) {
@@ -228,9 +228,10 @@ func applyAs(prev *rankMap, c *change, lax bool) (rankMap, error) {
 }
 
 // applyInPlace is applyAs writing the record's moves into prev's slot
-// table, not into a copy of it: the map it returns shares that table with
-// prev, whose entries for the moved slots are the new map's from then on
-// (what they were is in deltaOf(prev, c), taken before). A copy cost every
+// table, and its renames into prev's member list, not into copies of
+// them: the map it returns shares both with prev, whose entries for the
+// moved slots and names for the renamed indexes are the new map's from
+// then on (what they were is in deltaOf(prev, c), taken before). A copy cost every
 // member O(slots) per change, the rink O(members × slots): 1.3 GB per
 // change at 10,000 members (issue 25). On an error prev is as it was.
 //
@@ -241,7 +242,16 @@ func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
 	undo := make([]int, 0, len(c.Moves)) // slot, entry: in the order written
 	for i := 0; i+1 < len(c.Moves); i += 2 {
 		if s := c.Moves[i]; s >= 0 && s < len(prev.Table) {
-			undo = append(undo, s, prev.Table[s])
+			undo = append(undo, s, int(prev.Table[s]))
+		}
+	}
+	var names map[int]string // the names c renames, as prev has them
+	for k := range c.Names {
+		if i, err := strconv.Atoi(k); err == nil && i >= 0 && i < len(prev.Members) {
+			if names == nil {
+				names = make(map[int]string, len(c.Names))
+			}
+			names[i] = prev.Members[i]
 		}
 	}
 	m, err := applyUnchecked(prev, c, true)
@@ -250,7 +260,10 @@ func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
 	}
 	if err != nil {
 		for i := len(undo) - 2; i >= 0; i -= 2 {
-			prev.Table[undo[i]] = undo[i+1]
+			prev.Table[undo[i]] = int32(undo[i+1])
+		}
+		for i, name := range names {
+			prev.Members[i] = name
 		}
 		return rankMap{}, err
 	}
@@ -281,6 +294,12 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 		// member derives one map from each it applies: the next map's
 		// names beyond prev's end are written only by it.
 		m.Members = append(prev.Members[:len(prev.Members):cap(prev.Members)], make([]string, n-len(prev.Members))...)
+	case inPlace && n <= len(prev.Members) && (n < len(prev.Members) || len(c.Names) > 0):
+		// Renames, and a departure (the highest index moves into the
+		// gap), are written into prev's list too (see applyInPlace): its
+		// old names are in deltaOf(prev, c). A copy cost every member
+		// O(members) per departure.
+		m.Members = prev.Members[:n]
 	case n != len(prev.Members) || len(c.Names) > 0:
 		m.Members = make([]string, n)
 		copy(m.Members, prev.Members)
@@ -308,10 +327,10 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 	}
 	for i := 0; i < len(c.Moves); i += 2 {
 		s, idx := c.Moves[i], c.Moves[i+1]
-		if s < 0 || s >= len(m.Table) {
-			return rankMap{}, fmt.Errorf("%w: record moves slot %d of %d", errMapInvalid, s, len(m.Table))
+		if s < 0 || s >= len(m.Table) || idx < 0 || idx > maxRecordMembers {
+			return rankMap{}, fmt.Errorf("%w: record moves slot %d of %d to index %d", errMapInvalid, s, len(m.Table), idx)
 		}
-		m.Table[s] = idx
+		m.Table[s] = int32(idx)
 	}
 	switch {
 	case c.Waiting != nil:
@@ -352,37 +371,108 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 }
 
 // mapDelta is what a record changed, for a member that applied it to the
-// map before it: the slots whose table entry changed, and whether any
-// index that map had was given another name (or dropped). When none was,
-// a slot's owner changed only if its entry did, and a member's index
-// stayed what it was: applying the map costs what the record says, not a
-// pass over every slot (issue 25).
+// map before it: the slots whose owner may have changed, with their
+// entries before, and the old names of the indexes it renamed or dropped.
+// A slot outside moved kept its entry and that entry's name: applying the
+// map costs what the record says, not a pass over every slot (issue 25).
+// A departure renames one index (the highest moves into the gap) and
+// drops one: the slots whose entry is a renamed index changed owner
+// without a move, and deltaOf finds them with one pass of integer
+// comparisons over the table.
 type mapDelta struct {
+	// moved lists the slots the record moves, then the slots whose entry
+	// names an index the record renamed or dropped.
 	moved []int
 	// old holds, for each slot in moved, its entry in the map before
 	// (-1: none), taken before the record was applied: the table itself
 	// may have been written in place since (see applyInPlace).
-	old     []int
+	old []int
+	// renames holds the names, in the map before, of the indexes the
+	// record renamed or dropped (nil: none).
+	renames renames
+	// renamed says that the delta cannot tell what changed (the map
+	// before had no table, or the record renamed more than maxRenames
+	// indexes): the passes that use it go over every slot.
 	renamed bool
 }
 
+// renames maps indexes to their names in the map before a record.
+type renames map[int]string
+
+// has reports whether the record renamed or dropped index i.
+func (r renames) has(i int) bool {
+	_, ok := r[i]
+	return ok
+}
+
+// maxRenames bounds the indexes a record may rename or drop for its delta
+// to name the slots they own (a pass over the table per rename).
+const maxRenames = 8
+
 // deltaOf returns what record c changes in prev.
 func deltaOf(prev *rankMap, c *change) *mapDelta {
-	d := &mapDelta{renamed: len(prev.Table) == 0 || c.Size != nil && *c.Size < len(prev.Members), moved: make([]int, 0, len(c.Moves)/2),
-		old: make([]int, 0, len(c.Moves)/2)}
-	for k := range c.Names {
-		if i, err := strconv.Atoi(k); err != nil || i < len(prev.Members) {
-			d.renamed = true
+	d := &mapDelta{renamed: len(prev.Table) == 0, moved: make([]int, 0, len(c.Moves)/2), old: make([]int, 0, len(c.Moves)/2)}
+	var renamed []int32
+	rename := func(i int) {
+		if _, ok := d.renames[i]; !ok {
+			if d.renames == nil {
+				d.renames = renames{}
+			}
+			d.renames[i] = prev.Members[i]
+			renamed = append(renamed, int32(i))
 		}
+	}
+	for k := range c.Names {
+		i, err := strconv.Atoi(k)
+		switch {
+		case err != nil:
+			d.renamed = true
+		case i >= 0 && i < len(prev.Members):
+			rename(i)
+		}
+	}
+	if c.Size != nil && *c.Size >= 0 {
+		for i := *c.Size; i < len(prev.Members); i++ {
+			rename(i)
+			if len(renamed) > maxRenames {
+				break
+			}
+		}
+	}
+	if len(renamed) > maxRenames {
+		d.renamed = true
 	}
 	for i := 0; i+1 < len(c.Moves); i += 2 {
 		s, old := c.Moves[i], -1
 		if s >= 0 && s < len(prev.Table) {
-			old = prev.Table[s]
+			old = int(prev.Table[s])
 		}
 		d.moved, d.old = append(d.moved, s), append(d.old, old)
 	}
+	if len(renamed) > 0 && !d.renamed {
+		moves := make(map[int]bool, len(d.moved))
+		for _, s := range d.moved {
+			moves[s] = true
+		}
+		for s, e := range prev.Table {
+			if slices.Contains(renamed, e) && !moves[s] {
+				d.moved, d.old = append(d.moved, s), append(d.old, int(e))
+			}
+		}
+	}
 	return d
+}
+
+// oldName returns the name entry o had in the map before the record, given
+// the names after it.
+func (d *mapDelta) oldName(o int, names []string) string {
+	if name, ok := d.renames[o]; ok {
+		return name
+	}
+	if o >= 0 && o < len(names) {
+		return names[o]
+	}
+	return ""
 }
 
 // appendsOnly reports whether every index names sets is at least n.
@@ -471,7 +561,7 @@ func (m *rankMap) validateTable(prev *rankMap, c *change) error {
 	}
 	if n < len(prev.Members) || len(prev.Table) == 0 {
 		for s, idx := range m.Table {
-			if idx < 0 || idx >= n {
+			if idx < 0 || int(idx) >= n {
 				return fmt.Errorf("%w: slot %d owned by index %d of %d", errMapInvalid, s, idx, n)
 			}
 		}

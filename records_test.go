@@ -21,7 +21,7 @@ func randomMap(rng *rand.Rand, version int64, S int, names []string) rankMap {
 	if len(m.Members) > 0 {
 		m.Table = make(slotTable, S)
 		for s := range m.Table {
-			m.Table[s] = rng.IntN(len(m.Members))
+			m.Table[s] = int32(rng.IntN(len(m.Members)))
 		}
 		m.Leader = m.Members[rng.IntN(len(m.Members))]
 	}
@@ -82,11 +82,11 @@ func FuzzChangeRecord(f *testing.F) {
 				if next.Table == nil {
 					next.Table = make(slotTable, S)
 				}
-				next.Table[rng.IntN(S)] = len(next.Members) - 1
+				next.Table[rng.IntN(S)] = int32(len(next.Members) - 1)
 			case len(next.Members) > 1:
 				last := len(next.Members) - 1
 				for s := range next.Table {
-					if next.Table[s] == last {
+					if int(next.Table[s]) == last {
 						next.Table[s] = 0
 					}
 				}
@@ -148,7 +148,7 @@ func FuzzApplyRecord(f *testing.F) {
 			}
 			if lerr == nil {
 				for s, idx := range lm.Table {
-					if idx < 0 || idx >= len(lm.Members) || len(lm.Table) != lm.Slots {
+					if idx < 0 || int(idx) >= len(lm.Members) || len(lm.Table) != lm.Slots {
 						t.Fatalf("lax apply: slot %d owned by index %d of %d", s, idx, len(lm.Members))
 					}
 				}
@@ -160,6 +160,8 @@ func FuzzApplyRecord(f *testing.F) {
 			// leaves prev's table as it was when it refuses.
 			own := prev
 			own.Table = slices.Clone(prev.Table)
+			own.Members = slices.Clone(prev.Members)
+			delta := deltaOf(&own, &c)
 			im, ierr := applyInPlace(&own, &c, true)
 			if (ierr == nil) != (lerr == nil) {
 				t.Fatalf("in place: %v; lax apply: %v", ierr, lerr)
@@ -167,8 +169,25 @@ func FuzzApplyRecord(f *testing.F) {
 			if ierr == nil && !reflect.DeepEqual(im, lm) {
 				t.Fatalf("in place: %+v, lax apply: %+v", im, lm)
 			}
-			if ierr != nil && !slices.Equal(own.Table, prev.Table) {
-				t.Fatalf("a refused in-place apply left the table %v, was %v", own.Table, prev.Table)
+			if ierr != nil && (!slices.Equal(own.Table, prev.Table) || !slices.Equal(own.Members, prev.Members)) {
+				t.Fatalf("a refused in-place apply left the table %v and members %v, was %v and %v", own.Table, own.Members, prev.Table, prev.Members)
+			}
+			// The delta names every slot whose owner changed, with its
+			// owner before, even with the table and names written in place.
+			if ierr == nil && !delta.renamed && len(prev.Table) > 0 {
+				was := map[int]string{}
+				for i, s := range delta.moved {
+					was[s] = delta.oldName(delta.old[i], im.Members)
+				}
+				for s := range prev.Slots {
+					w, ok := was[s]
+					if !ok && prev.owner(s) != im.owner(s) {
+						t.Fatalf("slot %d went from %q to %q outside the delta %v", s, prev.owner(s), im.owner(s), delta.moved)
+					}
+					if ok && w != prev.owner(s) {
+						t.Fatalf("the delta says slot %d was %q's, it was %q's", s, w, prev.owner(s))
+					}
+				}
 			}
 		}
 		// Maps with no members pass validate whatever their slot count
@@ -189,7 +208,7 @@ func TestChangeRecordSize(t *testing.T) {
 	}
 	prev.Table = make(slotTable, S)
 	for s := range prev.Table {
-		prev.Table[s] = s % n
+		prev.Table[s] = int32(s % n)
 	}
 	next := prev
 	next.Version = 8

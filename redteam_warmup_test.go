@@ -279,7 +279,7 @@ func TestRedteamWarmLeaveIgnoresShutdownContext(t *testing.T) {
 
 	// b must hold slots when it leaves, or there is nothing to warm up:
 	// settle waits until the newcomer's announced slots are moved to it.
-	if m := a.ownersNow(); len(m.Incoming) > 0 || !slices.Contains(m.Table, m.index(b.Member())) {
+	if m := a.ownersNow(); len(m.Incoming) > 0 || !slices.Contains(m.Table, int32(m.index(b.Member()))) {
 		t.Fatalf("b owns no slot before its Shutdown: map %d members %v table %v incoming %v", m.Version, m.Members, m.Table, m.Incoming)
 	}
 

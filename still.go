@@ -35,7 +35,7 @@ type mapShape struct {
 // and b, once per name or more.
 func changedBetween(a, b *mapShape, mark func(name string)) {
 	owner := func(m *mapShape, s int) string {
-		if s >= len(m.Table) || m.Table[s] < 0 || m.Table[s] >= len(m.Members) {
+		if s >= len(m.Table) || m.Table[s] < 0 || int(m.Table[s]) >= len(m.Members) {
 			return ""
 		}
 		return m.Members[m.Table[s]]
@@ -147,11 +147,13 @@ func (c *changeLog) still(name string, bound int64) int64 {
 // movedFor reports whether cur gives the member at index ci other slots
 // than prev gives the member at index pi (-1: not ranked there).
 func movedFor(prev, cur *rankMap, pi, ci int, delta *mapDelta) bool {
-	owns := func(m *rankMap, i, s int) bool { return i >= 0 && s < len(m.Table) && m.Table[s] == i }
-	if delta != nil && !delta.renamed && pi == ci {
-		// The other slots kept their entries and names; the moved ones'
-		// entries in prev are the delta's (prev's table may be cur's: see
-		// applyInPlace).
+	owns := func(m *rankMap, i, s int) bool { return i >= 0 && s < len(m.Table) && int(m.Table[s]) == i }
+	if delta != nil && !delta.renamed {
+		// The other slots kept their entries and those entries' names (so
+		// none of them is pi or ci, if those differ: the index we left
+		// was renamed or dropped, the one we took was renamed or is new);
+		// the moved ones' entries in prev are the delta's (prev's table
+		// may be cur's: see applyInPlace).
 		for i, s := range delta.moved {
 			if (pi >= 0 && delta.old[i] == pi) != owns(cur, ci, s) {
 				return true

@@ -60,7 +60,7 @@ func FuzzChanged(f *testing.F) {
 			if len(m.Members) > 0 {
 				m.Table = make(slotTable, 6)
 				for s := range m.Table {
-					m.Table[s] = rng.IntN(len(m.Members))
+					m.Table[s] = int32(rng.IntN(len(m.Members)))
 				}
 			}
 			for _, n := range names {

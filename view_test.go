@@ -103,10 +103,10 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			if len(m.Members) > 0 {
 				m.Table = make(slotTable, S)
 				for s := range m.Table {
-					m.Table[s] = rng.IntN(len(m.Members))
+					m.Table[s] = int32(rng.IntN(len(m.Members)))
 					if rng.IntN(3) > 0 && prev.Version > 0 && len(prev.Members) > 0 {
 						if i := m.index(prev.owner(s)); i >= 0 {
-							m.Table[s] = i // mostly unmoved
+							m.Table[s] = int32(i) // mostly unmoved
 						}
 					}
 				}
@@ -126,7 +126,7 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 				t.Fatalf("round %d seq %d: own index %d, want %d", round, seq, st.selfIdx, idx)
 			}
 			for s := range S {
-				if want := idx >= 0 && m.Table[s] == idx; st.mine.owns(s) != want {
+				if want := idx >= 0 && int(m.Table[s]) == idx; st.mine.owns(s) != want {
 					t.Fatalf("round %d seq %d: slot %d owned %v, want %v", round, seq, s, st.mine.owns(s), want)
 				}
 			}

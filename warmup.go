@@ -139,7 +139,7 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		o := st.cur.owner(s)
 		if _, alive := st.members[o]; o != "" && alive {
 			if i := hold.index(o); i >= 0 {
-				hold.Table[s] = i
+				hold.Table[s] = int32(i)
 				continue
 			}
 		}
@@ -147,7 +147,7 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		// on its way out: to its owner in the plan without them.
 		if h := hold.owner(s); h != "" && st.members[h].leaving {
 			if i := hold.index(next.owner(s)); i >= 0 {
-				hold.Table[s] = i
+				hold.Table[s] = int32(i)
 			}
 		}
 	}
@@ -198,7 +198,7 @@ func (r *Rink) applyIncoming() {
 	var in []int
 	idx := r.rankedIndex(r.opts.member)
 	for _, s := range st.cur.Incoming[r.opts.member] {
-		if s >= 0 && s < len(st.cur.Table) && (idx < 0 || st.cur.Table[s] != idx) {
+		if s >= 0 && s < len(st.cur.Table) && (idx < 0 || int(st.cur.Table[s]) != idx) {
 			in = append(in, s)
 		}
 	}
@@ -322,7 +322,7 @@ func (r *Rink) heirsWarm() bool {
 		return false
 	}
 	mine := func(s int) bool {
-		return s >= 0 && s < len(st.cur.Table) && st.cur.Table[s] == idx && st.mine.isHeld(s)
+		return s >= 0 && s < len(st.cur.Table) && int(st.cur.Table[s]) == idx && st.mine.isHeld(s)
 	}
 	held := 0
 	for s := range st.cur.Table {
@@ -407,6 +407,6 @@ func (r *Rink) keepRound(next *rankMap) {
 			delete(l.roundMoves, s)
 			continue
 		}
-		next.Table[s] = i
+		next.Table[s] = int32(i)
 	}
 }
