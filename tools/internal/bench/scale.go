@@ -64,6 +64,12 @@ type applied struct {
 }
 
 func (l *applyLog) observe(e rink.Event) {
+	if e.Kind == rink.EventFenced || e.Kind == rink.EventRejoined {
+		// A member that loses its session in a scale run is a finding:
+		// say when and why, as it happens.
+		fmt.Fprintf(os.Stderr, "%s %s %s: %v\n", e.Time.Format("15:04:05.000"), e.Member, e.Kind, e.Cause)
+		return
+	}
 	if e.Kind != rink.EventMapApplied {
 		return
 	}
@@ -114,7 +120,8 @@ type Breadth struct {
 	BytesPerMember float64
 	StackPerMember float64 // of BytesPerMember: goroutine stacks
 	Goroutines     float64 // per member
-	// Profile, if set, is a file to write a CPU profile of Run's join to.
+	// Profile, if set, is a file to write a CPU profile of Run's join to
+	// (and one of its leave, with ".leave" added).
 	Profile string
 }
 
@@ -188,10 +195,12 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			began := time.Now()
 			r, err := rink.New(cli, b.name, b.options(name)...)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				fmt.Fprintf(os.Stderr, "%s %s: joining failed after %v: %v\n", time.Now().Format("15:04:05.000"), name, time.Since(began), err)
 				firstErr = cmpErr(firstErr, err)
 				return
 			}
@@ -366,11 +375,19 @@ func (b *Breadth) Run() (Sample, error) {
 		return nil, err
 	}
 	leaver := b.order[len(b.order)/2]
+	leaveProfile := ""
+	if b.Profile != "" {
+		leaveProfile = b.Profile + ".leave"
+	}
+	if stop, err = startProfile(leaveProfile); err != nil {
+		return nil, err
+	}
 	cpu0, t0 = cpuTime(), time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	err = b.members[leaver].Shutdown(ctx)
 	cancel()
 	if err != nil {
+		stop()
 		return nil, err
 	}
 	delete(b.members, leaver)
@@ -380,7 +397,9 @@ func (b *Breadth) Run() (Sample, error) {
 			break
 		}
 	}
-	if at, err = b.settle(time.Minute); err != nil {
+	at, err = b.settle(time.Minute)
+	stop()
+	if err != nil {
 		return nil, err
 	}
 	s["leave_converge_s"] = at.Sub(t0).Seconds()
@@ -599,7 +618,9 @@ func writeHeapProfile(cpuFile string) error {
 
 // HeapProfileOnSignal writes a heap profile to file (numbered: file.1,
 // file.2, …) each time the process receives SIGUSR1, until stop is
-// called: a look inside a scale run that is still building its rink.
+// called, and then a CPU profile of the next 20 seconds (file.1.cpu, …;
+// none while another CPU profile runs): a look inside a scale run that is
+// still building its rink.
 func HeapProfileOnSignal(file string) (stop func()) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGUSR1)
@@ -621,6 +642,13 @@ func HeapProfileOnSignal(file string) (stop func()) {
 			runtime.GC()
 			_ = pprof.Lookup("heap").WriteTo(f, 0)
 			f.Close()
+			if stopCPU, err := startProfile(fmt.Sprintf("%s.%d.cpu", file, n)); err == nil {
+				select {
+				case <-time.After(20 * time.Second):
+				case <-done:
+				}
+				stopCPU()
+			}
 		}
 	}()
 	return func() { signal.Stop(ch); close(done); wg.Wait() }
