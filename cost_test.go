@@ -2,6 +2,7 @@ package rink
 
 import (
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"testing"
@@ -165,5 +166,74 @@ func TestDepartureCostFlat(t *testing.T) {
 	t.Logf("bytes allocated per join or departure: %.0f with 50 members on 1,024 slots, %.0f with 2,000 on 16,384", small, large)
 	if large > 1.5*small+1024 {
 		t.Fatalf("a departure costs %.0f bytes with 2,000 members on 16,384 slots, %.0f with 50 on 1,024: it grows with the rink", large, small)
+	}
+}
+
+// noteGone follows records at the cost of what they changed, and keeps
+// what a pass over every member would: a departure is recorded, and a
+// name that comes back (appended, or at a renamed index) is dropped.
+func TestNoteGoneByRecords(t *testing.T) {
+	const n, S, L = 40, 256, 10
+	b := newBare(t, "self", S, 5)
+	b.narrowView()
+	b.put(memberKV("self", 5, 5, 0, 0))
+	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
+	for i := range m.Members {
+		m.Members[i] = fmt.Sprintf("member-%02d", i)
+	}
+	m.Members[0] = "self"
+	for s := range m.Table {
+		m.Table[s] = int32(s % n)
+	}
+	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(m, L, L)}, rev: L})
+	put := func(next rankMap, gone ...string) {
+		t.Helper()
+		next.Version = m.Version + 1
+		c := diff(&m, &next)
+		c.transition = transition{From: m.Version, Gone: gone}
+		kv := mapKV(next, L, L+next.Version)
+		kv.Value = c.encode()
+		b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + next.Version})
+		if b.r.st.cur.Version != next.Version {
+			t.Fatalf("version %d not applied", next.Version)
+		}
+		m = next
+	}
+	depart := func(gone int32) rankMap {
+		next := m
+		next.Table, next.Members = slices.Clone(m.Table), slices.Clone(m.Members)
+		last := int32(len(m.Members) - 1)
+		for s, o := range next.Table {
+			switch o {
+			case gone:
+				next.Table[s] = 0
+			case last:
+				next.Table[s] = gone
+			}
+		}
+		next.Members[gone] = next.Members[last]
+		next.Members = next.Members[:last]
+		return next
+	}
+	gone := func() []string { return slices.Sorted(maps.Keys(b.r.st.view.goneAt)) }
+	// Five leave, one at a time: each is recorded.
+	for i := range 5 {
+		name := m.Members[3]
+		put(depart(3), name)
+		if g := gone(); len(g) != i+1 || !slices.Contains(g, name) {
+			t.Fatalf("after %s left: gone %v", name, g)
+		}
+	}
+	left := gone()
+	// One comes back at the end, another into a renamed index.
+	next := m
+	next.Members = append(slices.Clone(m.Members), left[0])
+	put(next)
+	next = depart(5)
+	next.Members = slices.Clone(next.Members)
+	next.Members[5] = left[1] // (the last member leaves the ranks, and left[1] takes its index)
+	put(next, m.Members[5])
+	if g := gone(); slices.Contains(g, left[0]) || slices.Contains(g, left[1]) || !slices.Contains(g, left[2]) {
+		t.Fatalf("after %s and %s came back: gone %v", left[0], left[1], g)
 	}
 }

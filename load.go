@@ -192,6 +192,13 @@ type slotLoad struct {
 }
 
 // total returns the report's total rate and roles.
+// idle reports whether the report says no load: no rate, no roles held
+// or awaited.
+func (l loadReport) idle() bool {
+	rate, roles := l.total()
+	return rate == 0 && roles == 0 && len(l.Await) == 0
+}
+
 func (l loadReport) total() (rate float64, roles int) {
 	for _, s := range l.Slots {
 		rate += s.Rate
@@ -392,10 +399,16 @@ func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32
 }
 
 // loadChanged reports whether next differs noticeably from last: another
-// set of slots, a total rate that moved by more than loadChange of the
+// set of slots (unless neither has any load), a total rate that moved by more than loadChange of the
 // larger total, a slot whose rate (or roles) did, or other roles awaited
 // in the slots not held.
 func loadChanged(last, next loadReport) bool {
+	if last.idle() && next.idle() && last.Unmeasured == next.Unmeasured {
+		// Other slots, none with load or roles: the leader's estimate is
+		// the same without it. Written anyway, it cost every member whose
+		// slots a change moved a write (issue 25).
+		return false
+	}
 	if len(last.Slots) != len(next.Slots) || !slices.Equal(last.Await, next.Await) {
 		return true
 	}

@@ -206,6 +206,25 @@ func TestLoadChanged(t *testing.T) {
 			t.Errorf("%s: loadChanged = %v, want %v", c.name, got, c.want)
 		}
 	}
+	// Without load, other slots change nothing the leader uses; the
+	// first load, a role awaited, or the first measured interval does.
+	idle := loadReport{Slots: []slotLoad{{Slot: 1}, {Slot: 2}}}
+	for _, c := range []struct {
+		name string
+		next loadReport
+		want bool
+	}{
+		{"other slots, no load", loadReport{Slots: []slotLoad{{Slot: 3}}}, false},
+		{"no slots", loadReport{}, false},
+		{"a rate", loadReport{Slots: []slotLoad{{Slot: 3, Rate: 1}}}, true},
+		{"a role", loadReport{Slots: []slotLoad{{Slot: 1, Roles: 1}, {Slot: 2}}}, true},
+		{"a role awaited", loadReport{Slots: idle.Slots, Await: []slotRoles{{Slot: 5, Roles: 1}}}, true},
+		{"other slots, measured now", loadReport{Slots: []slotLoad{{Slot: 3}}, Unmeasured: true}, true},
+	} {
+		if got := loadChanged(idle, c.next); got != c.want {
+			t.Errorf("idle, %s: loadChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
 
 // AddLoad is on the holders' hot path: it must not allocate.

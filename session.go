@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"sync/atomic"
 	"time"
 
@@ -68,12 +70,17 @@ func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
 // and then returns ErrMemberExists.
 func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 	key := r.keys.member(r.opts.member)
+	b := newBackoff()
 	for {
 		// Grant the lease only when the name looks free, so that waiting out
 		// a predecessor does not eat into our own lease.
 		sent := fenceClock()
 		grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
 		if err != nil {
+			if transient(err) && sleep(ctx, b.next()) {
+				r.log.Info("granting the lease failed, retrying", zap.Error(err))
+				continue
+			}
 			return nil, fmt.Errorf("rink: granting lease: %w", err)
 		}
 		revoke := func() {
@@ -86,7 +93,13 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID)).
 			Commit()
 		if err != nil {
+			// (It may have committed: the revoke takes the key with the
+			// lease, or the retry waits for it to go.)
 			revoke()
+			if transient(err) && sleep(ctx, b.next()) {
+				r.log.Info("creating the member key failed, retrying", zap.Error(err))
+				continue
+			}
 			return nil, fmt.Errorf("rink: creating member key: %w", err)
 		}
 		if !resp.Succeeded {
@@ -109,6 +122,21 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 		}
 		return r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline), nil
 	}
+}
+
+// transient reports whether err is an etcd error that a retry may not
+// meet: an overloaded or leaderless cluster, a request that timed out
+// (and may have committed), a connection lost. A join retries them
+// until its timeout (at 10,000 members joining at once, etcd answered
+// "too many requests" while its apply caught up).
+func transient(err error) bool {
+	for _, e := range []error{rpctypes.ErrTooManyRequests, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return status.Code(err) == codes.Unavailable
 }
 
 // candidacy is the put of the election key that a campaign on lease makes

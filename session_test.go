@@ -3,9 +3,14 @@ package rink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // simulateSuspend replaces the fence clock for the rest of the test and
@@ -79,4 +84,27 @@ func TestHostSuspend(t *testing.T) {
 // setDeadline sets the fence deadline to t, a time on Go's clock.
 func (inc *incarnation) setDeadline(t time.Time) {
 	inc.deadline.Store(fenceClock() + int64(time.Until(t)))
+}
+
+// A join retries what an overloaded etcd answers, and nothing else.
+func TestTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrTooManyRequests, true},
+		{fmt.Errorf("rink: granting lease: %w", rpctypes.ErrTooManyRequests), true},
+		{rpctypes.ErrTimeout, true},
+		{rpctypes.ErrNoLeader, true},
+		{status.Error(codes.Unavailable, "connection refused"), true},
+		{rpctypes.ErrLeaseNotFound, false},
+		{rpctypes.ErrPermissionDenied, false},
+		{context.Canceled, false},
+		{context.DeadlineExceeded, false},
+		{errors.New("other"), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
 }

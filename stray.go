@@ -2,7 +2,7 @@ package rink
 
 import (
 	"context"
-	"fmt"
+	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -46,7 +46,9 @@ func (k keys) liveMember(kv *mvccpb.KeyValue) (string, bool) {
 }
 
 // electionKey returns the election key that a campaign on lease creates.
-func (k keys) electionKey(lease int64) string { return fmt.Sprintf("%s%x", k.election(), lease) }
+func (k keys) electionKey(lease int64) string {
+	return k.election() + strconv.FormatInt(lease, 16) // (as %x: checked against every election key)
+}
 
 // isCandidate reports whether an election key was made by a campaign: it
 // is named by the lease it is bound to.

@@ -83,14 +83,47 @@ func (r *Rink) syncView() {
 // noteGone records the members a put's transition names as gone, when the
 // put follows the map applied before it (prev, of seq prevSeq) and names
 // it as its base, and the map is not stale: an older put written back by
-// hand says nothing of today's members. seq is the put's.
-func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap) {
+// hand says nothing of today's members. seq is the put's; delta is what
+// its record changed (nil: a whole map).
+//
+// A name recorded is in no map since: one that comes back can only be at
+// an index the record renamed or appended, so a record costs what it
+// changed. A whole map, or many names, cost one pass over the members (a
+// lookup per name cost every member O(names × members) per map while a
+// 10,000-member rink shut down).
+func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap, delta *mapDelta) {
 	st := &r.st
 	if st.view.goneAt == nil {
 		st.view.goneAt = map[string]int64{}
 	}
+	var ranked map[string]bool // cur's members, built once when needed
+	inCur := func(name string) bool {
+		if ranked == nil && len(st.view.goneAt)+len(t.Gone) > maxGoneLookups {
+			ranked = make(map[string]bool, len(st.cur.Members))
+			for _, m := range st.cur.Members {
+				ranked[m] = true
+			}
+		}
+		if ranked != nil {
+			return ranked[name]
+		}
+		return st.cur.index(name) >= 0
+	}
+	back := inCur
+	if delta != nil && !delta.renamed {
+		placed := map[string]bool{}
+		for i := range delta.renames {
+			if i < len(st.cur.Members) {
+				placed[st.cur.Members[i]] = true
+			}
+		}
+		for i := len(prev.Members); i < len(st.cur.Members); i++ {
+			placed[st.cur.Members[i]] = true
+		}
+		back = func(name string) bool { return placed[name] }
+	}
 	for name := range st.view.goneAt {
-		if st.cur.index(name) >= 0 || st.cur.waits(name) || st.view.goneAt[name] < st.hist.from {
+		if st.view.goneAt[name] < st.hist.from || back(name) || st.cur.waits(name) {
 			delete(st.view.goneAt, name) // back, or older than anything the check looks at
 		}
 	}
@@ -98,11 +131,15 @@ func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap) {
 		return
 	}
 	for _, name := range t.Gone {
-		if name != r.opts.member && st.cur.index(name) < 0 && !st.cur.waits(name) {
+		if name != r.opts.member && !inCur(name) && !st.cur.waits(name) {
 			st.view.goneAt[name] = seq
 		}
 	}
 }
+
+// maxGoneLookups bounds the names noteGone looks up one by one in the
+// members: past it, it makes a set of them.
+const maxGoneLookups = 4
 
 // narrowBarrier is others for the narrow view: ok is false when no slot
 // can be free now (as in others), and low is the lowest bound the floor
@@ -349,7 +386,7 @@ func (r *Rink) checkOwnName() {
 				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
 					continue
 				}
-				if r.keys.isCandidate(kv) && candidateName(kv.Value) == r.opts.member {
+				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
 					r.awaitLeaseGone(r.opts.member, kv.Lease)
 				}
 			}

@@ -180,7 +180,7 @@ func main() {
 	flag.IntVar(&cfg.scaleSlots, "scale-slots", 0, "slots of the scale scenario's rink (0: the least power of two that is at least the members and 1024)")
 	flag.DurationVar(&cfg.scaleTTL, "scale-ttl", 0, "session TTL of the scale scenario's members (0: 10s, or 3 s per 1,000 members where that is longer, to keep renewals at 1,000 a second)")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
-	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file, and a heap and a goroutine profile of the rink as built to the file with .heap and .goroutines added (with several -scale-members, to one file per size, named with the size)")
+	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file, one of its leave to the file with .leave added, and a heap and a goroutine profile of the rink built and at rest to the file with .heap and .goroutines added (with several -scale-members, to one file per size, named with the size)")
 	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
 	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
 	flag.IntVar(&cfg.shifts, "shifts", 10, "how many hot sets the load-shift scenario draws")

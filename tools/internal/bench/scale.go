@@ -115,7 +115,10 @@ type Breadth struct {
 	// The etcd revisions that began and ended Run's join and leave
 	// windows (for the tests, which count the writes in them).
 	joinRevs, leaveRevs [2]int64
-	// Setup figures: how long building the rink took and what it costs.
+	// Setup figures: how long building the rink took, and what it costs
+	// once at rest (set by Run).
+	heap0, stack0  uint64
+	g0             int
 	SetupTime      time.Duration
 	BytesPerMember float64
 	StackPerMember float64 // of BytesPerMember: goroutine stacks
@@ -224,11 +227,19 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		return nil, err
 	}
 	b.SetupTime = time.Since(began)
-	heap1, stack1 := memSplit()
-	b.BytesPerMember = (float64(heap1) - float64(heap0) + float64(stack1) - float64(stack0)) / float64(n)
-	b.StackPerMember = (float64(stack1) - float64(stack0)) / float64(n)
-	b.Goroutines = float64(runtime.NumGoroutine()-g0) / float64(n)
+	b.heap0, b.stack0, b.g0 = heap0, stack0, g0
 	return b, nil
+}
+
+// measureMemory sets the memory figures: what the members cost, in heap
+// and stacks, above what the process held before they joined (a rink at
+// rest: see Run).
+func (b *Breadth) measureMemory() {
+	n := float64(len(b.order))
+	heap1, stack1 := memSplit()
+	b.BytesPerMember = (float64(heap1) - float64(b.heap0) + float64(stack1) - float64(b.stack0)) / n
+	b.StackPerMember = (float64(stack1) - float64(b.stack0)) / n
+	b.Goroutines = float64(runtime.NumGoroutine()-b.g0) / n
 }
 
 func cmpErr(first, err error) error {
@@ -282,6 +293,21 @@ func (b *Breadth) settle(d time.Duration) (time.Time, error) {
 // proposals; and the members whose slots the change moved.
 func (b *Breadth) Run() (Sample, error) {
 	n := float64(len(b.order))
+	// What building the rink wrote (the last acknowledgements, floors and
+	// load summaries) is not the join's. And a member's memory is
+	// measured at rest: while members still join, each keeps the history
+	// of the maps since the lowest acknowledgement (up to maxHistChanges
+	// slot changes), which the floor prunes once they have all caught up.
+	if err := until(time.Minute, "every slot held", b.allHeld); err != nil {
+		return nil, fmt.Errorf("before the join: %w (%s)", err, b.unheld())
+	}
+	if err := b.restAfter(time.Now()); err != nil {
+		return nil, fmt.Errorf("before the join: %w", err)
+	}
+	b.measureMemory()
+	if err := writeHeapProfile(b.Profile); err != nil {
+		return nil, err
+	}
 	s := Sample{
 		"members":               n,
 		"slots":                 float64(b.cfg.Slots),
@@ -290,14 +316,6 @@ func (b *Breadth) Run() (Sample, error) {
 		"kib_per_member":        b.BytesPerMember / 1024,
 		"stack_kib_per_member":  b.StackPerMember / 1024,
 		"goroutines_per_member": b.Goroutines,
-	}
-	// What building the rink wrote (the last acknowledgements, floors and
-	// load summaries) is not the join's.
-	if err := until(time.Minute, "every slot held", b.allHeld); err != nil {
-		return nil, fmt.Errorf("before the join: %w (%s)", err, b.unheld())
-	}
-	if err := b.restAfter(time.Now()); err != nil {
-		return nil, fmt.Errorf("before the join: %w", err)
 	}
 	kaSize, err := b.keepAliveSize()
 	if err != nil {
@@ -722,6 +740,15 @@ func (b *Breadth) lastAcquired(member string, since time.Time) time.Time {
 
 // Close shuts every member down and closes the clients.
 func (b *Breadth) Close() {
+	if len(b.members) > closeGracefully {
+		// A graceful departure of every member, one after another, costs
+		// the rink a map change each: O(members²) work, minutes at 10,000
+		// members, measured by nothing. Cut them off instead: each stops
+		// when it sees its client closed (ErrClientClosed).
+		for _, cli := range b.clients {
+			cli.Close()
+		}
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, r := range b.members {
@@ -739,6 +766,9 @@ func (b *Breadth) Close() {
 		cli.Close()
 	}
 }
+
+// closeGracefully is the largest rink Close shuts down member by member.
+const closeGracefully = 1000
 
 // Depth runs two members awaiting the same nroles roles, every role in a
 // goroutine of its own as an application would: the first holds them all,
@@ -899,10 +929,6 @@ func Scale(env Env, cfg ScaleConfig) (Sample, error) {
 		return nil, err
 	}
 	b.Profile = cfg.Profile
-	if err := writeHeapProfile(cfg.Profile); err != nil {
-		b.Close()
-		return nil, err
-	}
 	s, err := b.Run()
 	b.Close()
 	if err != nil {
