@@ -196,7 +196,18 @@ type slotLoad struct {
 // or awaited.
 func (l loadReport) idle() bool {
 	rate, roles := l.total()
-	return rate == 0 && roles == 0 && len(l.Await) == 0
+	return rate == 0 && roles == 0 && !slices.ContainsFunc(l.Await, func(a slotRoles) bool { return a.Roles != 0 })
+}
+
+// idleAlike reports whether last and next both say no load, and are
+// measured alike: while the leader balances by count, they differ only in
+// the slots they list, which the leader does not use (it has the map).
+// Rewritten anyway, it cost every member whose slots a change moved a
+// write (issue 25). While it balances by load, a slot an idle member
+// gained must show its load of 0 (the estimate keeps a figure its owner's
+// summary does not list).
+func idleAlike(last, next loadReport) bool {
+	return last.idle() && next.idle() && last.Unmeasured == next.Unmeasured
 }
 
 func (l loadReport) total() (rate float64, roles int) {
@@ -399,16 +410,10 @@ func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32
 }
 
 // loadChanged reports whether next differs noticeably from last: another
-// set of slots (unless neither has any load), a total rate that moved by more than loadChange of the
+// set of slots, a total rate that moved by more than loadChange of the
 // larger total, a slot whose rate (or roles) did, or other roles awaited
 // in the slots not held.
 func loadChanged(last, next loadReport) bool {
-	if last.idle() && next.idle() && last.Unmeasured == next.Unmeasured {
-		// Other slots, none with load or roles: the leader's estimate is
-		// the same without it. Written anyway, it cost every member whose
-		// slots a change moved a write (issue 25).
-		return false
-	}
 	if len(last.Slots) != len(next.Slots) || !slices.Equal(last.Await, next.Await) {
 		return true
 	}
@@ -477,8 +482,10 @@ func (r *Rink) reportLoad() {
 			rates, ticked = meter.tick(now, held, roleOf, interval, window), true
 		}
 		var owned []int
+		byLoad := false
 		r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
 		if m := r.owners.Load(); m != nil {
+			byLoad = m.ByLoad
 			i := -1
 			if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
 				i = rk.rank.Index // (found once per map by the run goroutine)
@@ -497,7 +504,11 @@ func (r *Rink) reportLoad() {
 		rep := withRoles(rates, roleOf, owned)
 		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
-		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && !loadChanged(last, rep) {
+		if inc != nil && inc != lastInc && inc.joinLoad != nil {
+			last, lastInc = *inc.joinLoad, inc // (written with the member key)
+			r.emit(Event{Kind: EventLoadReported, Slot: -1})
+		}
+		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!loadChanged(last, rep) || !byLoad && idleAlike(last, rep)) {
 			continue
 		}
 		if r.writeLoad(inc, rep) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -206,23 +207,25 @@ func TestLoadChanged(t *testing.T) {
 			t.Errorf("%s: loadChanged = %v, want %v", c.name, got, c.want)
 		}
 	}
-	// Without load, other slots change nothing the leader uses; the
-	// first load, a role awaited, or the first measured interval does.
-	idle := loadReport{Slots: []slotLoad{{Slot: 1}, {Slot: 2}}}
+	// Without load, other slots change nothing a leader balancing by
+	// count uses; the first load, a role awaited, or the first measured
+	// interval does.
+	idle := loadReport{Slots: []slotLoad{{Slot: 1}, {Slot: 2}}, Await: []slotRoles{{Slot: 7}}}
 	for _, c := range []struct {
 		name string
 		next loadReport
 		want bool
 	}{
 		{"other slots, no load", loadReport{Slots: []slotLoad{{Slot: 3}}}, false},
+		{"slots awaited, no roles", loadReport{Await: []slotRoles{{Slot: 3}, {Slot: 4}}}, false},
 		{"no slots", loadReport{}, false},
 		{"a rate", loadReport{Slots: []slotLoad{{Slot: 3, Rate: 1}}}, true},
 		{"a role", loadReport{Slots: []slotLoad{{Slot: 1, Roles: 1}, {Slot: 2}}}, true},
 		{"a role awaited", loadReport{Slots: idle.Slots, Await: []slotRoles{{Slot: 5, Roles: 1}}}, true},
 		{"other slots, measured now", loadReport{Slots: []slotLoad{{Slot: 3}}, Unmeasured: true}, true},
 	} {
-		if got := loadChanged(idle, c.next); got != c.want {
-			t.Errorf("idle, %s: loadChanged = %v, want %v", c.name, got, c.want)
+		if got := !idleAlike(idle, c.next); got != c.want {
+			t.Errorf("idle, %s: differs = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
@@ -381,4 +384,39 @@ func rateOf(m *loadMeter, s int) float64 {
 		return ms.rate
 	}
 	return 0
+}
+
+// A member's first load summary is written with its key, in the join's
+// transaction (a write less per join), and the reporter does not write the
+// same summary again.
+func TestLoadWrittenWithKey(t *testing.T) {
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), WithLoadInterval(100*time.Millisecond))
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	k := newKeys(name)
+	cli := newClient(t)
+	resp, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpGet(k.member("a")), clientv3.OpGet(k.load("a"))).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, lk := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(mk) != 1 || len(lk) != 1 {
+		t.Fatalf("member key %v, load key %v", mk, lk)
+	}
+	if lk[0].CreateRevision != mk[0].CreateRevision || lk[0].Lease != mk[0].Lease {
+		t.Fatalf("load key created at %d on lease %x, member key at %d on lease %x: not in one transaction",
+			lk[0].CreateRevision, lk[0].Lease, mk[0].CreateRevision, mk[0].Lease)
+	}
+	// Idle, it holds every slot now: other slots, no load, nothing new to
+	// say (see loadChanged). Two intervals on, the key is as written (or
+	// measured once).
+	v0, t0 := lk[0].Version, time.Now()
+	eventually(t, 10*time.Second, "half a second gone by", func() bool { return time.Since(t0) > 500*time.Millisecond })
+	resp2, err := cli.Get(ctxTimeout(t, 5*time.Second), k.load("a"))
+	if err != nil || len(resp2.Kvs) != 1 {
+		t.Fatalf("load key of a: %v %v", resp2, err)
+	}
+	if n := resp2.Kvs[0].Version - v0; n > 1 {
+		t.Fatalf("an idle member rewrote its load summary %d times in half a second", n)
+	}
 }

@@ -27,6 +27,10 @@ type incarnation struct {
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
 	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
 	deadline  atomic.Int64  // fence deadline, a fenceClock reading
+	// joinLoad is the load summary written with the member key when it
+	// was created (nil: none, as after a resume): the reporter's first.
+	// Set before the incarnation is handed to the run goroutine.
+	joinLoad *loadReport
 }
 
 // monoBase anchors a process-wide monotonic clock: durations since it are
@@ -88,9 +92,14 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			defer cancel()
 			_, _ = r.cli.Revoke(rctx, grant.ID)
 		}
+		// The member's first load summary goes with its key (the leader
+		// ranks a newcomer once it knows its load: see holdForReports),
+		// which saves every join a write.
+		first := loadReport{Unmeasured: true}
 		resp, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID)).
+			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID),
+				clientv3.OpPut(r.keys.load(r.opts.member), string(first.encode()), clientv3.WithLease(grant.ID))).
 			Commit()
 		if err != nil {
 			// (It may have committed: the revoke takes the key with the
@@ -120,7 +129,9 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			revoke()
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
-		return r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline), nil
+		inc := r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline)
+		inc.joinLoad = &first
+		return inc, nil
 	}
 }
 

@@ -155,6 +155,7 @@ type config struct {
 	plot      string
 	json      bool
 	noFsync   bool
+	etcdLog   string
 
 	scaleMembers           []int
 	scaleRoles, scaleSlots int
@@ -175,6 +176,7 @@ func main() {
 	flag.StringVar(&cfg.plot, "plot", "", "draw the first rolling deploy's roles per member over time to this PNG file")
 	flag.BoolVar(&cfg.json, "json", false, "print one JSON object per scenario")
 	flag.BoolVar(&cfg.noFsync, "nofsync", false, "run etcd without fsync (faster, less like production)")
+	flag.StringVar(&cfg.etcdLog, "etcd-log", "", "write the embedded etcd's warnings and errors to this file (slow applies, slow fsyncs, lease troubles)")
 	cfg.scaleMembers = []int{1000}
 	flag.Var((*intList)(&cfg.scaleMembers), "scale-members", "members of the scale scenario's breadth part; comma-separated sizes (1000,10000) run as results of their own")
 	flag.IntVar(&cfg.scaleSlots, "scale-slots", 0, "slots of the scale scenario's rink (0: the least power of two that is at least the members and 1024)")
@@ -244,7 +246,18 @@ func run(out, errOut io.Writer, cfg config) error {
 			return fmt.Errorf("unknown scenario %q (have %s)", n, names())
 		}
 	}
-	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: cfg.noFsync})
+	opts := embedetcd.Options{NoFsync: cfg.noFsync}
+	if cfg.etcdLog != "" {
+		zc := zap.NewProductionConfig()
+		zc.Level, zc.OutputPaths, zc.ErrorOutputPaths = zap.NewAtomicLevelAt(zap.WarnLevel), []string{cfg.etcdLog}, []string{cfg.etcdLog}
+		lg, err := zc.Build()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = lg.Sync() }()
+		opts.Logger = lg
+	}
+	srv, err := embedetcd.Start(opts)
 	if err != nil {
 		return err
 	}
