@@ -665,8 +665,12 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// whole map), so that the passes below cost what it changed; taken
 	// before it is applied, which may write into the current map's table.
 	var delta *mapDelta
-	if c, ok := decodeRecord(kv.Value); ok && snap == nil && !fresh && sameLineage && kv.Version == st.curSeq+1 {
-		delta = deltaOf(&st.cur, &c)
+	var rec *change // the record, decoded once (nil: a whole map)
+	if c, ok := decodeRecord(kv.Value); ok {
+		rec = &c
+		if snap == nil && !fresh && sameLineage && kv.Version == st.curSeq+1 {
+			delta = deltaOf(&st.cur, rec)
+		}
 	}
 	// A member that does not lead applies a record laxly (only the leader
 	// checks it against every member: see applyAs) and, when it renames
@@ -678,7 +682,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if inPlace {
 		r.ownersMu.Lock()
 	}
-	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil, inPlace)
+	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil, inPlace, rec)
 	if inPlace {
 		if err == nil {
 			r.owners.Store(&m) // (with the table written: the old map's members may not cover its entries)
@@ -707,7 +711,12 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.curRev, st.underivedRev = kv.ModRevision, 0
 	st.dirty = true
-	t := transitionOf(kv.Value)
+	var t transition
+	if rec != nil {
+		t = rec.transition // (decoded with the record)
+	} else {
+		t = transitionOf(kv.Value)
+	}
 	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.createRev && m.Version > st.topVer {
 		// Our name is another process's now (see transition.Incs): our
 		// key went, though our own watch has not said so yet.

@@ -128,10 +128,10 @@ func parseTable(b []byte) (v []int32, ok bool) {
 }
 
 // memberList is a map's member names. It decodes with a fast path for
-// the form leaders write (a JSON array of plain ASCII strings): the names
-// share one allocation, and the list has exactly their number, where the
-// generic decoder made one allocation per name and a list up to twice as
-// long as needed (at 10,000 members a member keeps 10,000 names: issue
+// the form leaders write (a JSON array of plain ASCII strings): the names'
+// bytes share one allocation, and the list has room for at most 1/64 more
+// (see growNames), where the generic decoder made one allocation per name
+// and a list up to twice as long as needed (at 10,000 members a member keeps 10,000 names: issue
 // 25). Anything else goes through the generic decoder, with its errors.
 type memberList []string
 
@@ -213,7 +213,9 @@ func parseNames(b []byte) (v []string, ok bool) {
 	blob := make([]byte, 0, size)
 	scan(func(start, end int) { blob = append(blob, b[start:end]...) })
 	all := string(blob)
-	v = make([]string, 0, n)
+	// (With room for a few joins: a member that joined last would copy
+	// its whole list at the next join.)
+	v = make([]string, 0, n+min(n/64, maxNameRoom))
 	at := 0
 	scan(func(start, end int) { v = append(v, all[at:at+end-start]); at += end - start })
 	return v, true

@@ -658,13 +658,19 @@ var errUnderived = fmt.Errorf("%w: a change record without the map it applies to
 // with the record in the same transaction (snap, the snapshot key, when
 // at hand). slots is what the map must have (0: what it says).
 func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int) (rankMap, error) {
-	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, slots, false, false)
+	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, slots, false, false, nil)
 }
 
 // readMapAs is readMap, applying a record laxly when lax is set (see
 // applyAs), and into prev's table when inPlace is (see applyInPlace).
-func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int, lax, inPlace bool) (rankMap, error) {
-	c, isRecord := decodeRecord(kv.Value)
+func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int, lax, inPlace bool, rec *change) (rankMap, error) {
+	var c change
+	isRecord := rec != nil
+	if isRecord {
+		c = *rec // (decoded by the caller: a record is decoded once per member per change)
+	} else {
+		c, isRecord = decodeRecord(kv.Value)
+	}
 	if !isRecord {
 		if slots == 0 {
 			slots = peekSlots(kv.Value)
