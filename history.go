@@ -27,7 +27,7 @@ import "sort"
 type slotHistory struct {
 	from, top int64
 	curTable  slotTable // the newest map's table (shared)
-	curNames  []string  // the newest map's members (shared: never written)
+	curNames  []string  // the newest map's members (shared: a record renames in place only after add reads it)
 	changes   map[int][]ownerSince
 	entries   int          // entries over all slots, for prune
 	order     []slotChange // see the invariants

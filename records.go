@@ -235,9 +235,10 @@ func applyAs(prev *rankMap, c *change, lax bool) (rankMap, error) {
 // member O(slots) per change, the rink O(members × slots): 1.3 GB per
 // change at 10,000 members (issue 25). On an error prev is as it was.
 //
-// The caller must own prev's table: nothing may read it meanwhile (the
-// run goroutine publishes its map to other goroutines under r.ownersMu)
-// or need its old entries afterwards (see slotHistory and prevOwner).
+// The caller must own prev's table and member list: nothing may read
+// them meanwhile (the run goroutine publishes its map to other goroutines
+// under r.ownersMu) or need their old entries and names afterwards but
+// through the delta (see slotHistory, prevOwner and noteGone).
 func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
 	undo := make([]int, 0, len(c.Moves)) // slot, entry: in the order written
 	for i := 0; i+1 < len(c.Moves); i += 2 {
@@ -662,7 +663,9 @@ func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLin
 }
 
 // readMapAs is readMap, applying a record laxly when lax is set (see
-// applyAs), and into prev's table when inPlace is (see applyInPlace).
+// applyAs), and into prev's table and member list when inPlace is (see
+// applyInPlace). rec is the record kv holds, if the caller decoded it
+// (nil: readMapAs decodes it).
 func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int, lax, inPlace bool, rec *change) (rankMap, error) {
 	var c change
 	isRecord := rec != nil

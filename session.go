@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -72,7 +73,13 @@ func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
 // member already uses the name, it waits for that key to go (a restarted
 // process reusing its name waits out its predecessor's lease) until ctx ends,
 // and then returns ErrMemberExists.
-func (r *Rink) join(ctx context.Context) (*incarnation, error) {
+func (r *Rink) join(ctx context.Context) (*incarnation, error) { return r.joinAfter(ctx, nil) }
+
+// joinAfter is join after attempts on the leases tried whose transaction
+// failed unanswered: it may have committed, and if the revoke failed too,
+// the key found in the name's place is our own, which it takes away
+// rather than wait for (a TTL, or ErrMemberExists).
+func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarnation, error) {
 	key := r.keys.member(r.opts.member)
 	b := newBackoff()
 	for {
@@ -87,11 +94,12 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			}
 			return nil, fmt.Errorf("rink: granting lease: %w", err)
 		}
-		revoke := func() {
+		revokeLease := func(id clientv3.LeaseID) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			_, _ = r.cli.Revoke(rctx, grant.ID)
+			_, _ = r.cli.Revoke(rctx, id)
 		}
+		revoke := func() { revokeLease(grant.ID) }
 		// The member's first load summary goes with its key (the leader
 		// ranks a newcomer once it knows its load: see holdForReports),
 		// which saves every join a write.
@@ -100,11 +108,13 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID),
 				clientv3.OpPut(r.keys.load(r.opts.member), string(first.encode()), clientv3.WithLease(grant.ID))).
+			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			// (It may have committed: the revoke takes the key with the
-			// lease, or the retry waits for it to go.)
+			// lease, or the retry finds it, ours, and revokes it again.)
 			revoke()
+			tried = append(tried, grant.ID)
 			if transient(err) && sleep(ctx, b.next()) {
 				r.log.Info("creating the member key failed, retrying", zap.Error(err))
 				continue
@@ -112,8 +122,17 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) {
 			return nil, fmt.Errorf("rink: creating member key: %w", err)
 		}
 		if !resp.Succeeded {
-			// The name is taken. Wait for its key to be deleted, then try again.
 			revoke()
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && slices.Contains(tried, clientv3.LeaseID(kvs[0].Lease)) {
+				// Our own key, from an attempt whose answer was lost: it
+				// never acted. Take it away and try again.
+				revokeLease(clientv3.LeaseID(kvs[0].Lease))
+				if sleep(ctx, b.next()) {
+					continue
+				}
+				return nil, fmt.Errorf("rink: creating member key: %w", ctx.Err())
+			}
+			// The name is taken. Wait for its key to be deleted, then try again.
 			r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
 			if err := waitDeleted(ctx, r.cli, key, resp.Header.Revision); err != nil {
 				if ctx.Err() != nil {

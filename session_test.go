@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -106,5 +108,48 @@ func TestTransient(t *testing.T) {
 		if got := transient(c.err); got != c.want {
 			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// A join whose transaction failed unanswered may have created the member
+// key; if the revoke failed too, the next attempt finds its own key in the
+// name's place. It takes it away and joins, rather than wait a TTL for it
+// and blame a live member (ErrMemberExists).
+func TestJoinTakesBackItsOwnKey(t *testing.T) {
+	cli := newClient(t)
+	r := &Rink{opts: options{member: "a", ttl: 2 * time.Second}, log: zap.NewNop(), keys: newKeys(rinkName(t)), cli: cli}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	defer func() { r.cancel(); r.wg.Wait() }()
+	orphan := func() clientv3.LeaseID {
+		t.Helper()
+		g, err := cli.Grant(ctxTimeout(t, 5*time.Second), 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.member("a"), memberValue(1), clientv3.WithLease(g.ID)); err != nil {
+			t.Fatal(err)
+		}
+		return g.ID
+	}
+	// Another process's key (not a lease this member tried): it waits.
+	other := orphan()
+	if _, err := r.joinAfter(ctxTimeout(t, 500*time.Millisecond), nil); !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("join with the name taken: %v, want ErrMemberExists", err)
+	}
+	if _, err := cli.Revoke(ctxTimeout(t, 5*time.Second), other); err != nil {
+		t.Fatal(err)
+	}
+	// Its own: it takes it away at once.
+	own := orphan()
+	inc, err := r.joinAfter(ctxTimeout(t, 5*time.Second), []clientv3.LeaseID{own})
+	if err != nil {
+		t.Fatalf("join after its own lost attempt: %v", err)
+	}
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.member("a"))
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != inc.lease || inc.lease == own {
+		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.lease)
+	}
+	if ttl, err := cli.TimeToLive(ctxTimeout(t, 5*time.Second), own); err != nil || ttl.TTL != -1 {
+		t.Fatalf("the lost attempt's lease: %v %v, want it revoked", ttl, err)
 	}
 }
