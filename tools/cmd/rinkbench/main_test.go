@@ -60,6 +60,12 @@ var wantFigures = map[string][]string{
 		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join"},
 }
 
+// memoryFigure names the scale figures that a rink of 3 or 5 members may
+// put at or below 0: measured at rest, its members cost less than what
+// the process may free meanwhile of what the run before left (a CI run
+// saw -1,000 KiB per member at 5 members).
+var memoryFigure = map[string]bool{"kib_per_member": true, "stack_kib_per_member": true, "goroutines_per_member": true}
+
 // TestScaleSizes runs the scale scenario at two sizes: each is a result
 // of its own, named scale, with its members, slots and TTL.
 func TestScaleSizes(t *testing.T) {
@@ -91,8 +97,12 @@ func TestScaleSizes(t *testing.T) {
 			t.Errorf("%v members: members_changed_join %+v", r.Figures["members"].Max, f)
 		}
 		for _, f := range wantFigures["scale"] {
-			if s, ok := r.Figures[f]; !ok || s.Min <= 0 {
-				t.Errorf("figure %s missing or not positive: %+v", f, s)
+			s, ok := r.Figures[f]
+			switch {
+			case !ok:
+				t.Errorf("figure %s missing", f)
+			case s.Min <= 0 && !memoryFigure[f]:
+				t.Errorf("figure %s not positive: %+v", f, s)
 			}
 		}
 		if o := r.Figures["overlaps"]; o.Max != 0 {
