@@ -87,26 +87,36 @@ func departureBytes(t *testing.T, n, S int) float64 {
 			next.Members = append(next.Members, fmt.Sprintf("joiner-%05d", i))
 			return next
 		}
-		gone, last := int32(1+i%(n-2)), int32(len(m.Members)-1)
-		for s, o := range next.Table {
-			switch o {
-			case gone:
-				next.Table[s] = gone + 1
-			case last:
-				next.Table[s] = gone
-			}
-		}
-		next.Members[gone] = next.Members[last]
-		next.Members = next.Members[:last]
-		return next
+		gone := int32(1 + i%(n-2))
+		return departure(next, gone, gone+1)
 	})
 }
 
-// changeBytes returns the bytes a member that does not lead allocates, on
-// average, to apply the change records of the maps step makes, in a rink
-// of n members on S slots.
-func changeBytes(t *testing.T, n, S int, step func(m rankMap, i int) rankMap) float64 {
-	const L = 10
+// departure returns m (whose table and members the caller owns) without
+// the member at index gone: its slots go to the member at index heir, and
+// the highest index takes its place.
+func departure(m rankMap, gone, heir int32) rankMap {
+	last := int32(len(m.Members) - 1)
+	for s, o := range m.Table {
+		switch o {
+		case gone:
+			m.Table[s] = heir
+		case last:
+			m.Table[s] = gone
+		}
+	}
+	m.Members[gone] = m.Members[last]
+	m.Members = m.Members[:last]
+	return m
+}
+
+// recordBase is the revision of the map key's creation in narrowWithMap.
+const recordBase = 10
+
+// narrowWithMap returns member "self" of the narrow view, having applied
+// a map of n members on S slots (self at index 0, slot s at index s mod n),
+// and that map.
+func narrowWithMap(t *testing.T, n, S int) (*bare, rankMap) {
 	b := newBare(t, "self", S, 5)
 	b.narrowView()
 	b.put(memberKV("self", 5, 5, 0, 0))
@@ -118,16 +128,31 @@ func changeBytes(t *testing.T, n, S int, step func(m rankMap, i int) rankMap) fl
 	for s := range m.Table {
 		m.Table[s] = int32(s % n)
 	}
-	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(m, L, L)}, rev: L})
+	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(m, recordBase, recordBase)}, rev: recordBase})
+	return b, m
+}
+
+// recordBatch is the watch batch of next put as the change record that
+// follows m, with transition tr; next takes the version after m's.
+func recordBatch(m rankMap, next *rankMap, tr transition) watchBatch {
+	next.Version = m.Version + 1
+	c := diff(&m, next)
+	c.transition = tr
+	kv := mapKV(*next, recordBase, recordBase+next.Version)
+	kv.Value = c.encode()
+	return watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: recordBase + next.Version}
+}
+
+// changeBytes returns the bytes a member that does not lead allocates, on
+// average, to apply the change records of the maps step makes, in a rink
+// of n members on S slots.
+func changeBytes(t *testing.T, n, S int, step func(m rankMap, i int) rankMap) float64 {
+	b, m := narrowWithMap(t, n, S)
 	const rounds = 50
 	var total uint64
 	for i := 1; i <= rounds; i++ {
 		next := step(m, i)
-		next.Version = m.Version + 1
-		c := diff(&m, &next)
-		kv := mapKV(next, L, L+next.Version)
-		kv.Value = c.encode()
-		batch := watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + next.Version}
+		batch := recordBatch(m, &next, transition{})
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		b.r.onWatch(batch)
@@ -173,27 +198,10 @@ func TestDepartureCostFlat(t *testing.T) {
 // what a pass over every member would: a departure is recorded, and a
 // name that comes back (appended, or at a renamed index) is dropped.
 func TestNoteGoneByRecords(t *testing.T) {
-	const n, S, L = 40, 256, 10
-	b := newBare(t, "self", S, 5)
-	b.narrowView()
-	b.put(memberKV("self", 5, 5, 0, 0))
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
-	for i := range m.Members {
-		m.Members[i] = fmt.Sprintf("member-%02d", i)
-	}
-	m.Members[0] = "self"
-	for s := range m.Table {
-		m.Table[s] = int32(s % n)
-	}
-	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(m, L, L)}, rev: L})
+	b, m := narrowWithMap(t, 40, 256)
 	put := func(next rankMap, gone ...string) {
 		t.Helper()
-		next.Version = m.Version + 1
-		c := diff(&m, &next)
-		c.transition = transition{From: m.Version, Gone: gone}
-		kv := mapKV(next, L, L+next.Version)
-		kv.Value = c.encode()
-		b.r.onWatch(watchBatch{events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + next.Version})
+		b.r.onWatch(recordBatch(m, &next, transition{From: m.Version, Gone: gone}))
 		if b.r.st.cur.Version != next.Version {
 			t.Fatalf("version %d not applied", next.Version)
 		}
@@ -202,18 +210,7 @@ func TestNoteGoneByRecords(t *testing.T) {
 	depart := func(gone int32) rankMap {
 		next := m
 		next.Table, next.Members = slices.Clone(m.Table), slices.Clone(m.Members)
-		last := int32(len(m.Members) - 1)
-		for s, o := range next.Table {
-			switch o {
-			case gone:
-				next.Table[s] = 0
-			case last:
-				next.Table[s] = gone
-			}
-		}
-		next.Members[gone] = next.Members[last]
-		next.Members = next.Members[:last]
-		return next
+		return departure(next, gone, 0)
 	}
 	gone := func() []string { return slices.Sorted(maps.Keys(b.r.st.view.goneAt)) }
 	// Five leave, one at a time: each is recorded.

@@ -1666,8 +1666,9 @@ func liveByAge(members map[string]memberInfo) []string {
 	for name, m := range members {
 		all = append(all, aged{name, m.createRev})
 	}
-	// (Keys and revisions side by side: a lookup per comparison cost the
-	// leader 15 ms a plan at 10,000 members.)
+	// (Keys and revisions side by side: with a lookup per comparison the
+	// sort took 8 % of the process's CPU while a 10,000-member rink was
+	// built, by a CPU profile.)
 	slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.rev, b.rev) })
 	names := make([]string, len(all))
 	for i, a := range all {
