@@ -110,7 +110,7 @@ func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap, delta *
 		return st.cur.index(name) >= 0
 	}
 	back := inCur
-	if delta != nil && !delta.renamed {
+	if delta != nil && !delta.renamed && len(st.view.goneAt) > 0 {
 		placed := map[string]bool{}
 		for i := range delta.renames {
 			if i < len(st.cur.Members) {
