@@ -499,6 +499,14 @@ func (v *ackView) seeShape(shape mapShape) {
 	}
 }
 
+// present reports whether a member may still hold slots: its key, or its
+// acknowledgement key (bound to its lease), is in the view.
+func (v *ackView) present(name string) bool {
+	_, member := v.members[name]
+	_, acked := v.acks[name]
+	return member || acked
+}
+
 func (v *ackView) del(k keys, key string) {
 	switch {
 	case k.isMember(key):
@@ -769,7 +777,7 @@ func (a *aggregation) unhold() {
 }
 
 // offer asks for floor f (val, its JSON) to be written: at once, or after
-// floorPause when it raises no bound anybody waits for (see floorPause).
+// a pause when it raises no bound anybody waits for (see floorPause).
 func (a *aggregation) offer(f *ackFloor, val []byte) {
 	h := heldFloor{val: val, f: f}
 	if a.last == nil || !a.idle(f) {
@@ -778,8 +786,12 @@ func (a *aggregation) offer(f *ackFloor, val []byte) {
 		return
 	}
 	a.held = h
-	if a.holdTimer == nil {
-		a.holdTimer = time.NewTimer(floorPause << a.holds)
+	pause := a.pause(f)
+	if until := time.Now().Add(pause); a.holdTimer == nil || until.Before(a.holdUntil) {
+		if a.holdTimer != nil {
+			a.holdTimer.Stop()
+		}
+		a.holdTimer, a.holdUntil = time.NewTimer(pause), until
 	}
 }
 
@@ -787,40 +799,81 @@ func (a *aggregation) offer(f *ackFloor, val []byte) {
 // floors wait at most floorPause << maxHolds (0.8 s).
 const maxHolds = 4
 
-// idle reports whether floor f, to follow the floor last asked for,
-// raises no bound that anybody waits for: it is of the same lineage and
-// map or a later one, and either says of the same map as the last that
-// every member has acknowledged it (it differs in what the leader plans),
-// or some member still lags and every member that lagged in the last
-// floor lags in f as far (its acknowledgement did not come, and the
-// members a newer map changed lag at the map before).
+// idle reports whether floor f, to follow the floor last asked for (l),
+// raises no bound that anybody waits for.
+//
+// An heir of slot s waits for the bound of a live member x only while the
+// maps from x's bound up to the one that gave s to the heir gave x the
+// slot (see free and freeNarrow). If no map after x's bound in l up to its
+// bound in f took a slot from x, raising it frees nothing: a slot that x
+// held in a map from its bound in l on, x still holds in its bound in f
+// (or in a later map, which the heir checks as before). So f is idle when
+// it speaks of the same lineage, of the same map or a later one, with the
+// same ghosts, and no live member's bound rises past a map that took a
+// slot from it: a newcomer's acknowledgement, or an heir's, raises nothing
+// anybody waits for; the member a change takes slots from raises what its
+// heirs wait for. A member whose key went and whose acknowledgement key
+// went with its lease holds nothing (see holderBound). Members that
+// predate seqs read bounds in versions: a member that writes no seq is
+// judged by the rise of its version bound.
 func (a *aggregation) idle(f *ackFloor) bool {
 	l := a.lastF
-	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts {
+	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || l.Seq < 1 {
 		return false
 	}
-	if f.SeqComplete && len(f.SeqLagging) == 0 {
-		// Everybody at the map: idle only if the last floor said so of
-		// the same map (f says only what the leader plans).
-		return f.Seq == l.Seq && l.SeqComplete && len(l.SeqLagging) == 0 && f.Floor == l.Floor
+	lo := l.SeqFloor // (the lowest bound l gives)
+	if l.SeqComplete {
+		lo = l.Seq
+		for _, b := range l.SeqLagging {
+			lo = min(lo, b)
+		}
 	}
-	if !l.SeqComplete {
-		return !f.SeqComplete && f.SeqFloor <= l.SeqFloor && f.Floor <= l.Floor
+	losses, known := a.v.changes.lossesAfter(lo)
+	if !known {
+		return false
 	}
-	if !f.SeqComplete {
-		return true // (more lag than before: nothing came that anybody waits for)
-	}
-	for name, b := range l.SeqLagging {
-		if fb, ok := f.SeqLagging[name]; !ok || fb > b {
+	for _, x := range losses {
+		if x.seq > f.Seq {
+			break
+		}
+		if a.v.present(x.name) && l.seqOf(x.name) < x.seq && f.seqOf(x.name) >= x.seq {
 			return false
 		}
 	}
+	if !f.Complete || !l.Complete {
+		return f.Floor <= l.Floor
+	}
 	for name, b := range l.Lagging {
-		if fb, ok := f.Lagging[name]; !ok || fb > b {
+		if fb, ok := f.Lagging[name]; (!ok || fb > b) && a.v.acks[name].Seq < 1 {
 			return false
 		}
 	}
 	return true
+}
+
+// pause returns how long idle floor f may be held: floorPause, doubled
+// for each hold in a row (see holds); and the longest hold when every
+// member f lists as lagging is one that a map after its bound changed. Such
+// a floor says only that the map moved on while the members it changed
+// have not acknowledged it: they owe their acknowledgements and know it
+// (see ackOwed), and the floor that counts them replaces it.
+func (a *aggregation) pause(f *ackFloor) time.Duration {
+	owed := f.SeqComplete && f.Complete && len(f.SeqLagging) > 0
+	for name, b := range f.SeqLagging {
+		if !owed {
+			break
+		}
+		owed = a.v.changes.changedAfter(name, b)
+	}
+	for name := range f.Lagging {
+		if _, ok := f.SeqLagging[name]; !ok {
+			owed = false
+		}
+	}
+	if owed {
+		return floorPause << maxHolds
+	}
+	return floorPause << a.holds
 }
 
 // aggregation is the aggregator's state (see aggregate).
@@ -830,6 +883,7 @@ type aggregation struct {
 	lastF     *ackFloor   // and what it says
 	held      heldFloor   // a floor held back (see floorPause); val nil: none
 	holdTimer *time.Timer // ends the hold; nil when none
+	holdUntil time.Time   // when it ends
 	// holds counts the held floors written when their pause ran out, since
 	// the last floor that raised a bound: each such hold lasts twice the
 	// one before, so that acknowledgements that come in slowly (a drain, a

@@ -1,7 +1,10 @@
 package rink
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -35,4 +38,136 @@ func TestWatchBatchThen(t *testing.T) {
 	if got := keys(b); !b.snapshot || len(b.kvs) != 1 || len(got) != 1 || got[0] != "d" || b.rev != 10 {
 		t.Fatalf("after a listing: snapshot %v, %d kvs, events %v at %d; want the listing and [d] at 10", b.snapshot, len(b.kvs), got, b.rev)
 	}
+}
+
+// floorSteps drives an aggregation over a view built by hand: offer
+// computes the floor, offers it as fold does, and says whether it was
+// asked to be written at once, and for how long it is held otherwise.
+type floorSteps struct {
+	t *testing.T
+	k keys
+	v *ackView
+	a *aggregation
+}
+
+func newFloorSteps(t *testing.T) *floorSteps {
+	k := newKeys("bare")
+	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
+	a := &aggregation{v: v, reqs: make(chan []byte, 1), rest: &restBox{}}
+	t.Cleanup(a.unhold)
+	return &floorSteps{t: t, k: k, v: v, a: a}
+}
+
+func (s *floorSteps) member(name string, lease, rev int64) {
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
+}
+
+func (s *floorSteps) ack(name string, lease, seq int64) {
+	val, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq})
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.ack(name)), Value: val, Lease: lease}, false)
+}
+
+func (s *floorSteps) mapAt(seq, rev int64, members []string, table slotTable) {
+	m := rankMap{Members: members, Table: table, Version: seq, Slots: len(table), Schema: schemaVersion}
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
+}
+
+// offer returns whether the floor was asked for at once, and else how
+// long it is held (0: it says what was asked for already).
+func (s *floorSteps) offer() (now bool, held time.Duration) {
+	f := s.v.compute()
+	f.Leader = "a"
+	val, _ := json.Marshal(f)
+	if bytes.Equal(val, s.a.last) {
+		return false, 0
+	}
+	s.a.offer(f, val)
+	select {
+	case <-s.a.reqs:
+		return true, 0
+	default:
+		return false, time.Until(s.a.holdUntil)
+	}
+}
+
+// The floor is written at once only when it raises the bound of a member
+// that a map took slots from, which its heirs wait for: a join costs one
+// floor written at once (when the member it takes slots from
+// acknowledges), not one more when the newcomer acknowledges; a departure
+// whose heirs only gain costs none. The floors held back are written after
+// a pause: a short one when the floor is news (every member at the map:
+// the rink may be at rest), the longest when it only says that the map
+// moved on while the members it changed, which know they owe their
+// acknowledgements, have not given them.
+func TestFloorWrittenAtOnce(t *testing.T) {
+	s := newFloorSteps(t)
+	s.member("a", 1, 11)
+	s.member("b", 2, 12)
+	s.member("c", 3, 13)
+	s.mapAt(1, 14, []string{"a", "b", "c"}, slotTable{0, 1, 2, 0})
+	for i, name := range []string{"a", "b", "c"} {
+		s.ack(name, int64(i+1), 1)
+	}
+	if now, _ := s.offer(); !now {
+		t.Fatal("the first floor is held back")
+	}
+	const short, long = -1, floorPause << maxHolds
+	// step offers the floor, and lets a hold run out (as the aggregator
+	// does when its timer fires: the held floor is written).
+	step := func(what string, wantNow bool, wantHeld time.Duration) {
+		t.Helper()
+		if wantHeld == short {
+			wantHeld = floorPause << s.a.holds
+		}
+		now, held := s.offer()
+		switch {
+		case now != wantNow:
+			t.Fatalf("%s: written at once %v, want %v", what, now, wantNow)
+		case !now && (held > wantHeld || held < wantHeld/2):
+			t.Fatalf("%s: held for %v, want %v", what, held, wantHeld)
+		case !now:
+			s.a.holdTimer.Stop()
+			s.a.holdTimer = nil
+			s.a.holds = min(s.a.holds+1, maxHolds)
+			s.a.send(s.a.held)
+			<-s.a.reqs
+		}
+	}
+	// A join: n takes slot 1 from b.
+	s.member("n", 4, 19)
+	s.mapAt(2, 20, []string{"a", "b", "c", "n"}, slotTable{0, 3, 2, 0})
+	step("the map that ranks n", false, long)
+	s.ack("b", 2, 2)
+	step("b, which lost slot 1, acknowledged", true, 0)
+	s.ack("n", 4, 2)
+	step("n, which only gained, acknowledged", false, short)
+
+	// A departure: a leaves, slots 0 and 3 go to b and c.
+	delete(s.v.members, "a")
+	s.v.changes.forget("a")
+	delete(s.v.acks, "a")
+	s.mapAt(3, 30, []string{"n", "b", "c"}, slotTable{1, 0, 2, 2})
+	step("the map without a", false, long)
+	s.ack("b", 2, 3)
+	s.ack("c", 3, 3)
+	step("the heirs acknowledged", false, short)
+
+	// Two changes before an acknowledgement: c's bound rises past the map
+	// that took slot 2 from it.
+	s.mapAt(4, 40, []string{"n", "b", "c"}, slotTable{1, 0, 1, 2}) // c -> b
+	s.mapAt(5, 41, []string{"n", "b", "c"}, slotTable{1, 0, 1, 0}) // c -> n
+	step("two maps", false, long)
+	s.ack("b", 2, 5)
+	s.ack("n", 4, 5)
+	step("the heirs acknowledged", false, long)
+	s.ack("c", 3, 5)
+	step("c, which lost slots at 4 and 5, acknowledged", true, 0)
+
+	// A member that writes no seq (it predates them) is judged by its
+	// version bound.
+	s.mapAt(6, 50, []string{"n", "b", "c"}, slotTable{1, 1, 1, 0}) // c -> b, n -> b
+	step("the map", false, long)
+	val, _ := json.Marshal(ackValue{Ack: 6, Lineage: 10})
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.ack("b")), Value: val, Lease: 2}, false)
+	step("b acknowledged in versions only", true, 0)
 }

@@ -1,5 +1,7 @@
 package rink
 
+import "sort"
+
 // Acknowledgements that a change does not need (issue 25).
 //
 // A member's acknowledgement of seq a says: it holds no slot that the maps
@@ -32,8 +34,9 @@ type mapShape struct {
 }
 
 // changedBetween calls mark for every member whose slots differ between a
-// and b, once per name or more.
-func changedBetween(a, b *mapShape, mark func(name string)) {
+// and b, once per name or more: lost says that b takes from it a slot that
+// a gives it (else b gives it one that a does not).
+func changedBetween(a, b *mapShape, mark func(name string, lost bool)) {
 	owner := func(m *mapShape, s int) string {
 		if s >= len(m.Table) || m.Table[s] < 0 || int(m.Table[s]) >= len(m.Members) {
 			return ""
@@ -43,10 +46,10 @@ func changedBetween(a, b *mapShape, mark func(name string)) {
 	for s := range max(len(a.Table), len(b.Table)) {
 		if x, y := owner(a, s), owner(b, s); x != y {
 			if x != "" {
-				mark(x)
+				mark(x, true)
 			}
 			if y != "" {
-				mark(y)
+				mark(y, false)
 			}
 		}
 	}
@@ -54,6 +57,9 @@ func changedBetween(a, b *mapShape, mark func(name string)) {
 
 // maxChanges bounds the changes the leader remembers per member.
 const maxChanges = 8
+
+// maxLosses bounds the losses the leader remembers (see changeLog.losses).
+const maxLosses = 4096
 
 // changeLog is the leader's record of which maps of the lineage changed
 // each member's slots.
@@ -64,22 +70,37 @@ const maxChanges = 8
 // newest (up to maxChanges) of those seqs whose map gave name other slots
 // than the map before; every such seq above at[name].lost is listed. Of
 // the maps up to base nothing is known.
+//
+// losses lists, by rising seq, the members each map from lossFrom+1 to seq
+// took a slot from (base ≤ lossFrom ≤ seq): whose acknowledgements heirs
+// wait for (see aggregation.idle). Past maxLosses the oldest half go, and
+// lossFrom rises to the seq of the newest that went.
 type changeLog struct {
 	base, seq int64
 	last      mapShape
 	at        map[string]*memberChanges
+	losses    []seqLoss
+	lossFrom  int64
+}
+
+// seqLoss says that the map of seq took a slot from name.
+type seqLoss struct {
+	seq  int64
+	name string
 }
 
 // memberChanges is one member's entry in a changeLog.
 type memberChanges struct {
 	seqs []int64 // rising
 	lost int64   // the newest change dropped from seqs (0: none)
+	took int64   // the newest seq listed in losses for this member (0: none)
 }
 
 // reset forgets everything (a listing, a new lineage, the map key gone).
 func (c *changeLog) reset() {
 	c.base, c.seq, c.last = 0, 0, mapShape{}
 	clear(c.at)
+	c.losses, c.lossFrom = c.losses[:0], 0
 }
 
 // see records the map put of seq seq. A put that does not follow the last
@@ -87,17 +108,25 @@ func (c *changeLog) reset() {
 func (c *changeLog) see(seq int64, m mapShape) {
 	if c.base == 0 || seq != c.seq+1 {
 		c.reset()
-		c.base, c.seq, c.last = seq, seq, m
+		c.base, c.seq, c.last, c.lossFrom = seq, seq, m, seq
 		return
 	}
 	if c.at == nil {
 		c.at = map[string]*memberChanges{}
 	}
-	changedBetween(&c.last, &m, func(name string) {
+	changedBetween(&c.last, &m, func(name string, lost bool) {
 		ch := c.at[name]
 		if ch == nil {
 			ch = &memberChanges{}
 			c.at[name] = ch
+		}
+		if lost && ch.took != seq {
+			ch.took = seq
+			if len(c.losses) == maxLosses {
+				c.lossFrom = c.losses[maxLosses/2-1].seq
+				c.losses = append(c.losses[:0], c.losses[maxLosses/2:]...)
+			}
+			c.losses = append(c.losses, seqLoss{seq, name})
 		}
 		if n := len(ch.seqs); n > 0 && ch.seqs[n-1] == seq {
 			return
@@ -109,6 +138,27 @@ func (c *changeLog) see(seq int64, m mapShape) {
 		ch.seqs = append(ch.seqs, seq)
 	})
 	c.seq, c.last = seq, m
+}
+
+// lossesAfter returns the losses of the maps after seq lo, rising; ok is
+// false when the log does not know them all.
+func (c *changeLog) lossesAfter(lo int64) (losses []seqLoss, ok bool) {
+	if c.base == 0 || lo < c.lossFrom {
+		return nil, false
+	}
+	i := sort.Search(len(c.losses), func(i int) bool { return c.losses[i].seq > lo })
+	return c.losses[i:], true
+}
+
+// changedAfter reports whether the log knows of a map after seq b that
+// changed name's slots: a member it changed owes an acknowledgement, and
+// knows it (see ackOwed).
+func (c *changeLog) changedAfter(name string, b int64) bool {
+	if c.base == 0 || b < c.base {
+		return false
+	}
+	ch := c.at[name]
+	return ch != nil && len(ch.seqs) > 0 && ch.seqs[len(ch.seqs)-1] > b
 }
 
 // forget drops a member whose key went: a later member of that name starts

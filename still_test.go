@@ -22,7 +22,7 @@ func TestChangedBetween(t *testing.T) {
 	b := rankMap{Members: []string{"a", "c", "d"}, Table: slotTable{0, 1, 1, 2}, Incoming: map[string][]int{"a": {1}}}
 	got := map[string]bool{}
 	sa, sb := shapeOf(&a), shapeOf(&b)
-	changedBetween(&sa, &sb, func(name string) { got[name] = true })
+	changedBetween(&sa, &sb, func(name string, _ bool) { got[name] = true })
 	// slot 1: b -> c; slot 2: c (index 2) -> c (index 1): unchanged;
 	// slot 3: a -> d. (Announcements are not slots.)
 	want := map[string]bool{"a": true, "b": true, "c": true, "d": true}
@@ -32,7 +32,7 @@ func TestChangedBetween(t *testing.T) {
 	c := rankMap{Members: []string{"c", "a", "d"}, Table: slotTable{1, 0, 0, 2}, Incoming: map[string][]int{"a": {1}}}
 	got = map[string]bool{}
 	sc := shapeOf(&c)
-	changedBetween(&sb, &sc, func(name string) { got[name] = true })
+	changedBetween(&sb, &sc, func(name string, _ bool) { got[name] = true })
 	if len(got) != 0 {
 		t.Fatalf("reordered members, same owners: changed %v", got)
 	}
@@ -78,7 +78,7 @@ func FuzzChanged(f *testing.F) {
 		}
 		got := map[string]bool{}
 		sa, sb := shapeOf(&a), shapeOf(&b)
-		changedBetween(&sa, &sb, func(name string) { got[name] = true })
+		changedBetween(&sa, &sb, func(name string, _ bool) { got[name] = true })
 		for _, n := range names {
 			if moved := movedFor(&a, &b, a.index(n), b.index(n), nil); moved != got[n] {
 				t.Fatalf("%s: movedFor %v, changedBetween %v\na %+v\nb %+v", n, moved, got[n], a, b)
@@ -206,5 +206,43 @@ func TestFloorStill(t *testing.T) {
 	}
 	if !slices.Contains([]int64{3}, f.Seq) {
 		t.Fatal(f.Seq)
+	}
+}
+
+// The change log lists which member each map took slots from, once per
+// map, and knows when it has forgotten some.
+func TestChangeLogLosses(t *testing.T) {
+	var c changeLog
+	if _, ok := c.lossesAfter(0); ok {
+		t.Fatal("an empty log knows losses")
+	}
+	c.see(5, mapShape{Members: []string{"a", "b"}, Table: slotTable{0, 1, 0, 1}})
+	c.see(6, mapShape{Members: []string{"a", "b", "c"}, Table: slotTable{2, 1, 2, 2}}) // a and b lose to c
+	c.see(7, mapShape{Members: []string{"a", "b", "c"}, Table: slotTable{2, 1, 2, 2}})
+	c.see(8, mapShape{Members: []string{"c", "b"}, Table: slotTable{0, 1, 1, 1}}) // c loses to b
+	got, ok := c.lossesAfter(5)
+	want := []seqLoss{{6, "a"}, {6, "b"}, {8, "c"}}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Fatalf("losses after 5: %v %v, want %v", got, ok, want)
+	}
+	if got, ok := c.lossesAfter(6); !ok || !reflect.DeepEqual(got, want[2:]) {
+		t.Fatalf("losses after 6: %v %v", got, ok)
+	}
+	if _, ok := c.lossesAfter(4); ok {
+		t.Fatal("losses before the base are known")
+	}
+	if !c.changedAfter("b", 7) || c.changedAfter("a", 6) || c.changedAfter("b", 4) {
+		t.Fatal("changedAfter")
+	}
+	// Past maxLosses, the oldest half goes.
+	tables := []slotTable{{0, 1, 0, 1}, {1, 0, 1, 0}}
+	for i := range maxLosses/2 + 1 {
+		c.see(9+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
+	}
+	if _, ok := c.lossesAfter(5); ok || c.lossFrom <= 8 {
+		t.Fatalf("after %d losses, those after 5 are known (from %d)", len(c.losses), c.lossFrom)
+	}
+	if got, ok := c.lossesAfter(c.seq - 1); !ok || len(got) != 2 {
+		t.Fatalf("the newest map's losses: %v %v", got, ok)
 	}
 }
