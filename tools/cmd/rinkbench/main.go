@@ -105,7 +105,7 @@ func sizes(name string, cfg config) []config {
 
 // scaleConfig is the scale scenario's configuration for its (first) size.
 func (cfg config) scaleConfig() bench.ScaleConfig {
-	return bench.ScaleConfig{Members: cfg.scaleMembers[0], Slots: cfg.scaleSlots, TTL: cfg.scaleTTL, Roles: cfg.scaleRoles, Profile: cfg.scaleProfile, LoadInterval: cfg.scaleLoadInterval}
+	return bench.ScaleConfig{Members: cfg.scaleMembers[0], Slots: cfg.scaleSlots, TTL: cfg.scaleTTL, Roles: cfg.scaleRoles, Profile: cfg.scaleProfile, LoadInterval: cfg.scaleLoadInterval, Writes: os.Stderr}
 }
 
 // about says, for a scenario's heading, what configuration it ran.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -126,6 +127,9 @@ type Breadth struct {
 	// Profile, if set, is a file to write a CPU profile of Run's join to
 	// (and one of its leave, with ".leave" added).
 	Profile string
+	// Writes, if set, is where Run lists the writes of its join and its
+	// leave: one line per revision, with the keys it put and deleted.
+	Writes io.Writer
 }
 
 // BreadthConfig is the rink of a Breadth.
@@ -430,7 +434,68 @@ func (b *Breadth) Run() (Sample, error) {
 		return nil, fmt.Errorf("after the leave: %w", err)
 	}
 	s["overlaps"] = float64(overlaps(b.rec.snapshot()))
+	if b.Writes != nil {
+		for _, c := range []struct {
+			change string
+			revs   [2]int64
+		}{{"join", b.joinRevs}, {"leave", b.leaveRevs}} {
+			lines, err := b.writesIn(c.revs)
+			if err != nil {
+				return nil, fmt.Errorf("listing the %s's writes: %w", c.change, err)
+			}
+			fmt.Fprintf(b.Writes, "the %s's writes in a rink of %d (revisions %d to %d):\n%s", c.change, len(b.order), c.revs[0]+1, c.revs[1], strings.Join(lines, ""))
+		}
+	}
 	return s, nil
+}
+
+// writesIn lists the writes of revisions revs[0]+1 to revs[1], one line
+// each, from a watch of the rink's keys from the first of them.
+func (b *Breadth) writesIn(revs [2]int64) ([]string, error) {
+	if revs[1] <= revs[0] {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	prefix := "rink/" + b.name + "/"
+	var lines []string
+	var ops []string
+	last := int64(0)
+	flush := func() {
+		if len(ops) > 0 {
+			lines = append(lines, fmt.Sprintf("  %d: %s\n", last, strings.Join(ops, ", ")))
+		}
+		ops = nil
+	}
+	for resp := range b.clients[0].Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(revs[0]+1)) {
+		if err := resp.Err(); err != nil {
+			return nil, err
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision > revs[1] {
+				flush()
+				return lines, nil
+			}
+			if ev.Kv.ModRevision != last {
+				flush()
+				last = ev.Kv.ModRevision
+			}
+			op := "put "
+			if ev.Type == clientv3.EventTypeDelete {
+				op = "del "
+			}
+			ops = append(ops, op+strings.TrimPrefix(string(ev.Kv.Key), prefix))
+		}
+		if resp.Header.Revision >= revs[1] && last >= revs[1] {
+			flush()
+			return lines, nil
+		}
+	}
+	flush()
+	if ctx.Err() != nil {
+		return lines, fmt.Errorf("the watch saw up to revision %d of %d in 10 s", last, revs[1])
+	}
+	return lines, nil
 }
 
 // restQuiet is how long etcd's revision must stay put, once every member
@@ -884,6 +949,9 @@ type ScaleConfig struct {
 	LoadInterval time.Duration
 	// Profile, if set, is a file to write a CPU profile of the one join to.
 	Profile string
+	// Writes, if set, is where the breadth part lists the writes of its
+	// join and leave (see Breadth.Writes).
+	Writes io.Writer
 }
 
 // ScaleRenewalsPerSecond is the most lease renewals per second that
@@ -928,7 +996,7 @@ func Scale(env Env, cfg ScaleConfig) (Sample, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Profile = cfg.Profile
+	b.Profile, b.Writes = cfg.Profile, cfg.Writes
 	s, err := b.Run()
 	b.Close()
 	if err != nil {
