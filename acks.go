@@ -813,13 +813,17 @@ const maxHolds = 4
 // slot from it: a newcomer's acknowledgement, or an heir's, raises nothing
 // anybody waits for; the member a change takes slots from raises what its
 // heirs wait for. A member whose key went and whose acknowledgement key
-// went with its lease holds nothing (see holderBound). Members that
+// went with its lease holds nothing (see holderBound). And a member whose
+// history begins after a bound waits for it regardless (raisesPastStart). Members that
 // predate seqs read bounds in versions: a member that writes no seq is
 // judged by the rise of its version bound.
 func (a *aggregation) idle(f *ackFloor) bool {
 	l := a.lastF
 	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || l.Seq < 1 {
 		return false
+	}
+	if f.Seq > l.Seq && f.SeqComplete && len(f.SeqLagging) == 0 {
+		return false // every member at a map l did not count (see raisesPastStart)
 	}
 	lo := l.SeqFloor // (the lowest bound l gives)
 	if l.SeqComplete {
@@ -840,6 +844,9 @@ func (a *aggregation) idle(f *ackFloor) bool {
 			return false
 		}
 	}
+	if a.raisesPastStart(l, f, lo) {
+		return false
+	}
 	if !f.Complete || !l.Complete {
 		return f.Floor <= l.Floor
 	}
@@ -849,6 +856,46 @@ func (a *aggregation) idle(f *ackFloor) bool {
 		}
 	}
 	return true
+}
+
+// raisesPastStart reports whether floor f, to follow l (whose lowest bound
+// is lo), raises some member's bound from below the seq at which another
+// member's history may begin to at least that seq. A member knows the maps
+// from its first on (its listing: at least the map current when its key
+// was created), and cannot tell whether a member whose bound lies before
+// them still holds a slot it gains: it waits for that bound to reach its
+// first map, though no loss lies between (see free and freeNarrow). A
+// member that joined while the map of seq h was current may know no map
+// before h: a rise across h is written at once. (A member whose listing
+// came maps later is cleared by the floor that says every member is at a
+// newer map than the last: that one is written at once too.)
+func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
+	var starts []int64
+	for _, m := range a.v.members {
+		if h := a.v.seqAt(m.createRev); h > lo {
+			starts = append(starts, h)
+		}
+	}
+	if len(starts) == 0 {
+		return false
+	}
+	slices.Sort(starts)
+	crosses := func(name string) bool {
+		bl, bf := l.seqOf(name), f.seqOf(name)
+		i := sort.Search(len(starts), func(i int) bool { return starts[i] > bl })
+		return i < len(starts) && starts[i] <= bf
+	}
+	for name := range a.v.members {
+		if crosses(name) {
+			return true
+		}
+	}
+	for name := range a.v.acks {
+		if crosses(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // pause returns how long idle floor f may be held: floorPause, doubled
