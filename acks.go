@@ -973,14 +973,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if loadsChanged && r.opts.byLoad {
 		// The newest summaries replace any the run goroutine has not
 		// taken yet.
-		select {
-		case <-r.loadsCh:
-		default:
-		}
-		select {
-		case r.loadsCh <- maps.Clone(loads):
-		default:
-		}
+		reps := maps.Clone(loads)
+		r.inbox.send(func(m *mail) { m.loads, m.loadsSet = reps, true })
 	}
 	if r.opts.warmup > 0 {
 		warm := map[string]int64{}
@@ -991,14 +985,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		}
 		if !maps.Equal(warm, a.lastWarm) {
 			a.lastWarm = warm
-			select {
-			case <-r.warmCh:
-			default:
-			}
-			select {
-			case r.warmCh <- warm:
-			default:
-			}
+			r.inbox.send(func(m *mail) { m.warm, m.warmSet = warm, true })
 		}
 	}
 	f := v.compute()

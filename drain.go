@@ -46,10 +46,7 @@ func (st *slotState) enter() bool {
 // the last one on a holding that has ended.
 func (st *slotState) leave(r *Rink) {
 	if st.runners.Add(-1) == 0 && st.ctx.Err() != nil {
-		select {
-		case r.drainCh <- struct{}{}:
-		default:
-		}
+		r.inbox.send(func(m *mail) { m.drained = true })
 	}
 }
 
@@ -142,7 +139,8 @@ func (r *Rink) awaitDrains(ctx context.Context) {
 			timer = r.st.drainTimer.C
 		}
 		select {
-		case <-r.drainCh:
+		case <-r.inbox.wake:
+			r.inbox.takeDrained() // (checkDrains counts them)
 		case <-timer:
 			r.st.drainTimer = nil
 		case <-ctx.Done():

@@ -108,10 +108,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 			if name == r.opts.member {
 				return // (see checkOwnName)
 			}
-			select {
-			case r.ghostCh <- lease:
-			case <-r.ctx.Done():
-			}
+			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, lease) })
 			return
 		case err == nil:
 			if !logged {

@@ -121,7 +121,7 @@ func (r *Rink) campaign(inc *incarnation) {
 			e, err := r.runFor(inc)
 			if err == nil {
 				select {
-				case r.electedCh <- e:
+				case r.handoffCh <- handoff{kind: handElected, elected: e}:
 				case <-inc.ctx.Done():
 				}
 				return
@@ -407,7 +407,7 @@ func (r *Rink) plan() {
 		res := r.proclaim(ctx, l, base, next, mapRev, t)
 		cancel()
 		select {
-		case r.proclaimedCh <- res:
+		case r.handoffCh <- handoff{kind: handProclaimed, proclaimed: res}:
 		case <-r.ctx.Done():
 		}
 	}()

@@ -175,6 +175,11 @@ type watchBatch struct {
 func (r *Rink) run(first *incarnation) {
 	defer close(r.done)
 	st := &r.st
+	// The client's end reaches the run loop through the inbox: a select on
+	// its context, which every member of a shared client would wait on,
+	// costs each of them a turn on that channel's lock per wake.
+	stopClosed := context.AfterFunc(r.cli.Ctx(), func() { r.inbox.send(func(m *mail) { m.clientClosed = true }) })
+	defer stopClosed()
 	r.initState()
 	r.startIncarnation(first)
 
@@ -209,17 +214,20 @@ func (r *Rink) run(first *incarnation) {
 			quiet = st.quietTimer.C
 		}
 		select {
-		case b := <-r.watchCh:
-			r.onWatch(b)
+		case h := <-r.handoffCh:
+			switch h.kind {
+			case handBatch:
+				r.onWatch(h.batch)
+			case handJoined:
+				r.startIncarnation(h.joined)
+			case handElected:
+				r.onElected(h.elected)
+			case handProclaimed:
+				st.proclaiming--
+				r.onProclaimed(h.proclaimed)
+			}
 		case <-lost:
 			r.onLost()
-		case inc := <-r.joinedCh:
-			r.startIncarnation(inc)
-		case e := <-r.electedCh:
-			r.onElected(e)
-		case res := <-r.proclaimedCh:
-			st.proclaiming--
-			r.onProclaimed(res)
 		case <-timer:
 			st.lead.timer = nil
 			st.dirty = true
@@ -227,31 +235,16 @@ func (r *Rink) run(first *incarnation) {
 			st.lead.loadTimer = nil
 			st.lead.roundDue = true
 			st.dirty = true
-		case reps := <-r.loadsCh:
-			if st.lead != nil {
-				st.lead.reports, st.lead.rolesOf = reps, nil
-				st.dirty = true // load seen, or gone: the balance may change
-			}
 		case <-drained:
 			st.drainTimer = nil
 			r.onDrained()
 		case <-warmTimer:
 			st.lead.warmTimer = nil
 			st.dirty = true
-		case w := <-r.warmCh:
-			if st.lead != nil {
-				st.lead.warmAcks = w
-				st.dirty = true
+		case <-r.inbox.wake:
+			if !r.onMail(r.inbox.take()) {
+				return
 			}
-		case v := <-r.warmedCh:
-			r.onWarmed(v)
-		case w := <-r.heirsCh:
-			st.heirWarm = w
-		case <-r.selfCheckedCh:
-			st.view.selfCheck = 2
-		case lease := <-r.ghostCh:
-			delete(st.ghosts, lease)
-			st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
 		case <-stopEnded:
 			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
 			r.shutdown(nil)
@@ -260,16 +253,9 @@ func (r *Rink) run(first *incarnation) {
 			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
 			r.shutdown(nil)
 			return
-		case <-r.drainCh:
-			r.onDrained()
 		case <-quiet:
 			st.quietTimer = nil
 			r.sendAck() // withheld meanwhile
-		case <-r.cli.Ctx().Done():
-			r.log.Error("etcd client closed under a running rink: stopping")
-			r.stop(r.cli.Ctx())
-			r.shutdown(ErrClientClosed)
-			return
 		case <-stopping:
 			if !r.startLeaving() {
 				r.shutdown(nil)
@@ -291,6 +277,42 @@ func (r *Rink) run(first *incarnation) {
 		}
 		r.plan()
 	}
+}
+
+// onMail acts on what the inbox held; false when the rink stopped.
+func (r *Rink) onMail(m mail) bool {
+	st := &r.st
+	if m.clientClosed {
+		r.log.Error("etcd client closed under a running rink: stopping")
+		r.stop(r.cli.Ctx())
+		r.shutdown(ErrClientClosed)
+		return false
+	}
+	if m.loadsSet && st.lead != nil {
+		st.lead.reports, st.lead.rolesOf = m.loads, nil
+		st.dirty = true // load seen, or gone: the balance may change
+	}
+	if m.warmSet && st.lead != nil {
+		st.lead.warmAcks = m.warm
+		st.dirty = true
+	}
+	for _, v := range m.warmed {
+		r.onWarmed(v)
+	}
+	if m.heirsSet {
+		st.heirWarm = m.heirs
+	}
+	if m.selfChecked {
+		st.view.selfCheck = 2
+	}
+	for _, lease := range m.ghosts {
+		delete(st.ghosts, lease)
+		st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
+	}
+	if m.drained {
+		r.onDrained()
+	}
+	return true
 }
 
 func (r *Rink) initState() {
@@ -1290,7 +1312,7 @@ func (r *Rink) startRejoin(old *incarnation) {
 			cancel()
 			if err == nil {
 				select {
-				case r.joinedCh <- inc:
+				case r.handoffCh <- handoff{kind: handJoined, joined: inc}:
 					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
 				case <-r.ctx.Done():
 					// A rejoin: its key may keep slots that others may
@@ -1625,7 +1647,7 @@ func (r *Rink) relist() {
 
 func (r *Rink) sendBatch(b watchBatch) bool {
 	select {
-	case r.watchCh <- b:
+	case r.handoffCh <- handoff{kind: handBatch, batch: b}:
 		return true
 	case <-r.ctx.Done():
 		return false

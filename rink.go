@@ -82,12 +82,9 @@ type Rink struct {
 	stopCause   error           // why the rink stopped (see Err); set before done is closed
 
 	// Channels into the run goroutine.
-	watchCh      chan watchBatch
-	relistCh     chan struct{} // asks the watcher for a new listing (see relist)
-	wideView     atomic.Bool   // the watcher follows the wide view (see view.go)
-	joinedCh     chan *incarnation
-	electedCh    chan elected
-	proclaimedCh chan proclaimResult
+	handoffCh chan handoff  // (see handoff)
+	relistCh  chan struct{} // asks the watcher for a new listing (see relist)
+	wideView  atomic.Bool   // the watcher follows the wide view (see view.go)
 	// ackCh carries the newest acknowledgement to the ack writer.
 	ackCh chan ackReq
 
@@ -96,30 +93,13 @@ type Rink struct {
 	// run goroutine).
 	load    *loadAcc
 	loadInc atomic.Pointer[incarnation]
-	// loadsCh carries the members' load summaries from the leader's
-	// aggregator to the run goroutine (the newest only).
-	loadsCh chan map[string]loadReport
 	// Role sets (see Watch): the list, and a copy the run goroutine reads.
 	setsMu  sync.Mutex
 	sets    []*RoleSet
 	setsPub atomic.Pointer[[]*RoleSet]
 
-	// drainCh tells the run goroutine that the last function on a
-	// given-away slot returned (see drain.go).
-	drainCh chan struct{}
-	// warmCh carries the members' warm-up readiness from the leader's
-	// aggregator, and warmedCh the announcements role sets have warmed up
-	// for, to the run goroutine (see warmup.go).
-	warmCh   chan map[string]int64
-	warmedCh chan int64
-	// heirsCh carries, while this member leaves with a warm-up, every
-	// member's warm-up readiness to the run goroutine.
-	heirsCh chan map[string]int64
-	// ghostCh carries the leases of ghosts (see noteGhosts) found gone.
-	ghostCh chan int64
-	// selfCheckedCh says that no earlier incarnation of this member's name
-	// acts any more (see checkOwnName).
-	selfCheckedCh chan struct{}
+	// inbox carries the rest to the run goroutine (see inbox.go).
+	inbox *inbox
 
 	st state // owned by the run goroutine
 
@@ -163,28 +143,19 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 	}
 
 	r := &Rink{
-		cli:           cli,
-		name:          name,
-		opts:          o,
-		log:           o.log.With(zap.String("rink", name), zap.String("member", o.member)),
-		keys:          newKeys(name),
-		slots:         newSlotStates(o.slots),
-		stopping:      make(chan struct{}),
-		done:          make(chan struct{}),
-		watchCh:       make(chan watchBatch),
-		relistCh:      make(chan struct{}, 1),
-		joinedCh:      make(chan *incarnation),
-		electedCh:     make(chan elected),
-		proclaimedCh:  make(chan proclaimResult),
-		ackCh:         make(chan ackReq, 1),
-		load:          newLoadAcc(o.slots),
-		loadsCh:       make(chan map[string]loadReport, 1),
-		drainCh:       make(chan struct{}, 1),
-		warmCh:        make(chan map[string]int64, 1),
-		warmedCh:      make(chan int64, 16),
-		heirsCh:       make(chan map[string]int64, 1),
-		ghostCh:       make(chan int64, 16),
-		selfCheckedCh: make(chan struct{}),
+		cli:       cli,
+		name:      name,
+		opts:      o,
+		log:       o.log.With(zap.String("rink", name), zap.String("member", o.member)),
+		keys:      newKeys(name),
+		slots:     newSlotStates(o.slots),
+		stopping:  make(chan struct{}),
+		done:      make(chan struct{}),
+		handoffCh: make(chan handoff),
+		relistCh:  make(chan struct{}, 1),
+		ackCh:     make(chan ackReq, 1),
+		inbox:     newInbox(),
+		load:      newLoadAcc(o.slots),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.publishRank()

@@ -390,10 +390,7 @@ func (r *Rink) checkOwnName() {
 					r.awaitLeaseGone(r.opts.member, kv.Lease)
 				}
 			}
-			select {
-			case r.selfCheckedCh <- struct{}{}:
-			case <-r.ctx.Done():
-			}
+			r.inbox.send(func(m *mail) { m.selfChecked = true })
 			return
 		}
 	}()

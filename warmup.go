@@ -295,14 +295,8 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 				delete(warm, r.keys.ackName(string(ev.Kv.Key)))
 			}
 		}
-		select {
-		case <-r.heirsCh:
-		default:
-		}
-		select {
-		case r.heirsCh <- maps.Clone(warm):
-		default:
-		}
+		heirs := maps.Clone(warm)
+		r.inbox.send(func(m *mail) { m.heirs, m.heirsSet = heirs, true })
 		return true
 	})
 }

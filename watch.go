@@ -58,7 +58,7 @@ type warmReq struct {
 }
 
 // warmUp asks the set to warm up for an announcement, replacing any
-// earlier one (run goroutine). The set answers on r.warmedCh.
+// earlier one (run goroutine). The set answers through the inbox (warmed).
 func (s *RoleSet) warmUp(v int64, slots []int) {
 	s.mu.Lock()
 	s.warmReq = &warmReq{v: v, slots: slots}
@@ -94,10 +94,7 @@ func (s *RoleSet) startWarm(req *warmReq, wg *sync.WaitGroup) context.CancelFunc
 	go func() {
 		defer wg.Done()
 		calls.Wait()
-		select {
-		case r.warmedCh <- req.v:
-		case <-r.done:
-		}
+		r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, req.v) })
 	}()
 	return cancel
 }
@@ -281,10 +278,8 @@ func (s *RoleSet) dispatch() {
 			if warm != nil {
 				// Counted among the sets to warm up: answer, with nothing
 				// to warm.
-				select {
-				case r.warmedCh <- warm.v:
-				case <-r.done:
-				}
+				v := warm.v
+				r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, v) })
 			}
 			return
 		}

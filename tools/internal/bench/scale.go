@@ -361,6 +361,13 @@ func (b *Breadth) Run() (Sample, error) {
 		}, nil
 	}
 
+	// The writes' arrival times, for listing them (see Writes).
+	var seen *writeTimes
+	if b.Writes != nil {
+		seen = watchWrites(b.clients[0], "rink/"+b.name+"/")
+		defer seen.stop()
+	}
+
 	// One join.
 	joined, err := measure("join", &b.joinRevs)
 	if err != nil {
@@ -439,7 +446,7 @@ func (b *Breadth) Run() (Sample, error) {
 			change string
 			revs   [2]int64
 		}{{"join", b.joinRevs}, {"leave", b.leaveRevs}} {
-			lines, err := b.writesIn(c.revs)
+			lines, err := b.writesIn(c.revs, seen)
 			if err != nil {
 				return nil, fmt.Errorf("listing the %s's writes: %w", c.change, err)
 			}
@@ -449,9 +456,52 @@ func (b *Breadth) Run() (Sample, error) {
 	return s, nil
 }
 
+// writeTimes records when a watch of the rink's keys, opened before a
+// change, saw each revision.
+type writeTimes struct {
+	mu     sync.Mutex
+	at     map[int64]time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func watchWrites(cli *clientv3.Client, prefix string) *writeTimes {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writeTimes{at: map[int64]time.Time{}, cancel: cancel, done: make(chan struct{})}
+	wch := cli.Watch(ctx, prefix, clientv3.WithPrefix())
+	go func() {
+		defer close(w.done)
+		for resp := range wch {
+			now := time.Now()
+			w.mu.Lock()
+			for _, ev := range resp.Events {
+				if _, ok := w.at[ev.Kv.ModRevision]; !ok {
+					w.at[ev.Kv.ModRevision] = now
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *writeTimes) stop() { w.cancel(); <-w.done }
+
+// when returns when revision rev was seen (ok false: not seen).
+func (w *writeTimes) when(rev int64) (time.Time, bool) {
+	if w == nil {
+		return time.Time{}, false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t, ok := w.at[rev]
+	return t, ok
+}
+
 // writesIn lists the writes of revisions revs[0]+1 to revs[1], one line
-// each, from a watch of the rink's keys from the first of them.
-func (b *Breadth) writesIn(revs [2]int64) ([]string, error) {
+// each, from a watch of the rink's keys from the first of them, with the
+// time seen since the first's when seen says.
+func (b *Breadth) writesIn(revs [2]int64, seen *writeTimes) ([]string, error) {
 	if revs[1] <= revs[0] {
 		return nil, nil
 	}
@@ -461,9 +511,14 @@ func (b *Breadth) writesIn(revs [2]int64) ([]string, error) {
 	var lines []string
 	var ops []string
 	last := int64(0)
+	first, firstOK := seen.when(revs[0] + 1)
 	flush := func() {
 		if len(ops) > 0 {
-			lines = append(lines, fmt.Sprintf("  %d: %s\n", last, strings.Join(ops, ", ")))
+			at := ""
+			if t, ok := seen.when(last); ok && firstOK {
+				at = fmt.Sprintf(" +%.1f ms", float64(t.Sub(first))/float64(time.Millisecond))
+			}
+			lines = append(lines, fmt.Sprintf("  %d%s: %s\n", last, at, strings.Join(ops, ", ")))
 		}
 		ops = nil
 	}
