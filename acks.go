@@ -760,6 +760,8 @@ type heldFloor struct {
 func (a *aggregation) send(h heldFloor) {
 	a.unhold()
 	a.last, a.lastF = h.val, h.f
+	a.asked[a.nasked%len(a.asked)] = h.val
+	a.nasked++
 	select {
 	case <-a.reqs:
 	default:
@@ -900,17 +902,22 @@ func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
 
 // pause returns how long idle floor f may be held: floorPause, doubled
 // for each hold in a row (see holds); and the longest hold when every
-// member f lists as lagging is one that a map after its bound changed. Such
-// a floor says only that the map moved on while the members it changed
-// have not acknowledged it: they owe their acknowledgements and know it
-// (see ackOwed), and the floor that counts them replaces it.
+// member f lists as lagging is one that a map after its bound changed, or
+// one whose member key is gone. Such a floor says only that the map moved
+// on while the members it changed have not acknowledged it: they owe their
+// acknowledgements and know it (see ackOwed), and the floor that counts
+// them replaces it.
 func (a *aggregation) pause(f *ackFloor) time.Duration {
 	owed := f.SeqComplete && f.Complete && len(f.SeqLagging) > 0
 	for name, b := range f.SeqLagging {
 		if !owed {
 			break
 		}
-		owed = a.v.changes.changedAfter(name, b)
+		_, member := a.v.members[name]
+		// (One with an ack key and no member key has departed, its lease
+		// about to go, or is a ghost, which the floor counts apart: its
+		// bound raises nothing anybody waits for.)
+		owed = !member || a.v.changes.changedAfter(name, b)
 	}
 	for name := range f.Lagging {
 		if _, ok := f.SeqLagging[name]; !ok {
@@ -940,6 +947,22 @@ type aggregation struct {
 	lastWarm map[string]int64      // members' warm-up readiness, when warming up
 	reqs     chan []byte           // to writeFloors
 	rest     *restBox              // what the leader plans
+	// asked holds the floors last asked for (nasked counts them all): a
+	// floor key that the view sees holding one of them is one of our
+	// writes landing after a newer one was asked for, not somebody
+	// else's.
+	asked  [4][]byte
+	nasked int
+}
+
+// askedRecently reports whether val is one of the floors last asked for.
+func (a *aggregation) askedRecently(val []byte) bool {
+	for _, x := range a.asked {
+		if x != nil && bytes.Equal(x, val) {
+			return true
+		}
+	}
+	return false
 }
 
 // fold folds one watch batch (or none, when woken by setRest) into the
@@ -1001,9 +1024,12 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		}
 		f.Round, f.Imbalance, f.Tolerance = info.round, info.imbalance, info.tolerance
 	}
-	if !bytes.Equal(v.floor, a.last) && (b.snapshot || floorChanged(r.keys, b.events)) {
+	if !bytes.Equal(v.floor, a.last) && (b.snapshot || floorChanged(r.keys, b.events) && !a.askedRecently(v.floor)) {
 		// Somebody else changed the floor (deleted it, or an earlier
-		// leader's write landed): write ours again.
+		// leader's write landed): write ours again. (Not one of our own
+		// writes landing after we asked for a newer floor: that one is
+		// on its way. Writing the newer one again cost every member a
+		// floor event per leave at 3,000 members.)
 		a.last = nil
 	}
 	val, _ := json.Marshal(f)

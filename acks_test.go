@@ -207,3 +207,52 @@ func TestFloorWrittenAtOnceForANewcomersHistory(t *testing.T) {
 		t.Fatalf("b's acknowledgement held back for %v: n waits for it", held)
 	}
 }
+
+// The aggregator asks for a floor, then for a newer one before the first
+// is written; when the view sees the first land, that is its own write,
+// not somebody else's: it must not ask for the newer one again (each ask
+// is a write sent to every member).
+func TestFloorNotRewrittenForOwnWrite(t *testing.T) {
+	s := newFloorSteps(t)
+	r := &Rink{keys: s.k, inbox: newInbox()}
+	kv := func(key string, value []byte, rev int64) *clientv3.Event {
+		return &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}}
+	}
+	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	ack := func(seq int64) []byte { v, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq}); return v }
+	fold := func(evs ...*clientv3.Event) []byte {
+		r.fold(s.a, watchBatch{events: evs})
+		select {
+		case v := <-s.a.reqs:
+			return v
+		default:
+			return nil
+		}
+	}
+	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
+	mem := func(name string, lease, rev int64) *clientv3.Event {
+		e := kv(s.k.member(name), []byte(memberValue(1)), rev)
+		e.Kv.Lease = lease
+		return e
+	}
+	ackKV := func(name string, lease, seq, rev int64) *clientv3.Event {
+		e := kv(s.k.ack(name), ack(seq), rev)
+		e.Kv.Lease = lease
+		return e
+	}
+	first := fold(mem("a", 1, 8), mem("b", 2, 9), mapKV, ackKV("a", 1, 1, 11))
+	if first == nil {
+		t.Fatal("no floor asked for")
+	}
+	second := fold(ackKV("b", 2, 1, 12))
+	if second == nil || bytes.Equal(first, second) {
+		t.Fatalf("no newer floor asked for: %s", second)
+	}
+	if again := fold(kv(s.k.floor(), first, 13)); again != nil {
+		t.Fatalf("our own first floor landing made the aggregator ask again: %s", again)
+	}
+	// Somebody else's floor is written over.
+	if again := fold(kv(s.k.floor(), []byte(`{"lineage":10}`), 14)); !bytes.Equal(again, second) {
+		t.Fatalf("a floor written by somebody else: asked for %s, want %s", again, second)
+	}
+}

@@ -539,7 +539,11 @@ func (b *Breadth) writesIn(revs [2]int64, seen *writeTimes) ([]string, error) {
 			if ev.Type == clientv3.EventTypeDelete {
 				op = "del "
 			}
-			ops = append(ops, op+strings.TrimPrefix(string(ev.Kv.Key), prefix))
+			k := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+			if k == "floor" && ev.Type == clientv3.EventTypePut {
+				k += " " + string(ev.Kv.Value) // (what each floor said)
+			}
+			ops = append(ops, op+k)
 		}
 		if resp.Header.Revision >= revs[1] && last >= revs[1] {
 			flush()
