@@ -836,7 +836,10 @@ func (a *aggregation) idle(f *ackFloor) bool {
 	}
 	losses, known := a.v.changes.lossesAfter(lo)
 	if !known {
-		return false
+		// (Which maps took what is not known: idle only when no bound
+		// changed at all, only what the leader plans.)
+		return f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
+			f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
 	}
 	for _, x := range losses {
 		if x.seq > f.Seq {
@@ -1024,12 +1027,10 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		}
 		f.Round, f.Imbalance, f.Tolerance = info.round, info.imbalance, info.tolerance
 	}
-	if !bytes.Equal(v.floor, a.last) && (b.snapshot || floorChanged(r.keys, b.events) && !a.askedRecently(v.floor)) {
+	foreign := a.foreignFloor(r.keys, b.events) // (first: it notes our newest floor landing)
+	if !bytes.Equal(v.floor, a.last) && (b.snapshot || foreign) {
 		// Somebody else changed the floor (deleted it, or an earlier
-		// leader's write landed): write ours again. (Not one of our own
-		// writes landing after we asked for a newer floor: that one is
-		// on its way. Writing the newer one again cost every member a
-		// floor event per leave at 3,000 members.)
+		// leader's write landed): write ours again.
 		a.last = nil
 	}
 	val, _ := json.Marshal(f)
@@ -1040,13 +1041,31 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	a.offer(f, val)
 }
 
-func floorChanged(k keys, events []*clientv3.Event) bool {
+// foreignFloor reports whether the floor writes in events end with one
+// that is not ours. Ours are the floors we asked for (asked): one of them
+// lands after we asked for a newer one, which is on its way (rewriting
+// the newer one for it cost every member a floor event per leave at 3,000
+// members). Once the newest we asked for has landed, none of ours can land
+// after it (writeFloors writes one at a time, each guarded by the key's
+// revision as it last knew it): any other value is somebody else's, an
+// operator's putting back an older floor of ours included.
+func (a *aggregation) foreignFloor(k keys, events []*clientv3.Event) bool {
+	foreign := false
 	for _, ev := range events {
-		if k.isFloor(string(ev.Kv.Key)) {
-			return true
+		if !k.isFloor(string(ev.Kv.Key)) {
+			continue
+		}
+		put := ev.Type == clientv3.EventTypePut
+		switch {
+		case put && bytes.Equal(ev.Kv.Value, a.last):
+			a.asked, foreign = [4][]byte{}, false
+		case put && a.askedRecently(ev.Kv.Value):
+			foreign = false
+		default:
+			foreign = true
 		}
 	}
-	return false
+	return foreign
 }
 
 // writeFloors writes the newest floor handed to it, guarded by our election

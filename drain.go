@@ -133,6 +133,7 @@ func (r *Rink) dropDrains() {
 
 // awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.
 func (r *Rink) awaitDrains(ctx context.Context) {
+	defer r.inbox.resignal() // (the mail it left for the run loop)
 	for !r.checkDrains() {
 		var timer <-chan time.Time
 		if r.st.drainTimer != nil {

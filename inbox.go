@@ -17,7 +17,8 @@ type inbox struct {
 	wake chan struct{}
 	mu   sync.Mutex
 	// m is what was left and not yet taken. Invariant: while m holds
-	// anything, wake holds a token (it may hold one when m is empty).
+	// anything, wake holds a token (it may hold one when m is empty),
+	// except while awaitDrains waits (see takeDrained).
 	m mail
 }
 
@@ -100,15 +101,25 @@ func (b *inbox) take() mail {
 }
 
 // takeDrained takes only the news that a drain ended, for a wait outside
-// the run loop (see awaitDrains), and leaves the rest, signalled again.
+// the run loop (see awaitDrains), and leaves the rest in the box. It does
+// not signal for the rest (a wait that did would spin on its own token):
+// the wait calls resignal when it ends.
 func (b *inbox) takeDrained() bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	drained := b.m.drained
 	b.m.drained = false
-	rest := b.m.loadsSet || b.m.warmSet || b.m.heirsSet || len(b.m.warmed) > 0 || len(b.m.ghosts) > 0 || b.m.selfChecked || b.m.clientClosed
+	return drained
+}
+
+// resignal restores the invariant after takeDrained: a token while the
+// box holds anything.
+func (b *inbox) resignal() {
+	b.mu.Lock()
+	m := &b.m
+	full := m.loadsSet || m.warmSet || m.heirsSet || len(m.warmed) > 0 || len(m.ghosts) > 0 || m.drained || m.selfChecked || m.clientClosed
 	b.mu.Unlock()
-	if rest {
+	if full {
 		b.signal()
 	}
-	return drained
 }
