@@ -10,7 +10,9 @@
 // test can send the same request to the model and to a real etcd and
 // compare the answers (see etcd_test.go). The model holds one server's
 // state and answers at once: delays, reordering and faults are the
-// scheduler's to add.
+// world's to add (world.go: a virtual clock, one seed and the events
+// scheduled on them; client.go: connections with delays, cuts, lost
+// answers, and watches delivered in drawn batches, or broken).
 package sim
 
 import (
