@@ -838,8 +838,7 @@ func (a *aggregation) idle(f *ackFloor) bool {
 	if !known {
 		// (Which maps took what is not known: idle only when no bound
 		// changed at all, only what the leader plans.)
-		return f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
-			f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
+		return sameBounds(l, f)
 	}
 	for _, x := range losses {
 		if x.seq > f.Seq {
@@ -861,6 +860,13 @@ func (a *aggregation) idle(f *ackFloor) bool {
 		}
 	}
 	return true
+}
+
+// sameBounds reports whether two floors give every member the same bounds
+// (they may differ in what the leader plans).
+func sameBounds(l, f *ackFloor) bool {
+	return f.Lineage == l.Lineage && f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
+		f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
 }
 
 // raisesPastStart reports whether floor f, to follow l (whose lowest bound
@@ -904,13 +910,19 @@ func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
 }
 
 // pause returns how long idle floor f may be held: floorPause, doubled
-// for each hold in a row (see holds); and the longest hold when every
+// for each hold in a row (see holds); the longest when it only says that
+// the leader no longer rests; and the longest hold when every
 // member f lists as lagging is one that a map after its bound changed, or
 // one whose member key is gone. Such a floor says only that the map moved
 // on while the members it changed have not acknowledged it: they owe their
 // acknowledgements and know it (see ackOwed), and the floor that counts
 // them replaces it.
 func (a *aggregation) pause(f *ackFloor) time.Duration {
+	if l := a.lastF; l != nil && l.Rest != 0 && f.Rest == 0 && sameBounds(l, f) {
+		// Only that the leader no longer rests: it is about to proclaim
+		// a map (a newcomer, a leaver), whose floor replaces this one.
+		return floorPause << maxHolds
+	}
 	owed := f.SeqComplete && f.Complete && len(f.SeqLagging) > 0
 	for name, b := range f.SeqLagging {
 		if !owed {

@@ -256,3 +256,33 @@ func TestFloorNotRewrittenForOwnWrite(t *testing.T) {
 		t.Fatalf("a floor written by somebody else: asked for %s, want %s", again, second)
 	}
 }
+
+// A floor that says only that the leader no longer rests (it is about to
+// proclaim a map for a newcomer or a leaver: the new map's floor replaces
+// it) is held the longest pause; one that says the rink is at rest again
+// is held the short one. At 10,000 members each change cost such a floor,
+// sent to every member, before the map's.
+func TestFloorRestDroppedHeldLongest(t *testing.T) {
+	s := newFloorSteps(t)
+	s.member("a", 1, 11)
+	s.mapAt(1, 14, []string{"a"}, slotTable{0, 0})
+	s.ack("a", 1, 1)
+	f := s.v.compute()
+	f.Rest = 1
+	val, _ := json.Marshal(f)
+	s.a.offer(f, val)
+	<-s.a.reqs
+	g := s.v.compute() // the same bounds, no rest
+	if !s.a.idle(g) {
+		t.Fatal("a floor that changes no bound is not idle")
+	}
+	if p := s.a.pause(g); p != floorPause<<maxHolds {
+		t.Fatalf("rest dropped: held %v, want %v", p, floorPause<<maxHolds)
+	}
+	s.a.lastF = g
+	h := s.v.compute()
+	h.Rest = 1
+	if p := s.a.pause(h); p != floorPause<<s.a.holds {
+		t.Fatalf("at rest again: held %v, want %v", p, floorPause<<s.a.holds)
+	}
+}
