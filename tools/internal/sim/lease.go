@@ -115,16 +115,6 @@ func (e *Etcd) LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest) *etcdserv
 	return resp
 }
 
-// Leases lists the live leases' IDs, rising.
-func (e *Etcd) Leases() []int64 {
-	ids := make([]int64, 0, len(e.leases))
-	for id := range e.leases {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
-}
-
 // Advance moves the model's clock on by d and expires the leases whose
 // time has come, in order of expiry and then of ID.
 func (e *Etcd) Advance(d time.Duration) {

@@ -99,13 +99,3 @@ func (e *Etcd) Take(w *Watcher, upto int64) *etcdserverpb.WatchResponse {
 	w.next = upto + 1
 	return resp
 }
-
-// Watchers lists the open watches, by ID.
-func (e *Etcd) Watchers() []*Watcher {
-	ws := make([]*Watcher, 0, len(e.watchers))
-	for _, w := range e.watchers {
-		ws = append(ws, w)
-	}
-	sort.Slice(ws, func(i, j int) bool { return ws[i].ID < ws[j].ID })
-	return ws
-}

@@ -136,3 +136,20 @@ func TestWorldWatchesDeliverInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A new etcd leader renews every lease (ExtendLeases): a lease then lives
+// its TTL from that moment, not from its last keep-alive.
+func TestExtendLeases(t *testing.T) {
+	w := NewWorld(1, 2)
+	g, _ := w.Etcd.LeaseGrant(&etcdserverpb.LeaseGrantRequest{TTL: 4})
+	w.RunUntil(3 * time.Second)
+	w.Etcd.ExtendLeases()
+	w.RunUntil(6 * time.Second) // past the 4 s of the grant
+	if r := w.Etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: g.ID}); r.TTL < 0 {
+		t.Fatal("the lease expired at its old time")
+	}
+	w.RunUntil(7*time.Second + time.Millisecond)
+	if r := w.Etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: g.ID}); r.TTL >= 0 {
+		t.Fatal("the lease outlived its TTL from the renewal")
+	}
+}
