@@ -8,6 +8,13 @@ import (
 	"go.uber.org/zap"
 )
 
+// drainState holds the slots given away while functions still ran on them:
+// the acknowledgement waits for them, at most until drainTimer.
+type drainState struct {
+	draining   map[*slotState]drainEntry
+	drainTimer *time.Timer
+}
+
 // Draining. With WithDrainTimeout, a member that gives a slot away (a new
 // map moves it, or a graceful Shutdown hands it over) cancels the slot's
 // context at once, as always, and then lets the heir start only once the

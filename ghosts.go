@@ -8,6 +8,12 @@ import (
 	"go.uber.org/zap"
 )
 
+// ghostState: leases of members whose key went while the applied map still
+// ranked them (see noteGhosts): nothing starts until they are gone.
+type ghostState struct {
+	ghosts map[int64]string
+}
+
 // Ghosts. A member key can go while its member still acts: an operator
 // deletes it (or revokes nothing and deletes the key) while the member is
 // cut off etcd, and the member, which cannot see the deletion, holds its

@@ -2,8 +2,19 @@ package rink
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 )
+
+// slotHolding is what the applied map gives this member: since which map
+// seq (and that map's mod revision) each slot has continuously been ours,
+// and the cancel function of its holding, if held.
+type slotHolding struct {
+	mine    holdings
+	pending slotSet // owned but not yet held
+	moved   bool    // reconcile changed what this member owns (see applyMap)
+}
 
 // holdings is the run goroutine's record of the slots the applied map
 // gives this member: one entry per slot it owns, none for the others, so
@@ -63,4 +74,145 @@ func (h *holdings) anyHeld() bool {
 		}
 	}
 	return false
+}
+
+// dropPending gives up the slots not yet held: whatever gave them to us
+// may be stale, and they are gained again from the next usable map.
+func (r *Rink) dropPending() {
+	st := &r.st
+	for s := range st.pending.all() {
+		st.mine.disown(s)
+	}
+	st.pending.clear()
+}
+
+// reconcile brings the per-slot ownership in line with the applied map:
+// it releases slots the map took away and marks new ones pending.
+func (r *Rink) reconcile() { r.reconcileSlots(nil) }
+
+// reconcileSlots is reconcile for the slots in only (nil: every slot):
+// after a record whose other slots kept their owners (see mapDelta).
+func (r *Rink) reconcileSlots(only []int) {
+	st := &r.st
+	mine := st.inc != nil && st.selfSeen && st.incompatible == nil && !st.stopping
+	// Our index in the map, or -1: owner compares indexes, not names (this
+	// runs on the path of every handover).
+	S := r.opts.slots
+	idx := -1
+	if mine && len(st.cur.Table) == S {
+		idx = r.rankedIndex(r.opts.member)
+	}
+	switch {
+	case idx < 0:
+		// Nothing is ours: only the slots that were can change (whatever
+		// only says: this member may have stopped being able to own).
+		only = slices.Sorted(maps.Keys(st.mine.m))
+		if only == nil {
+			only = []int{}
+		}
+	case only == nil:
+		// Every slot: those the map gives us and those we own, found with
+		// a pass of integer comparisons over the table, not a lookup per
+		// slot (this runs on the path of a handover).
+		only = []int{}
+		for s, o := range st.cur.Table {
+			if int(o) == idx {
+				only = append(only, s)
+			}
+		}
+		for s := range st.mine.m {
+			if int(st.cur.Table[s]) != idx {
+				only = append(only, s) // (to lose)
+			}
+		}
+	}
+	now := time.Now()
+	for s := range slotRange(only, S) {
+		want := idx >= 0 && int(st.cur.Table[s]) == idx
+		if want == st.mine.owns(s) || want && st.curRev == 0 {
+			continue // (no new gains while the map key is absent)
+		}
+		st.moved = true
+		if want {
+			e := st.mine.own(s)
+			e.gain, e.gainRev, e.at = st.curSeq, st.curRev, now
+			if st.prevSeq == st.curSeq-1 {
+				e.from = r.prevOwner(s)
+			}
+			st.pending.add(s)
+			continue
+		}
+		st.pending.del(s)
+		if st.mine.isHeld(s) {
+			r.release(s, ErrRoleMoved)
+		}
+		st.mine.disown(s)
+	}
+}
+
+// tryAcquire starts holding the pending slots that nobody else can hold.
+func (r *Rink) tryAcquire() {
+	st := &r.st
+	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+		return
+	}
+	var others []memberBound
+	var low int64
+	ok := false
+	if st.view.wide {
+		others, ok = r.others()
+	} else {
+		low, ok = r.narrowBarrier()
+	}
+	if !ok {
+		return
+	}
+	// Slots somebody awaits first: their roles wait for nobody's else. The
+	// second pass takes every slot left, whether or not somebody began to
+	// await it meanwhile (an acquisition wakes goroutines that may).
+	for _, first := range [2]bool{true, false} {
+		for s := range st.pending.all() {
+			if (!first || r.slots.load(s) != nil) && (st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
+				st.pending.del(s)
+				r.acquire(s)
+			}
+		}
+	}
+}
+
+// acquire starts holding slot s: it publishes a fresh context carrying the
+// slot's fencing token and wakes the goroutines awaiting the slot's roles.
+func (r *Rink) acquire(s int) {
+	st := &r.st
+	e := st.mine.of(s)
+	token := max(e.gainRev, st.inc.createRev, st.inc.boundRev)
+	ctx, cancel := context.WithCancelCause(st.inc.ctx)
+	e.cancel = cancel
+	now := time.Now()
+	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: e.from, Wait: now.Sub(e.at)})
+	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
+	r.swapSlot(s, &slotState{ctx: rc, at: now, changed: make(chan struct{})})
+	r.notifySets(s)
+}
+
+// release stops holding slot s.
+func (r *Rink) release(s int, cause error) {
+	st := &r.st
+	e := st.mine.of(s)
+	e.cancel(cause)
+	e.cancel = nil
+	cur := r.slots.load(s)
+	if cur != nil && cur.ctx != nil {
+		cause = context.Cause(cur.ctx) // a fence's cause, if it came first
+	}
+	r.emit(Event{Kind: EventReleased, Slot: s, Cause: cause})
+	r.startDrain(s, cur, cause)
+	r.swapSlot(s, nil)
+	r.notifySets(s)
+}
+
+func (r *Rink) swapSlot(s int, next *slotState) {
+	if old := r.slots.at(s).Swap(next); old != nil {
+		close(old.changed)
+	}
 }

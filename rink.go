@@ -101,7 +101,7 @@ type Rink struct {
 	// inbox carries the rest to the run goroutine (see inbox.go).
 	inbox *inbox
 
-	st state // owned by the run goroutine
+	st core // owned by the run goroutine (see loop.go)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.

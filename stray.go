@@ -11,6 +11,12 @@ import (
 	"go.uber.org/zap"
 )
 
+// strayState is the stray keys this member saw.
+type strayState struct {
+	strays    strayLog            // stray keys already logged
+	strayKeys map[string]strayKey // stray keys to delete (see sweepStrays), by key
+}
+
 // Stray keys. Only members write under a rink's prefix, but an operator's
 // etcdctl can put anything there. A member key whose name no member can
 // have (empty, with a '/', a space, a reserved segment...) is ignored by

@@ -12,6 +12,23 @@ import (
 	"go.uber.org/zap"
 )
 
+// warmupState: the slots the applied map announces to this member, the
+// version that first announced them, the role sets yet to warm them up,
+// and the newest announcement this member is ready for; and, while
+// leaving with a warm-up, the wait for heirs.
+type warmupState struct {
+	incoming  []int
+	incomingV int64
+	warmWait  int
+	warmReady bool
+	warmed    int64
+	// leaving: a Shutdown with a warm-up waits for the leader to move this
+	// member's slots, until leaveBy fires at the latest.
+	leaving  bool
+	leaveBy  *time.Timer
+	heirWarm map[string]int64 // while leaving: each member's warm-up readiness (see watchHeirs)
+}
+
 // Warm-up (WithWarmup). A planned move takes a slot from a member that is
 // alive: a waiting member ranked after the rebalance delay, a scale-out, a
 // load round, a member that leaves with a warm-up. Its heir can prepare

@@ -1,0 +1,497 @@
+package rink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// aggregate runs while this member leads (until ctx ends): it follows all
+// of the rink's keys, and after every change writes the floor anew if it
+// changed. Writes are guarded by our election key, so a deposed leader
+// writes nothing.
+func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, rest *restBox) {
+	reqs := make(chan []byte, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.writeFloors(ctx, electKey, electRev, reqs)
+	}()
+	defer wg.Wait()
+	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]loadReport{}, reqs: reqs, rest: rest}
+	// (Buffered: the follower reads ahead while a floor is computed, and
+	// the loop below folds what piled up with one computation.)
+	batches := make(chan watchBatch, maxMerged)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
+			select {
+			case batches <- b:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		})
+	}()
+	defer a.unhold()
+	for {
+		var b watchBatch
+		var held <-chan time.Time
+		if a.holdTimer != nil {
+			held = a.holdTimer.C
+		}
+		select {
+		case b = <-batches:
+			// Every batch that came meanwhile, folded with one computation
+			// of the floor: at 10,000 members a computation costs
+			// milliseconds, and acknowledgements come faster than that.
+		merge:
+			for n := 1; n < maxMerged; n++ {
+				select {
+				case next := <-batches:
+					b = b.then(next)
+				default:
+					break merge
+				}
+			}
+		case <-rest.kick:
+			// What the leader plans changed: the floor says it (see fold).
+		case <-held:
+			a.holdTimer = nil
+			a.holds = min(a.holds+1, maxHolds)
+			a.send(a.held)
+			continue
+		case <-ctx.Done():
+			return
+		}
+		r.fold(a, b)
+	}
+}
+
+// maxMerged bounds the watch batches the aggregator folds at once.
+const maxMerged = 64
+
+// then returns batch b followed by next, of the same watch, as one batch:
+// folding it is folding b and then next.
+func (b watchBatch) then(next watchBatch) watchBatch {
+	if next.snapshot {
+		return next
+	}
+	b.events = append(slices.Clip(b.events), next.events...) // (b's slice is the watch's)
+	b.rev = next.rev
+	return b
+}
+
+// floorPause is how long the leader holds back a floor that raises no
+// bound that anybody waits for: one that says only that the map moved on
+// while the members it changed have not acknowledged it yet, or only what
+// the leader plans (Rest, when a newcomer comes). Such a floor helps
+// nobody: an heir of a live member waits for that member's
+// acknowledgement, which a floor after it brings, and finds in the map
+// before the change that the members it did not change did not hold what
+// it gains. Written at once, it would be one more write, sent to every
+// member, per change; held, it is replaced by the floor that counts the
+// acknowledgements, usually within a few milliseconds, and written anyway
+// after the pause (a member that drains withholds its acknowledgement for
+// longer), and after twice as long the next time, while nothing comes
+// that anybody waits for (see aggregation.holds).
+const floorPause = 50 * time.Millisecond
+
+// heldFloor is a floor held back (see floorPause).
+type heldFloor struct {
+	val []byte
+	f   *ackFloor
+}
+
+// send asks for floor h to be written at once, replacing any floor held
+// back or not yet written.
+func (a *aggregation) send(h heldFloor) {
+	a.unhold()
+	a.last, a.lastF = h.val, h.f
+	a.asked[a.nasked%len(a.asked)] = h.val
+	a.nasked++
+	select {
+	case <-a.reqs:
+	default:
+	}
+	a.reqs <- h.val
+}
+
+// unhold drops the floor held back, if any.
+func (a *aggregation) unhold() {
+	if a.holdTimer != nil {
+		a.holdTimer.Stop()
+		a.holdTimer = nil
+	}
+	a.held = heldFloor{}
+}
+
+// offer asks for floor f (val, its JSON) to be written: at once, or after
+// a pause when it raises no bound anybody waits for (see floorPause).
+func (a *aggregation) offer(f *ackFloor, val []byte) {
+	h := heldFloor{val: val, f: f}
+	if a.last == nil || !a.idle(f) {
+		a.holds = 0
+		a.send(h)
+		return
+	}
+	a.held = h
+	pause := a.pause(f)
+	if until := time.Now().Add(pause); a.holdTimer == nil || until.Before(a.holdUntil) {
+		if a.holdTimer != nil {
+			a.holdTimer.Stop()
+		}
+		a.holdTimer, a.holdUntil = time.NewTimer(pause), until
+	}
+}
+
+// maxHolds bounds how often in a row the hold doubles (see offer): idle
+// floors wait at most floorPause << maxHolds (0.8 s).
+const maxHolds = 4
+
+// idle reports whether floor f, to follow the floor last asked for (l),
+// raises no bound that anybody waits for.
+//
+// An heir of slot s waits for the bound of a live member x only while the
+// maps from x's bound up to the one that gave s to the heir gave x the
+// slot (see free and freeNarrow). If no map after x's bound in l up to its
+// bound in f took a slot from x, raising it frees nothing: a slot that x
+// held in a map from its bound in l on, x still holds in its bound in f
+// (or in a later map, which the heir checks as before). So f is idle when
+// it speaks of the same lineage, of the same map or a later one, with the
+// same ghosts, and no live member's bound rises past a map that took a
+// slot from it: a newcomer's acknowledgement, or an heir's, raises nothing
+// anybody waits for; the member a change takes slots from raises what its
+// heirs wait for. A member whose key went and whose acknowledgement key
+// went with its lease holds nothing (see holderBound). And a member whose
+// history begins after a bound waits for it regardless (raisesPastStart). Members that
+// predate seqs read bounds in versions: a member that writes no seq is
+// judged by the rise of its version bound.
+func (a *aggregation) idle(f *ackFloor) bool {
+	l := a.lastF
+	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || l.Seq < 1 {
+		return false
+	}
+	if f.Seq > l.Seq && f.SeqComplete && len(f.SeqLagging) == 0 {
+		return false // every member at a map l did not count (see raisesPastStart)
+	}
+	lo := l.SeqFloor // (the lowest bound l gives)
+	if l.SeqComplete {
+		lo = l.Seq
+		for _, b := range l.SeqLagging {
+			lo = min(lo, b)
+		}
+	}
+	losses, known := a.v.changes.lossesAfter(lo)
+	if !known {
+		// (Which maps took what is not known: idle only when no bound
+		// changed at all, only what the leader plans.)
+		return sameBounds(l, f)
+	}
+	for _, x := range losses {
+		if x.seq > f.Seq {
+			break
+		}
+		if a.v.present(x.name) && l.seqOf(x.name) < x.seq && f.seqOf(x.name) >= x.seq {
+			return false
+		}
+	}
+	if a.raisesPastStart(l, f, lo) {
+		return false
+	}
+	if !f.Complete || !l.Complete {
+		return f.Floor <= l.Floor
+	}
+	for name, b := range l.Lagging {
+		if fb, ok := f.Lagging[name]; (!ok || fb > b) && a.v.acks[name].Seq < 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// sameBounds reports whether two floors give every member the same bounds
+// (they may differ in what the leader plans).
+func sameBounds(l, f *ackFloor) bool {
+	return f.Lineage == l.Lineage && f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
+		f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
+}
+
+// raisesPastStart reports whether floor f, to follow l (whose lowest bound
+// is lo), raises some member's bound from below the seq at which another
+// member's history may begin to at least that seq. A member knows the maps
+// from its first on (its listing: at least the map current when its key
+// was created), and cannot tell whether a member whose bound lies before
+// them still holds a slot it gains: it waits for that bound to reach its
+// first map, though no loss lies between (see free and freeNarrow). A
+// member that joined while the map of seq h was current may know no map
+// before h: a rise across h is written at once. (A member whose listing
+// came maps later is cleared by the floor that says every member is at a
+// newer map than the last: that one is written at once too.)
+func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
+	var starts []int64
+	for _, m := range a.v.members {
+		if h := a.v.seqAt(m.createRev); h > lo {
+			starts = append(starts, h)
+		}
+	}
+	if len(starts) == 0 {
+		return false
+	}
+	slices.Sort(starts)
+	crosses := func(name string) bool {
+		bl, bf := l.seqOf(name), f.seqOf(name)
+		i := sort.Search(len(starts), func(i int) bool { return starts[i] > bl })
+		return i < len(starts) && starts[i] <= bf
+	}
+	for name := range a.v.members {
+		if crosses(name) {
+			return true
+		}
+	}
+	for name := range a.v.acks {
+		if crosses(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// pause returns how long idle floor f may be held: floorPause, doubled
+// for each hold in a row (see holds); the longest when it only says that
+// the leader no longer rests; and the longest hold when every
+// member f lists as lagging is one that a map after its bound changed, or
+// one whose member key is gone. Such a floor says only that the map moved
+// on while the members it changed have not acknowledged it: they owe their
+// acknowledgements and know it (see ackOwed), and the floor that counts
+// them replaces it.
+func (a *aggregation) pause(f *ackFloor) time.Duration {
+	if l := a.lastF; l != nil && l.Rest != 0 && f.Rest == 0 && sameBounds(l, f) {
+		// Only that the leader no longer rests: it is about to proclaim
+		// a map (a newcomer, a leaver), whose floor replaces this one.
+		return floorPause << maxHolds
+	}
+	owed := f.SeqComplete && f.Complete && len(f.SeqLagging) > 0
+	for name, b := range f.SeqLagging {
+		if !owed {
+			break
+		}
+		_, member := a.v.members[name]
+		// (One with an ack key and no member key has departed, its lease
+		// about to go, or is a ghost, which the floor counts apart: its
+		// bound raises nothing anybody waits for.)
+		owed = !member || a.v.changes.changedAfter(name, b)
+	}
+	for name := range f.Lagging {
+		if _, ok := f.SeqLagging[name]; !ok {
+			owed = false
+		}
+	}
+	if owed {
+		return floorPause << maxHolds
+	}
+	return floorPause << a.holds
+}
+
+// aggregation is the aggregator's state (see aggregate).
+type aggregation struct {
+	v         *ackView
+	last      []byte      // the floor we last asked to be written
+	lastF     *ackFloor   // and what it says
+	held      heldFloor   // a floor held back (see floorPause); val nil: none
+	holdTimer *time.Timer // ends the hold; nil when none
+	holdUntil time.Time   // when it ends
+	// holds counts the held floors written when their pause ran out, since
+	// the last floor that raised a bound: each such hold lasts twice the
+	// one before, so that acknowledgements that come in slowly (a drain, a
+	// loaded machine) do not cost a floor write every floorPause.
+	holds    int
+	loads    map[string]loadReport // members' load summaries, when balancing by load
+	lastWarm map[string]int64      // members' warm-up readiness, when warming up
+	reqs     chan []byte           // to writeFloors
+	rest     *restBox              // what the leader plans
+	// asked holds the floors last asked for (nasked counts them all): a
+	// floor key that the view sees holding one of them is one of our
+	// writes landing after a newer one was asked for, not somebody
+	// else's.
+	asked  [4][]byte
+	nasked int
+}
+
+// askedRecently reports whether val is one of the floors last asked for.
+func (a *aggregation) askedRecently(val []byte) bool {
+	for _, x := range a.asked {
+		if x != nil && bytes.Equal(x, val) {
+			return true
+		}
+	}
+	return false
+}
+
+// fold folds one watch batch (or none, when woken by setRest) into the
+// aggregator's view, hands the load summaries and warm-up readiness to the
+// run goroutine, and asks for the floor to be written when it changed.
+func (r *Rink) fold(a *aggregation, b watchBatch) {
+	v, loads := a.v, a.loads
+	loadsChanged := false
+	if b.snapshot {
+		clear(v.members)
+		clear(v.acks)
+		clear(loads)
+		loadsChanged = true
+		v.lineage, v.version, v.floor = 0, 0, nil
+		v.mapRev, v.whole, v.snap = 0, nil, nil
+		v.marks = v.marks[:0]
+		clear(v.ranked)
+		for _, kv := range b.kvs {
+			v.put(r.keys, kv, true)
+			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
+		}
+	}
+	for _, ev := range b.events {
+		if ev.Type == clientv3.EventTypePut {
+			v.put(r.keys, ev.Kv, false)
+		} else {
+			v.del(r.keys, string(ev.Kv.Key))
+		}
+		loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
+	}
+	if loadsChanged && r.opts.byLoad {
+		// The newest summaries replace any the run goroutine has not
+		// taken yet.
+		reps := maps.Clone(loads)
+		r.inbox.send(func(m *mail) { m.loads, m.loadsSet = reps, true })
+	}
+	if r.opts.warmup > 0 {
+		warm := map[string]int64{}
+		for name, a := range v.acks {
+			if a.Warm > 0 {
+				warm[name] = a.Warm
+			}
+		}
+		if !maps.Equal(warm, a.lastWarm) {
+			a.lastWarm = warm
+			r.inbox.send(func(m *mail) { m.warm, m.warmSet = warm, true })
+		}
+	}
+	f := v.compute()
+	if f == nil {
+		return
+	}
+	f.Ghosts, f.Leader = int(a.rest.ghosts.Load()), r.opts.member
+	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
+		// (Said of this very map: one written by hand with the same
+		// version is another seq.)
+		if info.rest == f.Version {
+			f.Rest = info.rest
+		}
+		f.Round, f.Imbalance, f.Tolerance = info.round, info.imbalance, info.tolerance
+	}
+	foreign := a.foreignFloor(r.keys, b.events) // (first: it notes our newest floor landing)
+	if !bytes.Equal(v.floor, a.last) && (b.snapshot || foreign) {
+		// Somebody else changed the floor (deleted it, or an earlier
+		// leader's write landed): write ours again.
+		a.last = nil
+	}
+	val, _ := json.Marshal(f)
+	if bytes.Equal(val, a.last) || bytes.Equal(val, v.floor) {
+		a.unhold() // (what is written, or asked for, already says it)
+		return
+	}
+	a.offer(f, val)
+}
+
+// foreignFloor reports whether the floor writes in events end with one
+// that is not ours. Ours are the floors we asked for (asked): one of them
+// lands after we asked for a newer one, which is on its way (rewriting
+// the newer one for it cost every member a floor event per leave at 3,000
+// members). Once the newest we asked for has landed, none of ours can land
+// after it (writeFloors writes one at a time, each guarded by the key's
+// revision as it last knew it): any other value is somebody else's, an
+// operator's putting back an older floor of ours included.
+func (a *aggregation) foreignFloor(k keys, events []*clientv3.Event) bool {
+	foreign := false
+	for _, ev := range events {
+		if !k.isFloor(string(ev.Kv.Key)) {
+			continue
+		}
+		put := ev.Type == clientv3.EventTypePut
+		switch {
+		case put && bytes.Equal(ev.Kv.Value, a.last):
+			a.asked, foreign = [4][]byte{}, false
+		case put && a.askedRecently(ev.Kv.Value):
+			foreign = false
+		default:
+			foreign = true
+		}
+	}
+	return foreign
+}
+
+// writeFloors writes the newest floor handed to it, guarded by our election
+// key and by the floor key's revision as we last knew it (so that a write
+// that commits late cannot replace a newer one).
+func (r *Rink) writeFloors(ctx context.Context, electKey string, electRev int64, reqs <-chan []byte) {
+	key := r.keys.floor()
+	var base int64 // the floor key's mod revision as we believe it; 0: absent
+	var val []byte
+	b := newBackoff()
+	for {
+		select {
+		case next := <-reqs:
+			val = next // a newer floor replaces one not yet written
+		default:
+			if val == nil {
+				select {
+				case val = <-reqs:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, r.opts.ttl)
+		resp, err := r.cli.Txn(wctx).
+			If(clientv3.Compare(clientv3.CreateRevision(electKey), "=", electRev),
+				clientv3.Compare(clientv3.ModRevision(key), "=", base)).
+			Then(clientv3.OpPut(key, string(val))).
+			Else(clientv3.OpGet(electKey), clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil && resp.Succeeded:
+			base, val = resp.Header.Revision, nil
+			b.reset()
+			continue
+		case err == nil:
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != electRev {
+				return // no longer the leader: the run goroutine finds out on its own
+			}
+			base = 0
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+				base = kvs[0].ModRevision
+			}
+			continue
+		}
+		wait := b.next()
+		r.log.Warn("writing the acknowledgement floor failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+		select {
+		case next := <-reqs:
+			val = next
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// lifecycle is how this member comes and goes: its incarnation in the
+// rink, rejoins after a fence, and the stop.
+type lifecycle struct {
+	inc       *incarnation // nil while out of the rink (fenced, rejoining)
+	rejoining bool         // a rejoin goroutine is running
+	stopping  bool
+	joins     int // incarnations so far
+}
+
+// startIncarnation adopts a freshly joined incarnation.
+func (r *Rink) startIncarnation(inc *incarnation) {
+	st := &r.st
+	st.inc, st.rejoining = inc, false
+	r.loadInc.Store(inc)
+	r.load.wake() // the leader learns the roles awaited here before it ranks us
+	if st.joins++; st.joins > 1 {
+		r.emit(Event{Kind: EventRejoined, Slot: -1})
+	}
+	if st.incompatible != nil && !waitsOut(st.incompatible) {
+		// The map became unusable while we were rejoining: leave again.
+		r.fence(inc, st.incompatible)
+		return
+	}
+	if st.joins > 1 && st.view.selfCheck == 1 {
+		// The quiet time below waits out an earlier incarnation of our
+		// name as the check for one would (see checkOwnName), which must
+		// not wait for this process's own new lease.
+		st.view.selfCheck = 2
+	}
+	if st.joins > 1 {
+		// A rejoin after a fence: etcd may have been restored meanwhile,
+		// and the map (and our member key, if we resumed) may be back from
+		// before slots went to others, who may still act on them. We
+		// cannot tell, so we wait them out.
+		r.hush()
+	}
+	for key, s := range st.strayKeys {
+		// A sweep that the last incarnation started ended with it:
+		// this one sweeps again, if it is the sweeper.
+		st.strayKeys[key] = strayKey{rev: s.rev}
+	}
+	m, ok := st.members[r.opts.member]
+	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
+	if st.selfSeen {
+		r.reconcile()
+		if r.ackOwed() {
+			r.sendAck()
+		}
+	}
+	r.campaign(inc)
+}
+
+// onLost handles the end of the current incarnation: a fence, a lease that
+// ended, or leaving because of an incompatible map.
+func (r *Rink) onLost() {
+	st := &r.st
+	old := st.inc
+	st.inc, st.selfSeen = nil, false
+	r.stopLeading()
+	r.reconcile() // the contexts are already cancelled through old.ctx
+	r.dropDrains()
+	r.startRejoin(old)
+}
+
+// startRejoin starts a goroutine that, unless this member cannot use the
+// rink's map, resumes the old incarnation's membership under a new lease
+// while its member key is still there (see resume), or else revokes the old
+// lease (best effort) and joins again as a newcomer.
+func (r *Rink) startRejoin(old *incarnation) {
+	st := &r.st
+	join := st.incompatible == nil
+	st.rejoining = join
+	if r.rejoinHook != nil {
+		r.rejoinHook(old, join)
+		return
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		// A fenced incarnation's lease is left to expire, never revoked:
+		// normally it has at most 1/8 of a TTL left, but one that a restore
+		// of etcd brought back is live again, and its member key is what
+		// keeps its old slots from others while members that took them
+		// after the snapshot may still act on them (see hush). Once its
+		// key is gone or rebound, revoking it only drops its
+		// acknowledgement and election keys, which is safe.
+		revokeOld := func() {
+			if old != nil {
+				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
+		}
+		if !join {
+			return
+		}
+		resumable := old != nil
+		b := newBackoff()
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
+			var inc *incarnation
+			var err error
+			if resumable {
+				inc, err = r.resume(ctx, old)
+				if errors.Is(err, errKeyGone) {
+					r.log.Info("own member key gone: joining as a newcomer")
+					resumable = false
+					revokeOld()
+					inc, err = r.join(ctx)
+				} else if err == nil {
+					resumable = false // resume revoked the old lease
+					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
+				}
+			} else {
+				inc, err = r.join(ctx)
+			}
+			cancel()
+			if err == nil {
+				select {
+				case r.handoffCh <- handoff{kind: handJoined, joined: inc}:
+					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
+				case <-r.ctx.Done():
+					// A rejoin: its key may keep slots that others may
+					// still act on after a restore (see hush); let it expire.
+					r.abandon(inc, ErrShutdown)
+				}
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
+			wait := b.next()
+			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
+			if !sleep(r.ctx, wait) {
+				return
+			}
+		}
+	}()
+}
+
+// shutdown runs on the run goroutine when the rink stops: it releases every
+// role, hands leadership on, leaves, and waits for every other goroutine.
+func (r *Rink) shutdown(cause error) {
+	st := &r.st
+	// Leaving takes a few etcd requests, after the drains (bounded by the
+	// drain timeout and the caller's context): past one TTL more the lease
+	// has expired anyway, so never wait longer than that. The requests go
+	// out even when the caller's context has ended: Shutdown has returned
+	// then, and a departure still saves the heirs a TTL.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stopCtx), r.opts.ttl+r.opts.drain)
+	defer cancel()
+	st.stopping = true
+	released := false
+	releaseAll := func() {
+		if released {
+			return
+		}
+		released = true
+		// The slots whose roles are in use last: they stop for the
+		// shortest time before the heirs start.
+		for _, used := range [2]bool{false, true} {
+			for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
+				if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
+					r.release(s, ErrShutdown)
+				}
+			}
+		}
+		st.pending.clear()
+	}
+	err := cause
+	switch {
+	case st.inc != nil && cause == nil && r.hushed():
+		// In a quiet time (see hush) our key is what keeps our slots from
+		// others: hand nothing over, and let the lease expire.
+		r.log.Info("shutting down in a quiet time after a restore or a resume: leaving the member key to expire with its lease")
+		releaseAll()
+		r.abandon(st.inc, ErrShutdown)
+	case st.inc != nil && cause == nil:
+		r.depart(ctx, releaseAll)
+		releaseAll() // before the revocation below lets others start
+		r.awaitDrains(r.stopCtx)
+		err = r.leave(ctx, st.inc, ErrShutdown)
+	}
+	releaseAll()
+	r.stopLeading()
+	r.cancel()
+	r.wg.Wait()
+	// Out of the rink now: say so to Rank's readers and event observers.
+	st.inc = nil
+	clear(st.elect)
+	clear(st.electOf)
+	r.publishRank()
+	r.shutdownErr = err
+	r.stopCause = cause
+	if cause == nil {
+		r.stopCause = ErrShutdown
+	}
+	r.log.Info("left the rink", zap.Error(err))
+}

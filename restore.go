@@ -1,0 +1,135 @@
+package rink
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// restoreGuard keeps what this member noticed of restores of etcd.
+type restoreGuard struct {
+	// taint is a map lineage that etcd's restore from a snapshot brought
+	// back (-1: the next lineage applied). Its acknowledgements may
+	// describe map histories the restore erased, so nothing is started in
+	// it; the member deletes its map key so that the leader starts anew.
+	taint int64
+	// quiet: after a restore, nothing starts until this fenceClock reading
+	// (one TTL after the restore was noticed): a member that joined after
+	// the snapshot lost its lease in the restore at once, without fencing,
+	// and fences only when its own deadline passes. quietTimer wakes the
+	// run loop then.
+	quiet      int64
+	quietTimer *time.Timer
+}
+
+// dropLineage deletes the map key if it is still at rev, so that the next
+// map starts a new lineage whose acknowledgements were all written after
+// the restore. Any member that noticed the restore may do it; the deletion
+// is guarded, so a newer map is never lost.
+func (r *Rink) dropLineage(rev int64) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+		defer cancel()
+		key := r.keys.rankMap()
+		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil && r.ctx.Err() == nil {
+			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
+		}
+	}()
+}
+
+// hush starts a quiet time of one TTL, in which this member starts no
+// slot and acknowledges no map. It follows anything after which a member
+// that nobody can see may still act on slots the map in etcd gives to
+// others or to nobody: a restore of etcd (its own, or one it slept through
+// and resumed after). Such a member lost its lease, or its watch has not
+// caught up yet; either way it stops acting within 7/8 of a TTL of the
+// restore, or notices the restore and fences. Until then, an
+// acknowledgement from this member would tell others that slots are free
+// which that member may still act on.
+func (r *Rink) hush() {
+	st := &r.st
+	st.quiet = fenceClock() + int64(r.opts.ttl)
+	if st.quietTimer != nil {
+		st.quietTimer.Stop()
+	}
+	st.quietTimer = time.NewTimer(r.opts.ttl)
+}
+
+// hushed reports whether a quiet time (see hush) is running.
+func (r *Rink) hushed() bool {
+	return r.st.quiet != 0 && fenceClock() < r.st.quiet
+}
+
+// restored handles proof that etcd went back in time (a restore from a
+// snapshot): revisions, and so acknowledgements and fencing tokens, may
+// repeat what this member saw. It stops trusting everything it knew: it
+// fences (every role context ends; the member rejoins with a new lease)
+// and forgets the lineage, so that the map it finds counts as new.
+func (r *Rink) restored(why string) {
+	st := &r.st
+	r.log.Error("etcd went back in time (restored from a snapshot?): fencing and starting over in a new map lineage", zap.String("why", why))
+	st.taint = -1
+	r.hush()
+	if st.inc != nil {
+		r.fence(st.inc, ErrFenced)
+	}
+	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev = 0, 0, 0, 0, 0
+	st.prev, st.prevSeq = rankMap{}, 0
+	st.floor = ackFloor{}
+	st.hist.reset()
+	clear(st.verSeq)
+	st.topVer, st.repeats = 0, 0
+	st.selfSeen = false
+	r.reconcile()
+}
+
+// unusable leaves the rink because the map (at revision rev) cannot be
+// used; a usable map, or the map key's deletion, brings the member back.
+func (r *Rink) unusable(err error, rev int64) {
+	st := &r.st
+	if waitsOut(err) {
+		// A map in a protocol we do not speak: hold nothing, but stay, so
+		// that the leader sees what we speak (see errUnknownProtocol).
+		if st.incompatible == nil {
+			r.log.Warn("the rink's map is in a protocol this member does not speak: holding nothing until the leader proclaims one it speaks", zap.Error(err), zap.Int64("revision", rev))
+		}
+		st.incompatible = err
+		st.curRev = rev
+		st.dirty = true
+		r.reconcile()
+		r.dropPending()
+		return
+	}
+	if st.incompatible == nil {
+		r.log.Error("cannot use the rink's map: leaving the rink until it can", zap.Error(err), zap.Int64("revision", rev))
+	}
+	st.incompatible = err
+	st.curRev = rev
+	if st.inc != nil {
+		r.fence(st.inc, err) // first, so that role contexts carry the cause
+	}
+	r.reconcile()
+}
+
+// mapGone handles the map key's absence (deleted, or missing from a
+// listing). Slots not yet held are given up: whatever gave them to us may be
+// stale, and they are gained again from the next map. A member that left
+// because it could not use the deleted map rejoins.
+func (r *Rink) mapGone() {
+	st := &r.st
+	st.curRev, st.underivedRev = 0, 0
+	st.dirty = true
+	r.dropPending()
+	if st.incompatible != nil {
+		r.log.Info("the unusable map is gone: rejoining")
+		st.incompatible = nil
+		if st.inc == nil && !st.rejoining && !st.stopping {
+			r.startRejoin(nil)
+		}
+	}
+}
