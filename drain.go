@@ -9,10 +9,10 @@ import (
 )
 
 // drainState holds the slots given away while functions still ran on them:
-// the acknowledgement waits for them, at most until drainTimer.
+// the acknowledgement waits for them, at most until the earliest deadline
+// (timerDrain).
 type drainState struct {
-	draining   map[*slotState]drainEntry
-	drainTimer *time.Timer
+	draining map[*slotState]drainEntry
 }
 
 // Draining. With WithDrainTimeout, a member that gives a slot away (a new
@@ -65,7 +65,7 @@ func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 		return
 	}
 	st := &r.st
-	now := time.Now()
+	now := r.now()
 	if st.draining == nil {
 		st.draining = map[*slotState]drainEntry{}
 	}
@@ -78,10 +78,7 @@ func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 // armDrainTimer sets the drain timer to the earliest deadline.
 func (r *Rink) armDrainTimer(now time.Time) {
 	st := &r.st
-	if st.drainTimer != nil {
-		st.drainTimer.Stop()
-		st.drainTimer = nil
-	}
+	st.stopTimer(timerDrain)
 	var first time.Time
 	for _, e := range st.draining {
 		if first.IsZero() || e.deadline.Before(first) {
@@ -89,7 +86,7 @@ func (r *Rink) armDrainTimer(now time.Time) {
 		}
 	}
 	if !first.IsZero() {
-		st.drainTimer = time.NewTimer(first.Sub(now))
+		st.setTimer(timerDrain, first)
 	}
 }
 
@@ -100,7 +97,7 @@ func (r *Rink) checkDrains() bool {
 	if len(st.draining) == 0 {
 		return true
 	}
-	now := time.Now()
+	now := r.now()
 	for h, e := range st.draining {
 		switch {
 		case h.runners.Load() == 0:
@@ -132,25 +129,25 @@ func (r *Rink) onDrained() {
 func (r *Rink) dropDrains() {
 	st := &r.st
 	clear(st.draining)
-	if st.drainTimer != nil {
-		st.drainTimer.Stop()
-		st.drainTimer = nil
-	}
+	st.stopTimer(timerDrain)
 }
 
 // awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.
 func (r *Rink) awaitDrains(ctx context.Context) {
 	defer r.inbox.resignal() // (the mail it left for the run loop)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for !r.checkDrains() {
 		var timer <-chan time.Time
-		if r.st.drainTimer != nil {
-			timer = r.st.drainTimer.C
+		if r.st.timerSet(timerDrain) {
+			t.Reset(r.st.at[timerDrain].Sub(r.now()))
+			timer = t.C
 		}
 		select {
 		case <-r.inbox.wake:
 			r.inbox.takeDrained() // (checkDrains counts them)
 		case <-timer:
-			r.st.drainTimer = nil
+			r.st.stopTimer(timerDrain)
 		case <-ctx.Done():
 			r.log.Warn("shutdown: leaving before the drains ended (the context ended)", zap.Int("slots", len(r.st.draining)))
 			r.dropDrains()

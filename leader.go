@@ -25,7 +25,7 @@ type leadership struct {
 	since   map[string]time.Time // when each waiting member was first seen (monotonic)
 	busy    bool                 // a proclamation is in flight
 	waitRev int64                // plan only once the view has reached this revision
-	timer   *time.Timer          // next rebalance or retry
+	// (timerPlan: the next rebalance or retry)
 	retry   *backoff
 	stopAgg context.CancelFunc // stops the acknowledgement aggregator
 	refused string             // why the last planned map was not proclaimed (logged once)
@@ -33,23 +33,21 @@ type leadership struct {
 	strangers string
 
 	// Balancing by load (WithImbalanceTolerance; see loadplan.go).
-	reports   map[string]loadReport // members' load summaries, from the aggregator
-	est       []float64             // each slot's estimated load
-	estOK     []bool                // est holds a reported figure
-	estRate   bool                  // est is of rates (else of awaited roles)
-	round     int                   // load rounds so far
-	movedAt   map[int]int           // slot -> the round that last moved it
-	loadTimer *time.Timer           // next load round
-	roundDue  bool                  // a load round may run
-	more      bool                  // the last round spent its budget: go on with the next
+	reports  map[string]loadReport // members' load summaries, from the aggregator
+	est      []float64             // each slot's estimated load
+	estOK    []bool                // est holds a reported figure
+	estRate  bool                  // est is of rates (else of awaited roles)
+	round    int                   // load rounds so far
+	movedAt  map[int]int           // slot -> the round that last moved it
+	roundDue bool                  // a load round may run (timerLoad: the next is due)
+	more     bool                  // the last round spent its budget: go on with the next
 	// modeLogged: a map balanced the other way was logged once
 	modeLogged bool
 
 	// Warm-up (WithWarmup; see warmup.go): the pending announcement, its
-	// deadline's timer, each member's newest announcement it is ready
+	// deadline (timerWarm), each member's newest announcement it is ready
 	// for (from the aggregator), and a load round's moves kept until made.
 	warm       *warmState
-	warmTimer  *time.Timer
 	warmAcks   map[string]int64
 	roundMoves map[int]string
 
@@ -210,7 +208,7 @@ func (r *Rink) onElected(e elected) {
 	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
-		st.lead.loadTimer = time.NewTimer(r.opts.loadEvery)
+		st.setTimer(timerLoad, r.now().Add(r.opts.loadEvery))
 	}
 	st.dirty = true
 	var ctx context.Context
@@ -228,15 +226,9 @@ func (r *Rink) stopLeading() {
 	if st.lead == nil {
 		return
 	}
-	if st.lead.timer != nil {
-		st.lead.timer.Stop()
-	}
-	if st.lead.loadTimer != nil {
-		st.lead.loadTimer.Stop()
-	}
-	if st.lead.warmTimer != nil {
-		st.lead.warmTimer.Stop()
-	}
+	st.stopTimer(timerPlan)
+	st.stopTimer(timerLoad)
+	st.stopTimer(timerWarm)
 	st.lead.stopAgg()
 	st.lead = nil
 }

@@ -2,7 +2,6 @@ package rink
 
 import (
 	"slices"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -117,7 +116,7 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false
-	l.loadTimer = time.NewTimer(r.opts.loadEvery)
+	r.st.setTimer(timerLoad, r.now().Add(r.opts.loadEvery))
 	if in.Load == nil {
 		return
 	}

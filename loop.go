@@ -23,6 +23,7 @@ type core struct {
 	warmupState  // warm-up of incoming slots and leaving with a warm-up (see warmup.go)
 	ghostState   // members whose key went while the map still ranks them (see ghosts.go)
 	leadState    // leadership and planning (see leader.go)
+	timers       // the deadlines the core waits for (see timers.go)
 }
 
 // run is the rink's single state-owning goroutine.
@@ -37,35 +38,29 @@ func (r *Rink) run(first *incarnation) {
 	r.initState()
 	r.startIncarnation(first)
 
+	// wake fires at the core's earliest deadline (see timers.go); wakeAt
+	// is what it is set to (zero: stopped).
+	wake := time.NewTimer(time.Hour)
+	wake.Stop()
+	defer wake.Stop()
+	var wakeAt time.Time
 	for {
 		var lost <-chan struct{}
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		var timer, quiet, loadTimer, drained, warmTimer, leaveBy <-chan time.Time
-		if st.drainTimer != nil {
-			drained = st.drainTimer.C
-		}
-		if st.lead != nil && st.lead.warmTimer != nil {
-			warmTimer = st.lead.warmTimer.C
-		}
-		if st.leaveBy != nil {
-			leaveBy = st.leaveBy.C
+		if at, ok := st.nextTimer(); !ok && !wakeAt.IsZero() {
+			wake.Stop()
+			wakeAt = time.Time{}
+		} else if ok && !at.Equal(wakeAt) {
+			wake.Reset(at.Sub(r.now()))
+			wakeAt = at
 		}
 		stopping := r.stopping
 		var stopEnded <-chan struct{}
 		if st.leaving {
 			stopping = nil // leaving with a warm-up (see warmup.go)
 			stopEnded = r.stopCtx.Done()
-		}
-		if st.lead != nil && st.lead.timer != nil {
-			timer = st.lead.timer.C
-		}
-		if st.lead != nil && st.lead.loadTimer != nil {
-			loadTimer = st.lead.loadTimer.C
-		}
-		if st.quietTimer != nil {
-			quiet = st.quietTimer.C
 		}
 		select {
 		case h := <-r.handoffCh:
@@ -82,19 +77,11 @@ func (r *Rink) run(first *incarnation) {
 			}
 		case <-lost:
 			r.onLost()
-		case <-timer:
-			st.lead.timer = nil
-			st.dirty = true
-		case <-loadTimer:
-			st.lead.loadTimer = nil
-			st.lead.roundDue = true
-			st.dirty = true
-		case <-drained:
-			st.drainTimer = nil
-			r.onDrained()
-		case <-warmTimer:
-			st.lead.warmTimer = nil
-			st.dirty = true
+		case <-wake.C:
+			wakeAt = time.Time{}
+			if !r.onTimers(r.now()) {
+				return
+			}
 		case <-r.inbox.wake:
 			if !r.onMail(r.inbox.take()) {
 				return
@@ -103,13 +90,6 @@ func (r *Rink) run(first *incarnation) {
 			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
 			r.shutdown(nil)
 			return
-		case <-leaveBy:
-			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
-			r.shutdown(nil)
-			return
-		case <-quiet:
-			st.quietTimer = nil
-			r.sendAck() // withheld meanwhile
 		case <-stopping:
 			if !r.startLeaving() {
 				r.shutdown(nil)
@@ -131,6 +111,34 @@ func (r *Rink) run(first *incarnation) {
 		}
 		r.plan()
 	}
+}
+
+// onTimers handles the core's timers due at now; false when the rink
+// stopped.
+func (r *Rink) onTimers(now time.Time) bool {
+	st := &r.st
+	for _, k := range st.takeDue(now) {
+		switch k {
+		case timerPlan, timerWarm:
+			if st.lead != nil {
+				st.dirty = true
+			}
+		case timerLoad:
+			if st.lead != nil {
+				st.lead.roundDue = true
+				st.dirty = true
+			}
+		case timerDrain:
+			r.onDrained()
+		case timerQuiet:
+			r.sendAck() // withheld meanwhile
+		case timerLeaveBy:
+			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
+			r.shutdown(nil)
+			return false
+		}
+	}
+	return true
 }
 
 // onMail acts on what the inbox held; false when the rink stopped.

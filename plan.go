@@ -21,7 +21,7 @@ func (r *Rink) plan() {
 		return
 	}
 	st.dirty = false
-	now := time.Now()
+	now := r.now()
 	proto, strangers := rinkProtocol(st.members)
 	live := withGhosts(st.ghosts, speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
 	var leavers []string
@@ -85,13 +85,7 @@ func (r *Rink) plan() {
 			due = at
 		}
 	}
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
-	}
-	if !due.IsZero() {
-		l.timer = time.NewTimer(time.Until(due))
-	}
+	st.setTimer(timerPlan, due) // (zero: unset)
 
 	next := plan(st.cur, in)
 	bare := st.cur
@@ -114,7 +108,7 @@ func (r *Rink) plan() {
 		// the interval's beat, with every member's summary of the last
 		// interval in.)
 		l.roundDue = false
-		l.loadTimer = time.NewTimer(r.opts.loadEvery)
+		st.setTimer(timerLoad, now.Add(r.opts.loadEvery))
 	}
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() rankMap {

@@ -86,10 +86,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.err != nil:
 		wait := l.retry.next()
 		r.log.Warn("proclaiming the map failed, retrying", zap.Error(res.err), zap.Int64("version", res.version), zap.Duration("backoff", wait))
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.timer = time.NewTimer(wait)
+		st.setTimer(timerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	case res.ok:
 		l.retry.reset()
@@ -104,10 +101,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.rev == 0:
 		// The map key is gone but our view still shows it: retry shortly,
 		// once the watch has delivered the deletion.
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.timer = time.NewTimer(l.retry.next())
+		st.setTimer(timerPlan, r.now().Add(l.retry.next()))
 		st.dirty = false // the timer sets it again
 	case res.rev < res.based:
 		// The key's mod revision only rises (a deleted key comes back at a
@@ -120,10 +114,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		wait := l.retry.next()
 		r.log.Warn("proclaiming the map failed although the view is current, retrying",
 			zap.Int64("map_revision", res.rev), zap.Int64("view_revision", st.rev), zap.Duration("backoff", wait))
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		l.timer = time.NewTimer(wait)
+		st.setTimer(timerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	default:
 		// The map changed under us: plan again once the view has caught up.

@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -18,10 +17,9 @@ type restoreGuard struct {
 	// quiet: after a restore, nothing starts until this fenceClock reading
 	// (one TTL after the restore was noticed): a member that joined after
 	// the snapshot lost its lease in the restore at once, without fencing,
-	// and fences only when its own deadline passes. quietTimer wakes the
-	// run loop then.
-	quiet      int64
-	quietTimer *time.Timer
+	// and fences only when its own deadline passes. timerQuiet wakes the
+	// core then.
+	quiet int64
 }
 
 // dropLineage deletes the map key if it is still at rev, so that the next
@@ -53,16 +51,13 @@ func (r *Rink) dropLineage(rev int64) {
 // which that member may still act on.
 func (r *Rink) hush() {
 	st := &r.st
-	st.quiet = fenceClock() + int64(r.opts.ttl)
-	if st.quietTimer != nil {
-		st.quietTimer.Stop()
-	}
-	st.quietTimer = time.NewTimer(r.opts.ttl)
+	st.quiet = r.clock() + int64(r.opts.ttl)
+	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
 }
 
 // hushed reports whether a quiet time (see hush) is running.
 func (r *Rink) hushed() bool {
-	return r.st.quiet != 0 && fenceClock() < r.st.quiet
+	return r.st.quiet != 0 && r.clock() < r.st.quiet
 }
 
 // restored handles proof that etcd went back in time (a restore from a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -102,6 +103,10 @@ type Rink struct {
 	inbox *inbox
 
 	st core // owned by the run goroutine (see loop.go)
+	// nowFn and clockFn, when set (by the simulator), are the core's time
+	// (see timers.go).
+	nowFn   func() time.Time
+	clockFn func() int64
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.

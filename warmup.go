@@ -24,8 +24,7 @@ type warmupState struct {
 	warmed    int64
 	// leaving: a Shutdown with a warm-up waits for the leader to move this
 	// member's slots, until leaveBy fires at the latest.
-	leaving  bool
-	leaveBy  *time.Timer
+	leaving  bool             // (timerLeaveBy)
 	heirWarm map[string]int64 // while leaving: each member's warm-up readiness (see watchHeirs)
 }
 
@@ -184,15 +183,11 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		l.warm.version = st.cur.Version
 	}
 	*next = hold
-	if l.warmTimer != nil {
-		l.warmTimer.Stop()
-		l.warmTimer = nil
-	}
 	switch {
 	case !ready:
-		l.warmTimer = time.NewTimer(l.warm.at.Add(r.opts.warmup).Sub(now))
+		st.setTimer(timerWarm, l.warm.at.Add(r.opts.warmup))
 	default:
-		l.warmTimer = time.NewTimer(l.warm.leaveAt.Add(r.opts.ttl).Sub(now))
+		st.setTimer(timerWarm, l.warm.leaveAt.Add(r.opts.ttl))
 	}
 }
 
@@ -272,7 +267,7 @@ func (r *Rink) startLeaving() bool {
 		return false
 	}
 	st.leaving = true
-	st.leaveBy = time.NewTimer(r.opts.warmup + r.opts.ttl)
+	st.setTimer(timerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
 	inc := st.inc
 	r.rewriteMemberKey(inc, memberValueOf(r.opts.capacity, true),
 		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")
