@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
@@ -186,7 +185,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 			e.gain, e.gainRev = kv.Version, kv.ModRevision
 		}
 	}
-	began := time.Now()
+	began := r.now()
 	st.lineage = kv.CreateRevision
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
@@ -245,7 +244,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// 10,000 members cost every member a quarter of a megabyte.
 	st.prev = rankMap{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
 	st.prevOld = nil
-	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: time.Since(began)})
+	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: r.now().Sub(began)})
 }
 
 // prevOwner returns slot s's owner in the map applied before the current
@@ -276,7 +275,7 @@ func (r *Rink) underived(kv *mvccpb.KeyValue) {
 		r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
 	}
 	st.dirty = true // a leader writes a whole map over it (see plan)
-	r.relist()
+	r.fx().relist()
 }
 
 // indexCur finds our index in the map just applied, and updates unlisted

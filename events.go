@@ -127,7 +127,7 @@ func (r *Rink) emit(e Event) {
 	if r.opts.events != nil {
 		e.Rink, e.Member = r.name, r.opts.member
 		if e.Time.IsZero() {
-			e.Time = time.Now()
+			e.Time = r.now()
 		}
 		r.opts.events(e)
 	}

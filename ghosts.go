@@ -92,11 +92,7 @@ func (r *Rink) addGhost(name string, lease int64) {
 		return
 	}
 	st.ghosts[lease] = name
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.awaitLeaseGone(name, lease)
-	}()
+	r.fx().awaitLeaseGone(name, lease)
 }
 
 // awaitLeaseGone asks etcd until lease is gone, then tells the run

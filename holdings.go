@@ -126,7 +126,7 @@ func (r *Rink) reconcileSlots(only []int) {
 			}
 		}
 	}
-	now := time.Now()
+	now := r.now()
 	for s := range slotRange(only, S) {
 		want := idx >= 0 && int(st.cur.Table[s]) == idx
 		if want == st.mine.owns(s) || want && st.curRev == 0 {
@@ -188,7 +188,7 @@ func (r *Rink) acquire(s int) {
 	token := max(e.gainRev, st.inc.createRev, st.inc.boundRev)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	e.cancel = cancel
-	now := time.Now()
+	now := r.now()
 	r.emit(Event{Kind: EventAcquired, Time: now, Slot: s, Token: token, From: e.from, Wait: now.Sub(e.at)})
 	rc := &roleContext{Context: context.WithValue(ctx, tokenKey{}, token), r: r, inc: st.inc}
 	r.swapSlot(s, &slotState{ctx: rc, at: now, changed: make(chan struct{})})

@@ -50,29 +50,6 @@ type mail struct {
 	clientClosed bool
 }
 
-// handoff is one of the things handed to the run goroutine that must not
-// be lost: each sender waits until the run goroutine takes it, or else
-// cleans up (a rejoin abandons its incarnation). Exactly one field is set:
-// a watch batch, a fresh incarnation, an election won, a proclamation's
-// result, as kind says. They share one channel for the reason the inbox
-// exists (and travel by value: a batch comes with every watch response).
-type handoff struct {
-	kind       handoffKind
-	batch      watchBatch
-	joined     *incarnation
-	elected    elected
-	proclaimed proclaimResult
-}
-
-type handoffKind uint8
-
-const (
-	handBatch handoffKind = iota
-	handJoined
-	handElected
-	handProclaimed
-)
-
 func newInbox() *inbox { return &inbox{wake: make(chan struct{}, 1)} }
 
 // send leaves something in the box (f writes it into the mail) and wakes

@@ -113,27 +113,7 @@ type proclaimResult struct {
 // the rink without a leader for good. It never resigns: the key goes with
 // the lease, as the member leaves.
 func (r *Rink) campaign(inc *incarnation) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		b := newBackoff()
-		for inc.ctx.Err() == nil {
-			e, err := r.runFor(inc)
-			if err == nil {
-				select {
-				case r.handoffCh <- handoff{kind: handElected, elected: e}:
-				case <-inc.ctx.Done():
-				}
-				return
-			}
-			if inc.ctx.Err() != nil {
-				return
-			}
-			wait := b.next()
-			r.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
-			sleep(inc.ctx, wait)
-		}
-	}()
+	r.fx().campaign(inc)
 }
 
 // runFor writes inc's election key if it is missing and returns once it
@@ -205,20 +185,13 @@ func (r *Rink) onElected(e elected) {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: newBackoff(), movedAt: map[int]int{},
+	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: &backoff{rnd: r.simRand}, movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
 		st.setTimer(timerLoad, r.now().Add(r.opts.loadEvery))
 	}
 	st.dirty = true
-	var ctx context.Context
-	ctx, st.lead.stopAgg = context.WithCancel(e.inc.ctx)
-	box := st.lead.rest // (st is the run goroutine's: read it here, not in the aggregator)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.aggregate(ctx, e.key, e.rev, box)
-	}()
+	st.lead.stopAgg = r.fx().aggregate(e, st.lead.rest)
 }
 
 func (r *Rink) stopLeading() {

@@ -2,10 +2,8 @@ package rink
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -86,68 +84,7 @@ func (r *Rink) startRejoin(old *incarnation) {
 		r.rejoinHook(old, join)
 		return
 	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		// A fenced incarnation's lease is left to expire, never revoked:
-		// normally it has at most 1/8 of a TTL left, but one that a restore
-		// of etcd brought back is live again, and its member key is what
-		// keeps its old slots from others while members that took them
-		// after the snapshot may still act on them (see hush). Once its
-		// key is gone or rebound, revoking it only drops its
-		// acknowledgement and election keys, which is safe.
-		revokeOld := func() {
-			if old != nil {
-				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-				_, _ = r.cli.Revoke(ctx, old.lease)
-				cancel()
-			}
-		}
-		if !join {
-			return
-		}
-		resumable := old != nil
-		b := newBackoff()
-		for attempt := 1; ; attempt++ {
-			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
-			var inc *incarnation
-			var err error
-			if resumable {
-				inc, err = r.resume(ctx, old)
-				if errors.Is(err, errKeyGone) {
-					r.log.Info("own member key gone: joining as a newcomer")
-					resumable = false
-					revokeOld()
-					inc, err = r.join(ctx)
-				} else if err == nil {
-					resumable = false // resume revoked the old lease
-					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
-				}
-			} else {
-				inc, err = r.join(ctx)
-			}
-			cancel()
-			if err == nil {
-				select {
-				case r.handoffCh <- handoff{kind: handJoined, joined: inc}:
-					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
-				case <-r.ctx.Done():
-					// A rejoin: its key may keep slots that others may
-					// still act on after a restore (see hush); let it expire.
-					r.abandon(inc, ErrShutdown)
-				}
-				return
-			}
-			if r.ctx.Err() != nil {
-				return
-			}
-			wait := b.next()
-			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
-			if !sleep(r.ctx, wait) {
-				return
-			}
-		}
-	}()
+	r.fx().rejoin(old, join)
 }
 
 // shutdown runs on the run goroutine when the rink stops: it releases every

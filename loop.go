@@ -62,54 +62,24 @@ func (r *Rink) run(first *incarnation) {
 			stopping = nil // leaving with a warm-up (see warmup.go)
 			stopEnded = r.stopCtx.Done()
 		}
+		var in input
 		select {
-		case h := <-r.handoffCh:
-			switch h.kind {
-			case handBatch:
-				r.onWatch(h.batch)
-			case handJoined:
-				r.startIncarnation(h.joined)
-			case handElected:
-				r.onElected(h.elected)
-			case handProclaimed:
-				st.proclaiming--
-				r.onProclaimed(h.proclaimed)
-			}
+		case in = <-r.handoffCh:
 		case <-lost:
-			r.onLost()
+			in.kind = inLost
 		case <-wake.C:
 			wakeAt = time.Time{}
-			if !r.onTimers(r.now()) {
-				return
-			}
+			in = input{kind: inTimers, now: r.now()}
 		case <-r.inbox.wake:
-			if !r.onMail(r.inbox.take()) {
-				return
-			}
+			in = input{kind: inMail, mail: r.inbox.take()}
 		case <-stopEnded:
-			r.log.Warn("shutdown: its context ended before the leader moved this member's slots to warmed-up heirs: handing over now")
-			r.shutdown(nil)
-			return
+			in.kind = inStopEnded
 		case <-stopping:
-			if !r.startLeaving() {
-				r.shutdown(nil)
-				return
-			}
+			in.kind = inStop
 		}
-		if r.leftWarm() {
-			r.shutdown(nil)
+		if !r.step(in) {
 			return
 		}
-		r.syncView()
-		r.publishGhosts()
-		// Publish the rank first, so that whoever gets a role sees the rank
-		// that goes with it.
-		r.publishRank()
-		r.tryAcquire()
-		if rk := r.rank.Load(); rk != nil && rk.rank.Index >= 0 && rk.rank.Settled != r.settled() {
-			r.publishRank() // the last acquisitions settled the rink (or not)
-		}
-		r.plan()
 	}
 }
 

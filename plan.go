@@ -1,7 +1,6 @@
 package rink
 
 import (
-	"context"
 	"math"
 	"slices"
 	"strings"
@@ -165,17 +164,7 @@ func (r *Rink) plan() {
 	}
 	t := transition{Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(l.inc.ctx, r.opts.ttl)
-		res := r.proclaim(ctx, l, base, next, mapRev, t)
-		cancel()
-		select {
-		case r.handoffCh <- handoff{kind: handProclaimed, proclaimed: res}:
-		case <-r.ctx.Done():
-		}
-	}()
+	r.fx().proclaim(l, base, next, mapRev, t)
 }
 
 // reportWait bounds how long the leader waits for the first load summary

@@ -1,9 +1,6 @@
 package rink
 
 import (
-	"context"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -27,17 +24,7 @@ type restoreGuard struct {
 // the restore. Any member that noticed the restore may do it; the deletion
 // is guarded, so a newer map is never lost.
 func (r *Rink) dropLineage(rev int64) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-		defer cancel()
-		key := r.keys.rankMap()
-		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
-		if err != nil && r.ctx.Err() == nil {
-			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
-		}
-	}()
+	r.fx().dropLineage(rev)
 }
 
 // hush starts a quiet time of one TTL, in which this member starts no

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,7 +84,7 @@ type Rink struct {
 	stopCause   error           // why the rink stopped (see Err); set before done is closed
 
 	// Channels into the run goroutine.
-	handoffCh chan handoff  // (see handoff)
+	handoffCh chan input    // (see input)
 	relistCh  chan struct{} // asks the watcher for a new listing (see relist)
 	wideView  atomic.Bool   // the watcher follows the wide view (see view.go)
 	// ackCh carries the newest acknowledgement to the ack writer.
@@ -107,6 +108,8 @@ type Rink struct {
 	// (see timers.go).
 	nowFn   func() time.Time
 	clockFn func() int64
+	simFx   effects    // the simulator's effects (see driver.go); nil: netEffects
+	simRand *rand.Rand // the simulator's source of the core's jitter (nil: the global one)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.
@@ -156,7 +159,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		slots:     newSlotStates(o.slots),
 		stopping:  make(chan struct{}),
 		done:      make(chan struct{}),
-		handoffCh: make(chan handoff),
+		handoffCh: make(chan input),
 		relistCh:  make(chan struct{}, 1),
 		ackCh:     make(chan ackReq, 1),
 		inbox:     newInbox(),

@@ -1,7 +1,8 @@
 package rink
 
 import (
-	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -112,29 +113,13 @@ func (r *Rink) sweepStrays() {
 	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
 		return
 	}
-	for key, s := range st.strayKeys {
+	for _, key := range slices.Sorted(maps.Keys(st.strayKeys)) {
+		s := st.strayKeys[key]
 		if s.tried {
 			continue
 		}
 		st.strayKeys[key] = strayKey{rev: s.rev, tried: true}
-		inc, rev := st.inc, s.rev
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			b := newBackoff()
-			for inc.ctx.Err() == nil {
-				ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
-				resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
-				cancel()
-				if err == nil {
-					if resp.Succeeded {
-						r.log.Warn("deleted a stray key", zap.String("key", key))
-					}
-					return
-				}
-				sleep(inc.ctx, b.next())
-			}
-		}()
+		r.fx().deleteStray(st.inc, key, s.rev)
 	}
 }
 

@@ -75,9 +75,9 @@ func (r *Rink) syncView() {
 	if r.wideView.Load() == want {
 		return
 	}
-	r.wideView.Store(want)
+	r.wideView.Store(want) // (published: the watcher reads it)
 	r.st.view.wide = false
-	r.relist()
+	r.fx().relist()
 }
 
 // noteGone records the members a put's transition names as gone, when the
@@ -366,32 +366,5 @@ func (r *Rink) checkOwnName() {
 		return // (the wide view finds such a ghost itself: see noteCandidates)
 	}
 	st.view.selfCheck = 1
-	own := int64(st.inc.lease)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		b := newBackoff()
-		for r.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-			resp, err := r.cli.Get(ctx, r.keys.election(), clientv3.WithPrefix())
-			cancel()
-			if err != nil {
-				r.log.Warn("listing the election keys failed, retrying", zap.Error(err))
-				sleep(r.ctx, b.next())
-				continue
-			}
-			for _, kv := range resp.Kvs {
-				// (Not a lease of this process: it may have rejoined under
-				// a new one meanwhile, and would wait for itself.)
-				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
-					continue
-				}
-				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
-					r.awaitLeaseGone(r.opts.member, kv.Lease)
-				}
-			}
-			r.inbox.send(func(m *mail) { m.selfChecked = true })
-			return
-		}
-	}()
+	r.fx().checkOwnName(int64(st.inc.lease))
 }

@@ -271,11 +271,7 @@ func (r *Rink) startLeaving() bool {
 	inc := st.inc
 	r.rewriteMemberKey(inc, memberValueOf(r.opts.capacity, true),
 		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		r.watchHeirs(inc.ctx)
-	}()
+	r.fx().watchHeirs(inc)
 	r.log.Info("shutdown: leaving once this member's heirs have warmed up", zap.Duration("warmup", r.opts.warmup))
 	return true
 }
@@ -363,21 +359,7 @@ func (r *Rink) notLeaving(inc *incarnation) {
 // provided the key is still inc's (its create revision and lease), and
 // logs failure with why while inc lasts.
 func (r *Rink) rewriteMemberKey(inc *incarnation, value, why string) {
-	key := r.keys.member(r.opts.member)
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
-		defer cancel()
-		_, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
-			Commit()
-		if err != nil && inc.ctx.Err() == nil {
-			r.log.Warn(why, zap.Error(err))
-		}
-	}()
+	r.fx().rewriteMemberKey(inc, value, why)
 }
 
 // leftWarm reports whether a member leaving with a warm-up may now shut

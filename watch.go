@@ -466,7 +466,7 @@ func (r *Rink) relist() {
 
 func (r *Rink) sendBatch(b watchBatch) bool {
 	select {
-	case r.handoffCh <- handoff{kind: handBatch, batch: b}:
+	case r.handoffCh <- input{kind: inBatch, batch: b}:
 		return true
 	case <-r.ctx.Done():
 		return false
@@ -474,12 +474,20 @@ func (r *Rink) sendBatch(b watchBatch) bool {
 }
 
 // backoff yields exponentially growing waits with jitter, from 50 ms to 5 s.
-type backoff struct{ d time.Duration }
+// backoff doubles a wait from 50 ms to 5 s, with jitter: each wait is
+// drawn from [d/2, d].
+type backoff struct {
+	d   time.Duration
+	rnd *rand.Rand // the jitter's source (nil: the global one)
+}
 
 func newBackoff() *backoff { return &backoff{} }
 
 func (b *backoff) next() time.Duration {
 	b.d = min(max(2*b.d, 50*time.Millisecond), 5*time.Second)
+	if b.rnd != nil {
+		return b.d/2 + time.Duration(b.rnd.Int64N(int64(b.d/2)+1))
+	}
 	return b.d/2 + rand.N(b.d/2+1)
 }
 

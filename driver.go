@@ -1,0 +1,302 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// effects is what the core asks of the world. Every request to etcd, every
+// goroutine it starts and every wait goes through it: the core calls it
+// from step and never blocks on it, and what comes of an effect comes back
+// as an input (see step.go) or through the inbox. netEffects carries
+// effects out with clientv3 and goroutines, each owned by the Rink's wait
+// group; a simulator can carry them out in virtual time.
+type effects interface {
+	ack(req ackReq)                                                         // to the ack writer
+	relist()                                                                // the watch lists anew, in the view r.wideView says (→ inBatch)
+	campaign(inc *incarnation)                                              // → inElected
+	aggregate(el elected, box *restBox) (stop context.CancelFunc)           // the leader's aggregator, until stop
+	proclaim(l *leadership, base, next rankMap, mapRev int64, t transition) // → inProclaimed
+	checkOwnName(own int64)                                                 // → mail.selfChecked
+	dropLineage(rev int64)
+	awaitLeaseGone(name string, lease int64) // → mail.ghosts
+	deleteStray(inc *incarnation, key string, rev int64)
+	rewriteMemberKey(inc *incarnation, value, why string)
+	watchHeirs(inc *incarnation)        // → mail.heirs
+	rejoin(old *incarnation, join bool) // → inJoined
+}
+
+// fx returns the core's effects: the simulator's when it set r.simFx,
+// netEffects otherwise.
+func (r *Rink) fx() effects {
+	if r.simFx != nil {
+		return r.simFx
+	}
+	return netEffects{r}
+}
+
+// netEffects carries out the core's effects with the Rink's etcd client and
+// goroutines.
+type netEffects struct{ r *Rink }
+
+// campaign runs for leader (see Rink.campaign) on a goroutine, and hands
+// the run goroutine the election once won.
+func (fx netEffects) campaign(inc *incarnation) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		b := newBackoff()
+		for inc.ctx.Err() == nil {
+			e, err := r.runFor(inc)
+			if err == nil {
+				select {
+				case r.handoffCh <- input{kind: inElected, elected: e}:
+				case <-inc.ctx.Done():
+				}
+				return
+			}
+			if inc.ctx.Err() != nil {
+				return
+			}
+			wait := b.next()
+			r.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+			sleep(inc.ctx, wait)
+		}
+	}()
+}
+
+// aggregate starts the leader's acknowledgement aggregator (see
+// Rink.aggregate) for the leadership won in el; stop stops it.
+func (fx netEffects) aggregate(el elected, box *restBox) (stop context.CancelFunc) {
+	r := fx.r
+	ctx, stop := context.WithCancel(el.inc.ctx)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.aggregate(ctx, el.key, el.rev, box)
+	}()
+	return stop
+}
+
+// proclaim writes next in etcd (see Rink.proclaim) on a goroutine and
+// hands the run goroutine the result.
+func (fx netEffects) proclaim(l *leadership, base, next rankMap, mapRev int64, t transition) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(l.inc.ctx, r.opts.ttl)
+		res := r.proclaim(ctx, l, base, next, mapRev, t)
+		cancel()
+		select {
+		case r.handoffCh <- input{kind: inProclaimed, proclaimed: res}:
+		case <-r.ctx.Done():
+		}
+	}()
+}
+
+// checkOwnName lists the election keys and waits until every lease that
+// campaigns under this member's name, but is neither own nor of this
+// process's current incarnation, is gone (see Rink.checkOwnName); then it
+// tells the run goroutine.
+func (fx netEffects) checkOwnName(own int64) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		b := newBackoff()
+		for r.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+			resp, err := r.cli.Get(ctx, r.keys.election(), clientv3.WithPrefix())
+			cancel()
+			if err != nil {
+				r.log.Warn("listing the election keys failed, retrying", zap.Error(err))
+				sleep(r.ctx, b.next())
+				continue
+			}
+			for _, kv := range resp.Kvs {
+				// (Not a lease of this process: it may have rejoined under
+				// a new one meanwhile, and would wait for itself.)
+				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
+					continue
+				}
+				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
+					r.awaitLeaseGone(r.opts.member, kv.Lease)
+				}
+			}
+			r.inbox.send(func(m *mail) { m.selfChecked = true })
+			return
+		}
+	}()
+}
+
+// dropLineage deletes the map key if it is still at rev (see
+// Rink.dropLineage), on a goroutine.
+func (fx netEffects) dropLineage(rev int64) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+		defer cancel()
+		key := r.keys.rankMap()
+		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+		if err != nil && r.ctx.Err() == nil {
+			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
+		}
+	}()
+}
+
+// awaitLeaseGone waits, on a goroutine, until lease is gone, then tells the
+// run goroutine (see Rink.awaitLeaseGone).
+func (fx netEffects) awaitLeaseGone(name string, lease int64) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.awaitLeaseGone(name, lease)
+	}()
+}
+
+// deleteStray deletes key if it is still at rev, retrying on a goroutine
+// while inc lasts (see Rink.sweepStrays).
+func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		b := newBackoff()
+		for inc.ctx.Err() == nil {
+			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+			resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			cancel()
+			if err == nil {
+				if resp.Succeeded {
+					r.log.Warn("deleted a stray key", zap.String("key", key))
+				}
+				return
+			}
+			sleep(inc.ctx, b.next())
+		}
+	}()
+}
+
+// rewriteMemberKey puts value into this member's key on a goroutine (see
+// Rink.rewriteMemberKey).
+func (fx netEffects) rewriteMemberKey(inc *incarnation, value, why string) {
+	r := fx.r
+	key := r.keys.member(r.opts.member)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+		defer cancel()
+		_, err := r.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
+			Commit()
+		if err != nil && inc.ctx.Err() == nil {
+			r.log.Warn(why, zap.Error(err))
+		}
+	}()
+}
+
+// watchHeirs follows the heirs' warm-up readiness while inc lasts (see
+// Rink.watchHeirs), on a goroutine.
+func (fx netEffects) watchHeirs(inc *incarnation) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		r.watchHeirs(inc.ctx)
+	}()
+}
+
+// rejoin resumes or joins anew on a goroutine (see Rink.startRejoin), and
+// hands the run goroutine the new incarnation.
+func (fx netEffects) rejoin(old *incarnation, join bool) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		// A fenced incarnation's lease is left to expire, never revoked:
+		// normally it has at most 1/8 of a TTL left, but one that a restore
+		// of etcd brought back is live again, and its member key is what
+		// keeps its old slots from others while members that took them
+		// after the snapshot may still act on them (see hush). Once its
+		// key is gone or rebound, revoking it only drops its
+		// acknowledgement and election keys, which is safe.
+		revokeOld := func() {
+			if old != nil {
+				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
+				_, _ = r.cli.Revoke(ctx, old.lease)
+				cancel()
+			}
+		}
+		if !join {
+			return
+		}
+		resumable := old != nil
+		b := newBackoff()
+		for attempt := 1; ; attempt++ {
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
+			var inc *incarnation
+			var err error
+			if resumable {
+				inc, err = r.resume(ctx, old)
+				if errors.Is(err, errKeyGone) {
+					r.log.Info("own member key gone: joining as a newcomer")
+					resumable = false
+					revokeOld()
+					inc, err = r.join(ctx)
+				} else if err == nil {
+					resumable = false // resume revoked the old lease
+					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
+				}
+			} else {
+				inc, err = r.join(ctx)
+			}
+			cancel()
+			if err == nil {
+				select {
+				case r.handoffCh <- input{kind: inJoined, joined: inc}:
+					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
+				case <-r.ctx.Done():
+					// A rejoin: its key may keep slots that others may
+					// still act on after a restore (see hush); let it expire.
+					r.abandon(inc, ErrShutdown)
+				}
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
+			wait := b.next()
+			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
+			if !sleep(r.ctx, wait) {
+				return
+			}
+		}
+	}()
+}
+
+// ack hands req to the ack writer (see writeAcks), replacing one not yet
+// taken: req is lazy only if that one was too.
+func (fx netEffects) ack(req ackReq) {
+	r := fx.r
+	select {
+	case old := <-r.ackCh:
+		req.lazy = req.lazy && old.lazy
+	default:
+	}
+	r.ackCh <- req
+}
+
+// relist has the watcher list the rink anew (see Rink.watch).
+func (fx netEffects) relist() { fx.r.relist() }
