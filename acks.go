@@ -6,7 +6,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Acknowledgements, and how they reach the members that wait for them.
@@ -175,13 +174,8 @@ func (r *Rink) sendAckLazily(lazy bool) {
 	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() || len(st.draining) > 0 {
 		return // a quiet time (see hush) and a drain (see drain.go) withhold acknowledgements
 	}
-	select {
-	case old := <-r.ackCh:
-		lazy = lazy && old.lazy
-	default:
-	}
 	st.acked = ackState{inc: st.inc, lineage: st.lineage, seq: st.curSeq, warm: st.warmed}
-	r.ackCh <- ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed, lazy: lazy}
+	r.fx().ack(ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed, lazy: lazy})
 }
 
 type ackReq struct {
@@ -208,143 +202,52 @@ type ackReq struct {
 // again: nothing else would until the next map, and until then the
 // leader's floor would not know this member's.
 func (r *Rink) writeAcks() {
+	w := newAckWriter(r.keys, r.opts.member, r.log)
 	var (
-		cur  *ackReq
-		inc  *incarnation // whose key last holds
-		last *string      // the value we believe the key holds (nil: no key)
-
-		lazyUntil time.Time // when a lazy acknowledgement waiting is due
-
-		written  *ackReq            // the newest acknowledgement written
-		wroteRev int64              // the revision written's write committed at
-		gone     clientv3.WatchChan // the ack key's changes after written's write (nil: none watched)
+		gone     clientv3.WatchChan // the ack key's changes (see ackWriter.watchRev)
+		watched  int64              // the revision gone watches from (0: none)
 		stopGone context.CancelFunc // ends gone's watch
 	)
 	unwatch := func() {
 		if stopGone != nil {
 			stopGone()
 		}
-		gone, stopGone = nil, nil
+		gone, stopGone, watched = nil, nil, 0
 	}
 	defer unwatch()
-	member, key := r.keys.member(r.opts.member), r.keys.ack(r.opts.member)
-	b := newBackoff()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
-		if cur == nil {
-			select {
-			case req := <-r.ackCh:
-				cur = &req
-			case resp, ok := <-gone:
-				// Our own puts come back up to wroteRev; anything else
-				// is somebody else's.
-				var foreign *clientv3.Event
-				for _, ev := range resp.Events {
-					if ev.Type == clientv3.EventTypeDelete || ev.Kv.ModRevision > wroteRev {
-						foreign = ev
-					}
-				}
-				if ok && resp.Err() == nil && foreign == nil {
-					continue
-				}
-				// Changed, or the watch ended: write it again (a write
-				// that finds the key as we left it only repeats it).
-				if written.inc.ctx.Err() != nil {
-					unwatch()
-					continue
-				}
-				switch {
-				case foreign == nil:
-					unwatch()
-				case foreign.Type == clientv3.EventTypeDelete:
-					r.log.Warn("own acknowledgement key deleted: writing it again")
-					last = nil
-				default:
-					r.log.Warn("own acknowledgement key overwritten: writing it again")
-					v := string(foreign.Kv.Value)
-					last = &v
-				}
-				again := *written
-				again.lazy = false
-				cur = &again
-			case <-r.ctx.Done():
-				return
-			}
-		}
-		if cur.inc.ctx.Err() != nil {
-			cur = nil
-			continue
-		}
-		if cur.lazy && cur.inc == inc && last != nil {
-			// Wait until ackPause after the first lazy acknowledgement
-			// not yet written, unless one that is not lazy comes first.
-			// Never the first write of an incarnation: see others.
-			if lazyUntil.IsZero() {
-				lazyUntil = time.Now().Add(ackPause)
-			}
-			pause := time.NewTimer(time.Until(lazyUntil))
-			select {
-			case req := <-r.ackCh:
-				cur = &req
-			case <-pause.C:
-				cur.lazy = false
-			case <-r.ctx.Done():
-				pause.Stop()
-				return
-			}
-			pause.Stop()
-			continue
-		}
-		lazyUntil = time.Time{}
-		if cur.inc != inc {
-			inc, last = cur.inc, nil
+		txn, wait := w.next(r.now())
+		if w.watchRev != watched {
 			unwatch()
+			if w.watchRev != 0 {
+				gone, stopGone = watchKey(w.written.inc.ctx, r.cli, w.key, w.watchRev)
+				watched = w.watchRev
+			}
 		}
-		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
-		guard := clientv3.Compare(clientv3.Version(key), "=", 0)
-		if last != nil {
-			guard = clientv3.Compare(clientv3.Value(key), "=", *last)
-		}
-		ctx, cancel := context.WithTimeout(cur.inc.ctx, r.opts.ttl)
-		resp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(member), "=", cur.inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(member), "=", cur.inc.lease), guard).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(cur.inc.lease))).
-			Else(clientv3.OpGet(member), clientv3.OpGet(key)).
-			Commit()
-		cancel()
-		switch {
-		case err == nil && resp.Succeeded:
-			v := string(val)
-			written, last, cur, wroteRev = cur, &v, nil, resp.Header.Revision
-			if gone == nil {
-				gone, stopGone = watchKey(written.inc.ctx, r.cli, key, wroteRev+1)
-			}
-			b.reset()
-			continue
-		case err == nil:
-			mkv := resp.Responses[0].GetResponseRange().Kvs
-			if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.createRev || mkv[0].Lease != int64(cur.inc.lease) {
-				cur = nil // our key is gone, or a later incarnation's: the keeper or the run loop fences
-				continue
-			}
-			// The ack key is not what we thought (a late write of ours
-			// landed): go again from what is there.
-			last = nil
-			if akv := resp.Responses[1].GetResponseRange().Kvs; len(akv) > 0 {
-				v := string(akv[0].Value)
-				last = &v
-			}
-			continue
-		case cur.inc.ctx.Err() != nil:
+		if txn != nil {
+			ctx, cancel := context.WithTimeout(w.cur.inc.ctx, r.opts.ttl)
+			resp, err := execTxn(ctx, r.cli, txn)
+			cancel()
+			w.replied(resp, err, r.now())
 			continue
 		}
-		wait := b.next()
-		r.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
+		var changes clientv3.WatchChan
+		if w.idle() {
+			changes = gone
+		}
+		var due <-chan time.Time
+		if !wait.IsZero() {
+			timer.Reset(wait.Sub(r.now()))
+			due = timer.C
+		}
 		select {
 		case req := <-r.ackCh:
-			req.lazy = req.lazy && cur.lazy // it replaces one that was due
-			cur = &req
-		case <-time.After(wait):
+			w.take(req)
+		case resp, ok := <-changes:
+			w.changed(resp, ok)
+		case <-due:
 		case <-r.ctx.Done():
 			return
 		}

@@ -81,7 +81,7 @@ func (s *floorSteps) offer() (now bool, held time.Duration) {
 	if bytes.Equal(val, s.a.last) {
 		return false, 0
 	}
-	s.a.offer(f, val)
+	s.a.offer(f, val, time.Now())
 	select {
 	case <-s.a.reqs:
 		return true, 0
@@ -127,8 +127,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 		case !now && (held > wantHeld || held < wantHeld/2):
 			t.Fatalf("%s: held for %v, want %v", what, held, wantHeld)
 		case !now:
-			s.a.holdTimer.Stop()
-			s.a.holdTimer = nil
+			s.a.holdUntil = time.Time{}
 			s.a.holds = min(s.a.holds+1, maxHolds)
 			s.a.send(s.a.held)
 			<-s.a.reqs
@@ -318,7 +317,7 @@ func TestFloorRestDroppedHeldLongest(t *testing.T) {
 	f := s.v.compute()
 	f.Rest = 1
 	val, _ := json.Marshal(f)
-	s.a.offer(f, val)
+	s.a.offer(f, val, time.Now())
 	<-s.a.reqs
 	g := s.v.compute() // the same bounds, no rest
 	if !s.a.idle(g) {

@@ -50,23 +50,7 @@ func (fx netEffects) campaign(inc *incarnation) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		b := newBackoff()
-		for inc.ctx.Err() == nil {
-			e, err := r.runFor(inc)
-			if err == nil {
-				select {
-				case r.handoffCh <- input{kind: inElected, elected: e}:
-				case <-inc.ctx.Done():
-				}
-				return
-			}
-			if inc.ctx.Err() != nil {
-				return
-			}
-			wait := b.next()
-			r.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
-			sleep(inc.ctx, wait)
-		}
+		r.runCampaign(inc)
 	}()
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -44,11 +45,14 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		})
 	}()
 	defer a.unhold()
+	hold := time.NewTimer(time.Hour) // ends a hold (see offer)
+	defer hold.Stop()
 	for {
 		var b watchBatch
 		var held <-chan time.Time
-		if a.holdTimer != nil {
-			held = a.holdTimer.C
+		if !a.holdUntil.IsZero() {
+			hold.Reset(a.holdUntil.Sub(r.now()))
+			held = hold.C
 		}
 		select {
 		case b = <-batches:
@@ -67,7 +71,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		case <-rest.kick:
 			// What the leader plans changed: the floor says it (see fold).
 		case <-held:
-			a.holdTimer = nil
+			a.holdUntil = time.Time{}
 			a.holds = min(a.holds+1, maxHolds)
 			a.send(a.held)
 			continue
@@ -129,16 +133,14 @@ func (a *aggregation) send(h heldFloor) {
 
 // unhold drops the floor held back, if any.
 func (a *aggregation) unhold() {
-	if a.holdTimer != nil {
-		a.holdTimer.Stop()
-		a.holdTimer = nil
-	}
+	a.holdUntil = time.Time{}
 	a.held = heldFloor{}
 }
 
 // offer asks for floor f (val, its JSON) to be written: at once, or after
-// a pause when it raises no bound anybody waits for (see floorPause).
-func (a *aggregation) offer(f *ackFloor, val []byte) {
+// a pause from now when it raises no bound anybody waits for (see
+// floorPause).
+func (a *aggregation) offer(f *ackFloor, val []byte, now time.Time) {
 	h := heldFloor{val: val, f: f}
 	if a.last == nil || !a.idle(f) {
 		a.holds = 0
@@ -147,11 +149,8 @@ func (a *aggregation) offer(f *ackFloor, val []byte) {
 	}
 	a.held = h
 	pause := a.pause(f)
-	if until := time.Now().Add(pause); a.holdTimer == nil || until.Before(a.holdUntil) {
-		if a.holdTimer != nil {
-			a.holdTimer.Stop()
-		}
-		a.holdTimer, a.holdUntil = time.NewTimer(pause), until
+	if until := now.Add(pause); a.holdUntil.IsZero() || until.Before(a.holdUntil) {
+		a.holdUntil = until
 	}
 }
 
@@ -306,11 +305,10 @@ func (a *aggregation) pause(f *ackFloor) time.Duration {
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
 	v         *ackView
-	last      []byte      // the floor we last asked to be written
-	lastF     *ackFloor   // and what it says
-	held      heldFloor   // a floor held back (see floorPause); val nil: none
-	holdTimer *time.Timer // ends the hold; nil when none
-	holdUntil time.Time   // when it ends
+	last      []byte    // the floor we last asked to be written
+	lastF     *ackFloor // and what it says
+	held      heldFloor // a floor held back (see floorPause); val nil: none
+	holdUntil time.Time // when the hold ends (zero: none); the aggregator writes held then
 	// holds counts the held floors written when their pause ran out, since
 	// the last floor that raised a bound: each such hold lasts twice the
 	// one before, so that acknowledgements that come in slowly (a drain, a
@@ -408,7 +406,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		a.unhold() // (what is written, or asked for, already says it)
 		return
 	}
-	a.offer(f, val)
+	a.offer(f, val, r.now())
 }
 
 // foreignFloor reports whether the floor writes in events end with one
@@ -438,60 +436,104 @@ func (a *aggregation) foreignFloor(k keys, events []*clientv3.Event) bool {
 	return foreign
 }
 
-// writeFloors writes the newest floor handed to it, guarded by our election
-// key and by the floor key's revision as we last knew it (so that a write
-// that commits late cannot replace a newer one).
+// writeFloors writes the newest floor handed to it (see floorWriter) while
+// ctx lasts.
 func (r *Rink) writeFloors(ctx context.Context, electKey string, electRev int64, reqs <-chan []byte) {
-	key := r.keys.floor()
-	var base int64 // the floor key's mod revision as we believe it; 0: absent
-	var val []byte
-	b := newBackoff()
+	w := newFloorWriter(r.keys, electKey, electRev, r.log)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		select {
 		case next := <-reqs:
-			val = next // a newer floor replaces one not yet written
+			w.take(next) // a newer floor replaces one not yet written
 		default:
-			if val == nil {
-				select {
-				case val = <-reqs:
-				case <-ctx.Done():
-					return
-				}
-			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, r.opts.ttl)
-		resp, err := r.cli.Txn(wctx).
-			If(clientv3.Compare(clientv3.CreateRevision(electKey), "=", electRev),
-				clientv3.Compare(clientv3.ModRevision(key), "=", base)).
-			Then(clientv3.OpPut(key, string(val))).
-			Else(clientv3.OpGet(electKey), clientv3.OpGet(key)).
-			Commit()
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil && resp.Succeeded:
-			base, val = resp.Header.Revision, nil
-			b.reset()
-			continue
-		case err == nil:
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != electRev {
-				return // no longer the leader: the run goroutine finds out on its own
-			}
-			base = 0
-			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-				base = kvs[0].ModRevision
+		txn, wait := w.next(r.now())
+		if txn != nil {
+			wctx, cancel := context.WithTimeout(ctx, r.opts.ttl)
+			resp, err := execTxn(wctx, r.cli, txn)
+			cancel()
+			if ctx.Err() != nil || !w.replied(resp, err, r.now()) {
+				return
 			}
 			continue
 		}
-		wait := b.next()
-		r.log.Warn("writing the acknowledgement floor failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+		var due <-chan time.Time
+		if !wait.IsZero() {
+			timer.Reset(wait.Sub(r.now()))
+			due = timer.C
+		}
 		select {
 		case next := <-reqs:
-			val = next
-		case <-time.After(wait):
+			w.take(next)
+		case <-due:
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// floorWriter decides what the floor writer does: it writes the newest
+// floor handed to it, guarded by the leader's election key and by the
+// floor key's mod revision as it last knew it, so that a write that
+// commits late cannot replace a newer one. A state machine with no I/O,
+// as ackWriter.
+type floorWriter struct {
+	key, electKey string
+	electRev      int64
+	log           *zap.Logger
+	base          int64     // the floor key's mod revision as we believe it; 0: absent
+	val           []byte    // the floor to write (nil: none)
+	retryAt       time.Time // a write failed: the next try (zero: none)
+	b             *backoff
+}
+
+func newFloorWriter(k keys, electKey string, electRev int64, log *zap.Logger) *floorWriter {
+	return &floorWriter{key: k.floor(), electKey: electKey, electRev: electRev, log: log, b: newBackoff()}
+}
+
+// take adopts val, the newest floor; after a failed write it goes at once.
+func (w *floorWriter) take(val []byte) { w.val, w.retryAt = val, time.Time{} }
+
+// next returns the write to send at now, or nothing until wait (zero:
+// until take).
+func (w *floorWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait time.Time) {
+	if w.val == nil {
+		return nil, time.Time{}
+	}
+	if now.Before(w.retryAt) {
+		return nil, w.retryAt
+	}
+	w.retryAt = time.Time{}
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(w.electKey), "=", w.electRev)),
+			cmpOf(clientv3.Compare(clientv3.ModRevision(w.key), "=", w.base)),
+		},
+		Success: []*etcdserverpb.RequestOp{putOp(w.key, string(w.val), 0)},
+		Failure: []*etcdserverpb.RequestOp{getOp(w.electKey), getOp(w.key)},
+	}, time.Time{}
+}
+
+// replied handles the answer to the write next returned, at now; false
+// when we no longer lead (the run goroutine finds out on its own).
+func (w *floorWriter) replied(resp *etcdserverpb.TxnResponse, err error, now time.Time) bool {
+	switch {
+	case err == nil && resp.Succeeded:
+		w.base, w.val = resp.Header.Revision, nil
+		w.b.reset()
+	case err == nil:
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != w.electRev {
+			return false
+		}
+		w.base = 0
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			w.base = kvs[0].ModRevision
+		}
+	default:
+		wait := w.b.next()
+		w.log.Warn("writing the acknowledgement floor failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+		w.retryAt = now.Add(wait)
+	}
+	return true
 }

@@ -2,11 +2,9 @@ package rink
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -114,69 +112,6 @@ type proclaimResult struct {
 // the lease, as the member leaves.
 func (r *Rink) campaign(inc *incarnation) {
 	r.fx().campaign(inc)
-}
-
-// runFor writes inc's election key if it is missing and returns once it
-// leads (see campaign).
-func (r *Rink) runFor(inc *incarnation) (elected, error) {
-	ctx := inc.ctx
-	key := r.keys.electionKey(int64(inc.lease))
-	resp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, r.opts.member, clientv3.WithLease(inc.lease))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return elected{}, err
-	}
-	rev := resp.Header.Revision
-	if !resp.Succeeded {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			return elected{}, fmt.Errorf("rink: election key %s went while campaigning", key)
-		}
-		rev = kvs[0].CreateRevision
-	}
-	for {
-		below, err := r.cli.Get(ctx, r.keys.election(), append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))...)
-		if err != nil {
-			return elected{}, err
-		}
-		if len(below.Kvs) == 0 {
-			return elected{inc: inc, key: key, rev: rev}, nil
-		}
-		kv := below.Kvs[0]
-		if !r.keys.isCandidate(kv) {
-			del, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit()
-			if err != nil {
-				return elected{}, err
-			}
-			if del.Succeeded {
-				r.log.Warn("deleted a stray key", zap.String("key", string(kv.Key)))
-			}
-			continue
-		}
-		if err := waitChanged(ctx, r.cli, string(kv.Key), below.Header.Revision); err != nil {
-			return elected{}, err
-		}
-	}
-}
-
-// waitChanged returns once key is put or deleted after revision rev (a
-// put may make an election key a stray: see runFor), or ctx ends.
-func waitChanged(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for resp := range cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			return err
-		}
-		if len(resp.Events) > 0 {
-			return nil
-		}
-	}
-	return ctx.Err()
 }
 
 func (r *Rink) onElected(e elected) {

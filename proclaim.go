@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -19,14 +20,14 @@ import (
 // only when they cannot (see readMap). The whole map goes into the map
 // key alone when the key is absent (a lineage starts whole) and when the
 // record would be no smaller.
-func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []clientv3.Op {
+func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdserverpb.RequestOp {
 	wholeJSON := next.encode()
 	whole := string(wholeJSON)
 	if next.Schema < 3 {
-		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), whole, 0)}
 	}
 	if mapRev == 0 || base.Version == 0 {
-		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), whole)}
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), whole, 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version
@@ -37,24 +38,34 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []clientv
 		// renumbers half the slots): the whole map alone, which members
 		// read as one. The whole map beside the key would double what
 		// the transaction writes, on the path of a handover.
-		return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(alone))}
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(alone), 0)}
 	}
-	return []clientv3.Op{clientv3.OpPut(r.keys.rankMap(), string(rec)), clientv3.OpPut(r.keys.snapshot(), whole)}
+	return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(rec), 0), putOp(r.keys.snapshot(), whole, 0)}
 }
 
-// proclaim writes m as the rink's map, provided we still lead and the map
-// key is still at mapRev. Extra operations join the same transaction.
-func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, t transition, extra ...clientv3.Op) proclaimResult {
-	res := proclaimResult{lead: l, version: m.Version, based: mapRev}
-	ops := append(r.mapOps(&base, &m, mapRev, t), extra...)
-	resp, err := r.cli.Txn(ctx).
-		If(
-			clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev),
-			clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", mapRev),
-		).
-		Then(ops...).
-		Else(clientv3.OpGet(l.key), clientv3.OpGet(r.keys.rankMap())).
-		Commit()
+// proclaimTxn is the transaction that writes m as the rink's map over
+// base, provided we still lead (l) and the map key is still at mapRev.
+func (r *Rink) proclaimTxn(l *leadership, base, m *rankMap, mapRev int64, t transition) *etcdserverpb.TxnRequest {
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)),
+			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", mapRev)),
+		},
+		Success: r.mapOps(base, m, mapRev, t),
+		Failure: []*etcdserverpb.RequestOp{getOp(l.key), getOp(r.keys.rankMap())},
+	}
+}
+
+// proclaim writes m as the rink's map (see proclaimTxn).
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, t transition) proclaimResult {
+	resp, err := execTxn(ctx, r.cli, r.proclaimTxn(l, &base, &m, mapRev, t))
+	return proclaimedBy(l, m.Version, mapRev, resp, err)
+}
+
+// proclaimedBy reads the answer to a proclamation of map version version
+// over the map key at mapRev.
+func proclaimedBy(l *leadership, version, mapRev int64, resp *etcdserverpb.TxnResponse, err error) proclaimResult {
+	res := proclaimResult{lead: l, version: version, based: mapRev}
 	if err != nil {
 		res.err = err
 		return res
@@ -225,19 +236,20 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 			return false
 		}
 		fkey, fend := r.keys.followed()
-		ops := append(r.mapOps(&cur, &next, curRev, transition{Gone: []string{self}}), clientv3.OpDelete(key))
+		txn := &etcdserverpb.TxnRequest{
+			Compare: []*etcdserverpb.Compare{
+				cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev)),
+				cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix()),
+				cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)),
+				cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease)),
+			},
+			Success: append(r.mapOps(&cur, &next, curRev, transition{Gone: []string{self}}), deleteOp(key)),
+			Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.snapshot())},
+		}
 		release()
 		r.awaitDrains(r.stopCtx)
-		resp, err := r.cli.Txn(ctx).
-			If(
-				clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev),
-				clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix(),
-				clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease),
-			).
-			Then(ops...).
-			Else(clientv3.OpGet(fkey, clientv3.WithRange(fend)), clientv3.OpGet(r.keys.snapshot())).
-			Commit()
+		pbResp, err := execTxn(ctx, r.cli, txn)
+		resp := (*clientv3.TxnResponse)(pbResp)
 		if err != nil {
 			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
 			return false

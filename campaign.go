@@ -1,0 +1,177 @@
+package rink
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// campaigner decides what a campaign for leader does (see Rink.campaign):
+// etcd's election recipe as a state machine with no I/O. It writes the
+// candidate's election key if it is missing, then, until no election key
+// with a lower create revision is left, looks at the one just below its
+// own: it deletes that key, guarded by its revision, if no campaign made
+// it (a stray), and otherwise waits until it is put or deleted.
+type campaigner struct {
+	inc      *incarnation
+	key      string // our election key
+	member   string // our member name: the key's value
+	k        keys
+	log      *zap.Logger
+	stage    campaignStage
+	rev      int64            // our key's create revision (stage > campaignWrite)
+	below    *mvccpb.KeyValue // the key just below ours (campaignDelete, campaignWait)
+	belowRev int64            // the revision it was seen at
+	retryAt  time.Time        // a request failed: start again then (zero: none)
+	b        *backoff
+}
+
+type campaignStage uint8
+
+const (
+	campaignWrite  campaignStage = iota // write our key if missing
+	campaignList                        // find the key just below ours
+	campaignDelete                      // delete the stray below
+	campaignWait                        // wait for the key below to change
+)
+
+func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *campaigner {
+	return &campaigner{inc: inc, key: k.electionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
+}
+
+// next returns what to do at now: a transaction to send (then replied),
+// a key to watch until it changes after revision after (then changed), or
+// nothing until wait.
+func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey string, after int64, wait time.Time) {
+	if now.Before(c.retryAt) {
+		return nil, "", 0, c.retryAt
+	}
+	c.retryAt = time.Time{}
+	switch c.stage {
+	case campaignWrite:
+		return &etcdserverpb.TxnRequest{
+			Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0))},
+			Success: []*etcdserverpb.RequestOp{putOp(c.key, c.member, int64(c.inc.lease))},
+			Failure: []*etcdserverpb.RequestOp{getOp(c.key)},
+		}, "", 0, time.Time{}
+	case campaignList:
+		prefix := c.k.election()
+		return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{{Request: &etcdserverpb.RequestOp_RequestRange{
+			RequestRange: &etcdserverpb.RangeRequest{
+				Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)),
+				SortOrder: etcdserverpb.RangeRequest_DESCEND, SortTarget: etcdserverpb.RangeRequest_CREATE,
+				Limit: 1, MaxCreateRevision: c.rev - 1,
+			}}}}}, "", 0, time.Time{}
+	case campaignDelete:
+		key := string(c.below.Key)
+		return &etcdserverpb.TxnRequest{
+			Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", c.below.ModRevision))},
+			Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+		}, "", 0, time.Time{}
+	default: // campaignWait
+		return nil, string(c.below.Key), c.belowRev, time.Time{}
+	}
+}
+
+// replied handles the answer to the transaction next returned; it returns
+// the election once won.
+func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time.Time) *elected {
+	if err != nil {
+		c.fail(err, now)
+		return nil
+	}
+	switch c.stage {
+	case campaignWrite:
+		c.rev = resp.Header.Revision
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				c.fail(fmt.Errorf("rink: election key %s went while campaigning", c.key), now)
+				return nil
+			}
+			c.rev = kvs[0].CreateRevision
+		}
+		c.stage = campaignList
+	case campaignList:
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return &elected{inc: c.inc, key: c.key, rev: c.rev}
+		}
+		c.below, c.belowRev = kvs[0], resp.Header.Revision
+		c.stage = campaignWait
+		if !c.k.isCandidate(c.below) {
+			c.stage = campaignDelete
+		}
+	case campaignDelete:
+		if resp.Succeeded {
+			c.log.Warn("deleted a stray key", zap.String("key", string(c.below.Key)))
+		}
+		c.stage = campaignList
+	}
+	return nil
+}
+
+// changed handles the end of the wait next asked for: the key below ours
+// was put or deleted, or the watch failed (err).
+func (c *campaigner) changed(err error, now time.Time) {
+	if err != nil {
+		c.fail(err, now)
+		return
+	}
+	c.stage = campaignList
+}
+
+// fail starts the campaign again after a backoff.
+func (c *campaigner) fail(err error, now time.Time) {
+	if c.inc.ctx.Err() != nil {
+		return
+	}
+	wait := c.b.next()
+	c.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
+	c.stage, c.retryAt = campaignWrite, now.Add(wait)
+}
+
+// runCampaign drives a campaigner with the client while inc lasts, and
+// hands the run goroutine the election once won.
+func (r *Rink) runCampaign(inc *incarnation) {
+	c := newCampaigner(r.keys, r.opts.member, inc, r.log)
+	for inc.ctx.Err() == nil {
+		txn, key, after, wait := c.next(r.now())
+		switch {
+		case txn != nil:
+			resp, err := execTxn(inc.ctx, r.cli, txn)
+			if e := c.replied(resp, err, r.now()); e != nil {
+				select {
+				case r.handoffCh <- input{kind: inElected, elected: *e}:
+				case <-inc.ctx.Done():
+				}
+				return
+			}
+		case key != "":
+			c.changed(waitChanged(inc.ctx, r.cli, key, after), r.now())
+		default:
+			sleep(inc.ctx, wait.Sub(r.now()))
+		}
+	}
+}
+
+// waitChanged returns once key is put or deleted after revision rev (a
+// put may make an election key a stray: see campaigner), or ctx ends.
+func waitChanged(ctx context.Context, cli *clientv3.Client, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for resp := range cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		if len(resp.Events) > 0 {
+			return nil
+		}
+	}
+	return ctx.Err()
+}

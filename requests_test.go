@@ -1,0 +1,36 @@
+package rink
+
+import (
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// TestOpsOfKeepsWhatRequestsSay: every field the core's requests set
+// survives the conversion to the client's operations (a range that lost
+// its sort and limit once made every campaign wait for its own key).
+func TestOpsOfKeepsWhatRequestsSay(t *testing.T) {
+	ops := opsOf([]*etcdserverpb.RequestOp{
+		putOp("k", "v", 7),
+		{Request: &etcdserverpb.RequestOp_RequestRange{RequestRange: &etcdserverpb.RangeRequest{
+			Key: []byte("a"), RangeEnd: []byte("b"), Limit: 1, MaxCreateRevision: 9,
+			SortOrder: etcdserverpb.RangeRequest_DESCEND, SortTarget: etcdserverpb.RangeRequest_CREATE}}},
+		deleteOp("d"),
+		rangeOp("x", "y"),
+	})
+	if len(ops) != 4 {
+		t.Fatalf("%d ops", len(ops))
+	}
+	if p := ops[0]; !p.IsPut() || string(p.KeyBytes()) != "k" || string(p.ValueBytes()) != "v" {
+		t.Fatalf("put: %+v", p)
+	}
+	if g := ops[1]; !g.IsGet() || string(g.RangeBytes()) != "b" || g.Limit() != 1 || g.MaxCreateRev() != 9 || !g.IsSortSet() {
+		t.Fatalf("range: %+v", g)
+	}
+	if d := ops[2]; !d.IsDelete() || string(d.KeyBytes()) != "d" || len(d.RangeBytes()) != 0 {
+		t.Fatalf("delete: %+v", d)
+	}
+	if g := ops[3]; !g.IsGet() || string(g.RangeBytes()) != "y" {
+		t.Fatalf("range: %+v", g)
+	}
+}
