@@ -37,6 +37,9 @@ type mapApplied struct {
 	// entries for the slots it moved are cur's then, and prevOwner reads
 	// them from it. Nil otherwise.
 	prevOld *mapDelta
+	// curView is the leader's view revision cur was planned from (0: not
+	// said; see transition.View).
+	curView int64
 	// proclaiming counts the proclaim goroutines under way (see plan):
 	// each reads a map that shares cur's table.
 	proclaiming int
@@ -153,6 +156,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	} else {
 		t = transitionOf(kv.Value)
 	}
+	st.curView = t.View
 	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.createRev && m.Version > st.topVer {
 		// Our name is another process's now (see transition.Incs): our
 		// key went, though our own watch has not said so yet.

@@ -22,6 +22,11 @@ type membership struct {
 	electOf map[string][]string   // election keys by candidate name (see noteCandidates); mostly one each
 	touched map[string]bool       // names whose member or election keys the batch being folded changed
 	leader  string                // election key of the lowest create revision ("": recompute)
+	// ownRev is the revision as of which members holds the newest state of
+	// our own key: from its own watch (see onOwn) or a listing. A listing
+	// older than it (sent before, answered after) does not overwrite it:
+	// its own key may predate a rebinding the own watch has shown.
+	ownRev int64
 
 	view view // which view this member follows (see view.go)
 
@@ -70,6 +75,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	selfGone := false
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
 	if b.snapshot {
+		own, hadOwn := st.members[self]
 		st.view.listed = true
 		if b.rev < st.rev {
 			r.restored(fmt.Sprintf("the rink was listed at revision %d, below revision %d seen before", b.rev, st.rev))
@@ -120,6 +126,16 @@ func (r *Rink) onWatch(b watchBatch) {
 			if key := string(kv.Key); !r.keys.isMap(key) && !r.keys.isSnapshot(key) {
 				r.putKey(kv)
 			}
+		}
+		if b.rev < st.ownRev {
+			// Our own key as the own watch showed it later (see ownRev).
+			if hadOwn {
+				st.members[self] = own
+			} else {
+				delete(st.members, self)
+			}
+		} else {
+			st.ownRev = b.rev
 		}
 		st.dirty = true
 		if st.inc != nil && b.rev >= st.inc.createRev {

@@ -2,6 +2,8 @@ package rink
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,7 +35,8 @@ type ghostState struct {
 // times slower (issue 25).
 func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 	st := &r.st
-	for name, m := range gone {
+	for _, name := range slices.Sorted(maps.Keys(gone)) { // (in one order: a history replays)
+		m := gone[name]
 		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || r.rankedIndex(name) < 0 {
 			continue
 		}
@@ -64,7 +67,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
 	if st.inc != nil {
 		own = int64(st.inc.lease)
 	}
-	for name := range names {
+	for _, name := range slices.Sorted(names) { // (in one order: a history replays)
 		for _, key := range st.electOf[name] {
 			e, ok := st.elect[key]
 			if !ok || e.lease == 0 || e.lease == own {

@@ -120,11 +120,13 @@ func (r *Rink) reconcileSlots(only []int) {
 				only = append(only, s)
 			}
 		}
+		gains := len(only)
 		for s := range st.mine.m {
 			if int(st.cur.Table[s]) != idx {
 				only = append(only, s) // (to lose)
 			}
 		}
+		slices.Sort(only[gains:]) // (in slot order, whatever the map's: a history replays)
 	}
 	now := r.now()
 	for s := range slotRange(only, S) {
@@ -154,6 +156,14 @@ func (r *Rink) reconcileSlots(only []int) {
 func (r *Rink) tryAcquire() {
 	st := &r.st
 	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+		return
+	}
+	if st.curView != 0 && st.curView < st.inc.createRev {
+		// The map was planned before our key existed: it gives our name's
+		// slots to an earlier incarnation of the name (a process restarted
+		// under it), and a newer map may give them to others already,
+		// whose heirs count the name as gone (see noteGone). The leader
+		// plans anew once it sees our key (see rankedReborn).
 		return
 	}
 	var others []memberBound

@@ -89,12 +89,16 @@ func (b *inbox) takeDrained() bool {
 	return drained
 }
 
+// empty reports whether m holds nothing.
+func (m *mail) empty() bool {
+	return !m.loadsSet && !m.warmSet && !m.heirsSet && len(m.warmed) == 0 && len(m.ghosts) == 0 && !m.drained && !m.selfChecked && !m.clientClosed
+}
+
 // resignal restores the invariant after takeDrained: a token while the
 // box holds anything.
 func (b *inbox) resignal() {
 	b.mu.Lock()
-	m := &b.m
-	full := m.loadsSet || m.warmSet || m.heirsSet || len(m.warmed) > 0 || len(m.ghosts) > 0 || m.drained || m.selfChecked || m.clientClosed
+	full := !b.m.empty()
 	b.mu.Unlock()
 	if full {
 		b.signal()

@@ -126,7 +126,8 @@ func (r *Rink) plan() {
 	// over with a whole map: nobody who lists the rink can read it, and
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
-	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived {
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived &&
+		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
 		// a map put back by hand, is proclaimed again with a new version,
@@ -162,9 +163,26 @@ func (r *Rink) plan() {
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	}
-	t := transition{Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
+	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.fx().proclaim(l, base, next, mapRev, t)
+}
+
+// rankedReborn reports whether the map ranks a name whose member key is
+// newer than the view the map was planned from: a process restarted under
+// the name, which starts nothing until a map planned with its key in view
+// (see transition.View).
+func (r *Rink) rankedReborn() bool {
+	st := &r.st
+	if st.curView == 0 {
+		return false // (a leader that does not say: members do not wait for it)
+	}
+	for _, name := range st.cur.Members {
+		if m, ok := st.members[name]; ok && m.createRev > st.curView {
+			return true
+		}
+	}
+	return false
 }
 
 // reportWait bounds how long the leader waits for the first load summary

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -243,7 +244,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 				cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)),
 				cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease)),
 			},
-			Success: append(r.mapOps(&cur, &next, curRev, transition{Gone: []string{self}}), deleteOp(key)),
+			Success: append(r.mapOps(&cur, &next, curRev, transition{View: viewRev, Gone: []string{self}}), deleteOp(key)),
 			Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.snapshot())},
 		}
 		release()
@@ -311,7 +312,8 @@ func goneFrom(base, next *rankMap, members map[string]memberInfo) []string {
 // them to others would let a newcomer that never saw the key go (and so
 // knows no ghost) start them at once (issue 22).
 func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur rankMap) []string {
-	for _, name := range ghosts {
+	for _, lease := range slices.Sorted(maps.Keys(ghosts)) { // (in one order: a history replays)
+		name := ghosts[lease]
 		if _, ok := members[name]; !ok && cur.index(name) >= 0 && !slices.Contains(live, name) {
 			live = append(live, name)
 		}

@@ -61,6 +61,13 @@ type change struct {
 // as fields; a whole map written alone carries it beside the map's own
 // fields (see withTransition). Builds before it leave both out.
 type transition struct {
+	// View is the revision of the leader's view the map was planned from
+	// (0: a leader that does not say). A process whose member key is newer
+	// starts nothing in the map: the map gives its name's slots to an
+	// earlier incarnation of the name, and a newer map may already give
+	// them to others, whose heirs count the name as gone (see tryAcquire).
+	// It comes first, so that transitionOf finds it before the others.
+	View int64    `json:"view,omitempty"`
 	From int64    `json:"from,omitempty"`
 	Gone []string `json:"gone,omitempty"`
 	// Incs names, for a member name whose key was replaced while an
@@ -84,6 +91,9 @@ func transitionOf(value []byte) transition {
 	if j := bytes.LastIndex(value, []byte(`"incs":`)); i < 0 || j >= 0 && j < i {
 		i = j
 	}
+	if j := bytes.LastIndex(value, []byte(`"view":`)); i < 0 || j >= 0 && j < i {
+		i = j
+	}
 	if i < 0 {
 		return transition{}
 	}
@@ -100,7 +110,7 @@ func transitionOf(value []byte) transition {
 // withTransition returns a whole map's JSON with t's fields added (as
 // is, when t says nothing).
 func withTransition(whole []byte, t transition) []byte {
-	if t.From == 0 && len(t.Incs) == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
+	if t.View == 0 && t.From == 0 && len(t.Incs) == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
 		return whole
 	}
 	tj, err := json.Marshal(t)

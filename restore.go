@@ -60,7 +60,7 @@ func (r *Rink) restored(why string) {
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
-	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev = 0, 0, 0, 0, 0
+	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev = 0, 0, 0, 0, 0, 0
 	st.prev, st.prevSeq = rankMap{}, 0
 	st.floor = ackFloor{}
 	st.hist.reset()

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -33,6 +34,7 @@ type incarnation struct {
 	// was created (nil: none, as after a resume): the reporter's first.
 	// Set before the incarnation is handed to the run goroutine.
 	joinLoad *loadReport
+	clock    func() int64 // the simulator's fence clock (nil: fenceClock)
 }
 
 // monoBase anchors a process-wide monotonic clock: durations since it are
@@ -56,12 +58,23 @@ func untilClock(t int64) time.Duration { return time.Duration(t - fenceClock()) 
 
 // expired reports whether the fence deadline has passed, whether or not
 // the keeper has woken up to act on it yet.
-func (inc *incarnation) expired() bool { return fenceClock() >= inc.deadline.Load() }
+func (inc *incarnation) expired() bool {
+	if inc.clock != nil {
+		return inc.clock() >= inc.deadline.Load()
+	}
+	return fenceClock() >= inc.deadline.Load()
+}
 
 // deadlineAfter returns the fence deadline for a renewal sent at sent (a
 // fenceClock reading) and granted ttl by the server.
 func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
-	return sent + int64(time.Duration(ttl)*time.Second-fenceMargin(r.opts.ttl))
+	return deadlineAfter(sent, ttl, r.opts.ttl)
+}
+
+// deadlineAfter is the fence deadline for a renewal sent at sent and
+// granted ttl seconds, of a lease asked for with TTL lease.
+func deadlineAfter(sent, ttl int64, lease time.Duration) int64 {
+	return sent + int64(time.Duration(ttl)*time.Second-fenceMargin(lease))
 }
 
 // fenceMargin is how long before the server could expire the lease a member
@@ -104,13 +117,8 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 		// The member's first load summary goes with its key (the leader
 		// ranks a newcomer once it knows its load: see holdForReports),
 		// which saves every join a write.
-		first := loadReport{Unmeasured: true}
-		resp, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID),
-				clientv3.OpPut(r.keys.load(r.opts.member), string(first.encode()), clientv3.WithLease(grant.ID))).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		txn, first := r.joinTxn(int64(grant.ID))
+		resp, err := execTxn(ctx, r.cli, txn)
 		if err != nil {
 			// (It may have committed: the revoke takes the key with the
 			// lease, or the retry finds it, ours, and revokes it again.)
@@ -173,8 +181,34 @@ func transient(err error) bool {
 // candidacy is the put of the election key that a campaign on lease makes
 // (see campaign), written with the member key: the campaign finds it
 // there and writes nothing, which saves every join a write.
-func (r *Rink) candidacy(lease clientv3.LeaseID) clientv3.Op {
-	return clientv3.OpPut(r.keys.electionKey(int64(lease)), r.opts.member, clientv3.WithLease(lease))
+func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
+	return putOp(r.keys.electionKey(lease), r.opts.member, lease)
+}
+
+// joinTxn creates the member key bound to lease, if the name is free, with
+// its candidacy and its first load summary (returned).
+func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, loadReport) {
+	key := r.keys.member(r.opts.member)
+	first := loadReport{Unmeasured: true}
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))},
+		Success: []*etcdserverpb.RequestOp{putOp(key, memberValue(r.opts.capacity), lease), r.candidacy(lease),
+			putOp(r.keys.load(r.opts.member), string(first.encode()), lease)},
+		Failure: []*etcdserverpb.RequestOp{getOp(key)},
+	}, first
+}
+
+// resumeTxn rebinds old's member key to lease, if it is still old's (see
+// resume).
+func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest {
+	key := r.keys.member(r.opts.member)
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev)),
+			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)),
+		},
+		Success: []*etcdserverpb.RequestOp{putOp(key, memberValue(r.opts.capacity), lease), r.candidacy(lease)},
+	}
 }
 
 // begin makes the incarnation of the member key bound to lease, and starts
@@ -207,7 +241,6 @@ var errKeyGone = errors.New("rink: member key gone or bound to another lease")
 // incarnation writes its own and campaigns again. It returns errKeyGone
 // when the key cannot be rebound.
 func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, error) {
-	key := r.keys.member(r.opts.member)
 	sent := fenceClock()
 	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
 	if err != nil {
@@ -218,11 +251,7 @@ func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, erro
 		defer cancel()
 		_, _ = r.cli.Revoke(rctx, id)
 	}
-	resp, err := r.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)).
-		Then(clientv3.OpPut(key, memberValue(r.opts.capacity), clientv3.WithLease(grant.ID)), r.candidacy(grant.ID)).
-		Commit()
+	resp, err := execTxn(ctx, r.cli, r.resumeTxn(old, int64(grant.ID)))
 	if err != nil {
 		// If the put landed after all, the key goes with the new lease:
 		// the member joins anew, as when its key vanished.
@@ -261,73 +290,6 @@ func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int6
 		}
 	}
 	return ctx.Err()
-}
-
-// keep renews the incarnation's lease every third of the TTL and fences the
-// member when it cannot confirm a renewal in time.
-//
-// We do not rely on clientv3's KeepAlive channel or Session.Done for this: the
-// client measures the lease's remaining life from when a reply arrives and
-// checks it once a second, so it can notice an expired lease about a second
-// after the server has already deleted the lease's keys. Here the deadline is
-// the send time of the last confirmed renewal plus the granted TTL, minus a
-// margin, and a renewal in flight is abandoned when that deadline passes.
-//
-// Deadlines are fenceClock readings, which count time the host spent
-// suspended; the timers do not, so after a resume the keeper may wake late,
-// and then fences if the deadline has passed (role contexts' Err has already
-// said so on the spot).
-func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
-	defer close(inc.lost)
-	interval := int64(r.opts.ttl / 3)
-	fence := time.NewTimer(untilClock(deadline))
-	defer fence.Stop()
-	tick := time.NewTimer(untilClock(sent + interval))
-	defer tick.Stop()
-	for {
-		select {
-		case <-inc.ctx.Done():
-			return
-		case <-fence.C:
-			r.log.Warn("lease renewal not confirmed in time: fencing", zap.Duration("ttl", r.opts.ttl))
-			r.fence(inc, ErrFenced)
-			return
-		case <-tick.C:
-		}
-		if inc.expired() {
-			// The host was suspended (or the process stalled) past the
-			// deadline, and the fence timer has not caught up yet.
-			r.log.Warn("lease deadline passed while the host was suspended or stalled: fencing", zap.Duration("ttl", r.opts.ttl))
-			r.fence(inc, ErrFenced)
-			return
-		}
-		sent = fenceClock()
-		cctx, cancel := context.WithTimeout(inc.ctx, untilClock(deadline))
-		resp, err := r.cli.KeepAliveOnce(cctx, inc.lease)
-		cancel()
-		switch {
-		case inc.ctx.Err() != nil:
-			return
-		case err == nil && resp.TTL > 0:
-			deadline = r.deadlineAfter(sent, resp.TTL)
-			inc.deadline.Store(deadline)
-			fence.Reset(untilClock(deadline))
-			tick.Reset(untilClock(sent + interval))
-		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
-			r.log.Warn("lease expired on the server: fencing")
-			r.fence(inc, ErrFenced)
-			return
-		case fenceClock() >= deadline:
-			r.log.Warn("lease renewal not confirmed in time: fencing", zap.Error(err))
-			r.fence(inc, ErrFenced)
-			return
-		default:
-			// The renewal failed but the lease may still be alive: try again
-			// soon; the fence timer bounds how long we keep trusting it.
-			r.log.Info("lease renewal failed, retrying", zap.Error(err))
-			tick.Reset(min(time.Duration(interval), 200*time.Millisecond))
-		}
-	}
 }
 
 // fence ends an incarnation's trust in its lease: every role context derived

@@ -241,6 +241,10 @@ func (r *Rink) onOwn(b watchBatch) {
 	key := r.keys.member(self)
 	selfGone := false
 	if b.snapshot {
+		if b.rev < st.ownRev {
+			return // a listing of the view was newer (see ownRev)
+		}
+		st.ownRev = b.rev
 		var kv *mvccpb.KeyValue
 		for _, k := range b.kvs {
 			if string(k.Key) == key {
@@ -258,9 +262,10 @@ func (r *Rink) onOwn(b watchBatch) {
 		}
 	} else {
 		for _, ev := range b.events {
-			if string(ev.Kv.Key) != key {
-				continue
+			if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= st.ownRev {
+				continue // (a listing of the view showed it already: see ownRev)
 			}
+			st.ownRev = ev.Kv.ModRevision
 			if ev.Type == clientv3.EventTypePut {
 				r.putKey(ev.Kv)
 				if st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {

@@ -207,8 +207,8 @@ func (w *World) pump() {
 			}
 			upto := wa.m.next + w.rng.Int64N(w.Etcd.Rev()-wa.m.next+1)
 			resp := w.Etcd.Take(wa.m, upto)
-			if resp == nil {
-				w.pump()
+			if resp == nil || len(resp.Events) == 0 && !resp.Canceled {
+				w.pump() // (nothing of its range up to upto: etcd sends nothing)
 				return
 			}
 			if resp.Canceled {

@@ -55,10 +55,25 @@ func (e *Etcd) CancelWatch(w *Watcher) {
 	delete(e.watchers, w.ID)
 }
 
-// Pending reports whether the watch has something to deliver: events up
-// to the store's revision, or its cancellation by a compaction.
+// Pending reports whether the watch has something to deliver: events of
+// its range up to the store's revision, or its cancellation by a
+// compaction. A watch that owes no event is moved past the revisions it
+// looked at (etcd sends nothing for them either).
 func (e *Etcd) Pending(w *Watcher) bool {
-	return !w.canceled && w.next <= e.rev
+	if w.canceled || w.next > e.rev {
+		return false
+	}
+	if w.next < e.compacted {
+		return true
+	}
+	i := sort.Search(len(e.log), func(i int) bool { return e.log[i].Kv.ModRevision >= w.next })
+	for _, ev := range e.log[i:] {
+		if inRange(ev.Kv.Key, w.key, w.end) && !(ev.Type == mvccpb.PUT && w.noPut) && !(ev.Type == mvccpb.DELETE && w.noDelete) {
+			return true
+		}
+	}
+	w.next = e.rev + 1
+	return false
 }
 
 // Take delivers what the watch owes up to revision upto (at most the

@@ -28,6 +28,9 @@ type World struct {
 	// watched is every watch a client opened, by ID, for the pump (see
 	// pump): after a write, each owes its events.
 	watched map[int64]*Watch
+	// Quiet drops the trace (a fast run; a failing seed is replayed with
+	// it).
+	Quiet bool
 }
 
 // NewWorld returns an empty world at time 0 (minTTL: see NewEtcd).
@@ -94,6 +97,9 @@ func (w *World) advance(t time.Duration) {
 
 // Tracef adds a line to the trace, stamped with the virtual time.
 func (w *World) Tracef(format string, args ...any) {
+	if w.Quiet {
+		return
+	}
 	fmt.Fprintf(&w.trace, "%12.6f  ", w.now.Seconds())
 	fmt.Fprintf(&w.trace, format, args...)
 	w.trace.WriteByte('\n')

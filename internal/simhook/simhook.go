@@ -1,0 +1,80 @@
+// Package simhook lets rink's simulator (tools/internal/sim) drive a
+// member's core in virtual time, in one goroutine, against its model of
+// etcd. It is internal: nothing outside rink's own tree can import it, and
+// nothing in it is part of rink's API.
+//
+// Package rink sets NewMember when it is initialized; the simulator calls
+// it. A member built so starts no goroutine, reads no clock and sends
+// nothing by itself: it asks Etcd for every request, Env for the time and
+// its wake-ups, and acts on what they hand back, all on the caller's
+// goroutine.
+package simhook
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// Etcd is a simulated etcd client: every request's answer comes back
+// later, on the simulator's goroutine (or never, when the member crashed
+// meanwhile: the member ignores it then).
+type Etcd interface {
+	Txn(r *etcdserverpb.TxnRequest, done func(*etcdserverpb.TxnResponse, error))
+	LeaseGrant(r *etcdserverpb.LeaseGrantRequest, done func(*etcdserverpb.LeaseGrantResponse, error))
+	LeaseRevoke(r *etcdserverpb.LeaseRevokeRequest, done func(*etcdserverpb.LeaseRevokeResponse, error))
+	LeaseKeepAlive(r *etcdserverpb.LeaseKeepAliveRequest, done func(*etcdserverpb.LeaseKeepAliveResponse, error))
+	LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest, done func(*etcdserverpb.LeaseTimeToLiveResponse, error))
+	// Watch opens a watch whose responses reach deliver in order; a
+	// response with Canceled set ends it. cancel ends it at once.
+	Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdserverpb.WatchResponse)) (cancel func())
+}
+
+// Env is the member's world: its time and its wake-ups.
+type Env interface {
+	// Now is the member's wall and monotonic time; Clock its fence clock
+	// (nanoseconds, counting a suspend).
+	Now() time.Time
+	Clock() int64
+	// After runs fn d from now, on the simulator's goroutine.
+	After(d time.Duration, fn func())
+	// Rand is the member's source of jitter.
+	Rand() *rand.Rand
+}
+
+// Config is what a simulated member is made of. Options are rink.Option
+// values (this package cannot name the type).
+type Config struct {
+	Rink, Member string
+	Options      []any
+	Etcd         Etcd
+	Env          Env
+	// Trace, if set, gets one line per decision worth reading in a
+	// failing history.
+	Trace func(format string, args ...any)
+}
+
+// Member is one simulated member.
+type Member interface {
+	// Start joins the rink (an error: the options are invalid).
+	Start() error
+	// Crash stops the member at once, as kill -9 does: it acts on
+	// nothing from now on, sends nothing, and its lease is left to expire.
+	Crash()
+	// Leave revokes the member's lease, as a process that releases its
+	// roles and exits at once does (not a graceful hand-over).
+	Leave()
+	// Holding returns the slots the member acts on now, with their
+	// fencing tokens: the holdings whose contexts have not ended.
+	Holding() map[int]int64
+	// Steps counts the inputs the member's core has handled.
+	Steps() int
+	// Ranked reports whether the member's last applied map ranks it.
+	Ranked() bool
+	// Describe tells what the member's core knows, for a failing history.
+	Describe() string
+}
+
+// NewMember builds a simulated member (set by package rink).
+var NewMember func(Config) (Member, error)

@@ -1,0 +1,333 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/simhook"
+)
+
+// Config shapes the histories Run plays.
+type Config struct {
+	Members  int           // members at the start (3 to 50)
+	Slots    int           // the rink's slots
+	TTL      time.Duration // the members' session TTL (whole seconds)
+	Delay    time.Duration // the rebalance delay
+	Faults   time.Duration // how long faults are drawn for
+	Quiet    time.Duration // then how long without faults before liveness is checked
+	Trace    bool          // keep the readable trace (Result.Trace)
+	MaxSteps int           // stop a history after this many events (0: no bound)
+}
+
+// DefaultConfig is a small rink with short timings.
+func DefaultConfig() Config {
+	return Config{Members: 5, Slots: 16, TTL: 2 * time.Second, Delay: 500 * time.Millisecond,
+		Faults: 20 * time.Second, Quiet: 12 * time.Second}
+}
+
+// Result is what one history did.
+type Result struct {
+	Seed        uint64
+	Events      int            // world events run
+	MemberSteps int            // inputs the members' cores handled
+	Ops         map[string]int // faults and operations, by kind
+	Violation   string         // the first safety or liveness violation ("": none)
+	At          time.Duration  // when it was found
+	Trace       string         // the history, line by line (with Config.Trace)
+}
+
+// simMember is one member process of a history.
+type simMember struct {
+	name   string
+	c      *Client
+	m      simhook.Member
+	alive  bool
+	tokens map[int]int64 // the holdings last seen, by slot
+}
+
+// history is one run.
+type history struct {
+	cfg     Config
+	w       *World
+	members []*simMember
+	next    int // names handed out
+	top     map[int]int64
+	res     *Result
+	rng     *rand.Rand
+	fault   []string // the fault kinds this seed draws (swarm testing)
+}
+
+var faultKinds = []string{"crash", "restart", "partition", "leave", "join"}
+
+// Run plays the history of seed: members join, faults are drawn for
+// cfg.Faults, then none for cfg.Quiet; safety is checked after every event,
+// liveness at the end.
+func Run(seed uint64, cfg Config) Result {
+	w := NewWorld(seed, 1)
+	w.Quiet = !cfg.Trace
+	h := &history{cfg: cfg, w: w, top: map[int]int64{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
+	// Swarm testing: each seed draws the fault kinds it uses.
+	for _, k := range faultKinds {
+		if h.rng.IntN(3) > 0 {
+			h.fault = append(h.fault, k)
+		}
+	}
+	w.Tracef("seed %d: %d members, faults %s", seed, cfg.Members, strings.Join(h.fault, ","))
+	for range cfg.Members {
+		h.spawn(w.Between(0, 200*time.Millisecond))
+	}
+	if len(h.fault) > 0 {
+		h.scheduleFault()
+	}
+	end := cfg.Faults + cfg.Quiet
+	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
+		w.Step()
+		h.res.Events++
+		h.check()
+		if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
+			break
+		}
+	}
+	if h.res.Violation == "" {
+		w.advance(end)
+		h.live()
+	}
+	for _, m := range h.members {
+		h.res.MemberSteps += m.m.Steps()
+	}
+	h.res.Trace = w.Trace()
+	return *h.res
+}
+
+// spawn starts a new member after d.
+func (h *history) spawn(d time.Duration) *simMember {
+	name := fmt.Sprintf("m%d", h.next)
+	h.next++
+	return h.start(name, d)
+}
+
+// start starts a member process called name after d.
+func (h *history) start(name string, d time.Duration) *simMember {
+	w := h.w
+	c := w.NewClient(name)
+	sm := &simMember{name: name, c: c, tokens: map[int]int64{}}
+	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
+	m, err := simhook.NewMember(simhook.Config{
+		Rink: "sim", Member: name, Etcd: clientEtcd{c}, Env: env,
+		Options: []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
+			rink.WithEvents(func(e rink.Event) {
+				if w.Quiet {
+					return
+				}
+				switch e.Kind {
+				case rink.EventAcquired:
+					w.Tracef("%s: acquired slot %d, token %d", name, e.Slot, e.Token)
+				case rink.EventReleased:
+					w.Tracef("%s: released slot %d (%v)", name, e.Slot, e.Cause)
+				case rink.EventMapApplied:
+					w.Tracef("%s: applied map version %d", name, e.Version)
+				case rink.EventFenced, rink.EventRejoined:
+					w.Tracef("%s: %s", name, e.Kind)
+				}
+			})},
+		Trace: func(format string, args ...any) {
+			if !w.Quiet {
+				w.Tracef("%s: %s", name, fmt.Sprintf(format, args...))
+			}
+		},
+	})
+	if err != nil {
+		panic(err) // (the options are the simulator's own)
+	}
+	sm.m = m
+	h.members = append(h.members, sm)
+	w.After(d, func() {
+		sm.alive = true
+		w.Tracef("%s: starts", name)
+		_ = m.Start()
+	})
+	return sm
+}
+
+// scheduleFault draws the next fault and when it comes.
+func (h *history) scheduleFault() {
+	w := h.w
+	w.After(w.Between(100*time.Millisecond, 3*time.Second), func() {
+		if w.now >= h.cfg.Faults {
+			return
+		}
+		h.injectFault(h.fault[h.rng.IntN(len(h.fault))])
+		h.scheduleFault()
+	})
+}
+
+// injectFault does one fault of kind k.
+func (h *history) injectFault(k string) {
+	w := h.w
+	var live []*simMember
+	for _, m := range h.members {
+		if m.alive {
+			live = append(live, m)
+		}
+	}
+	pick := func() *simMember {
+		if len(live) == 0 {
+			return nil
+		}
+		return live[h.rng.IntN(len(live))]
+	}
+	switch k {
+	case "crash", "restart", "leave":
+		if len(live) <= 1 {
+			return
+		}
+		m := pick()
+		m.alive = false
+		if k == "leave" {
+			m.m.Leave()
+		} else {
+			m.m.Crash()
+		}
+		w.Tracef("fault: %s %s", k, m.name)
+		if k == "restart" {
+			// The process comes back under its name, as a restarted pod.
+			h.start(m.name, w.Between(0, h.cfg.TTL))
+		} else if len(live) < h.cfg.Members {
+			h.spawn(w.Between(0, 2*h.cfg.TTL))
+		}
+	case "partition":
+		m := pick()
+		if m == nil {
+			return
+		}
+		d := w.Between(100*time.Millisecond, 2*h.cfg.TTL)
+		w.Tracef("fault: partition %s for %v", m.name, d)
+		m.c.Cut(d)
+	case "join":
+		if len(live) >= 2*h.cfg.Members {
+			return
+		}
+		w.Tracef("fault: join")
+		h.spawn(0)
+	}
+	h.res.Ops[k]++
+}
+
+// check looks for two live holders of a slot, and for tokens that do not
+// rise, after an event.
+func (h *history) check() {
+	owner := map[int]string{}
+	for _, m := range h.members {
+		held := map[int]int64{}
+		if m.alive {
+			held = m.m.Holding()
+		}
+		for s, tok := range held {
+			if o, ok := owner[s]; ok {
+				h.violate(fmt.Sprintf("slot %d held by %s and %s at once", s, o, m.name))
+				return
+			}
+			owner[s] = m.name
+			if m.tokens[s] == tok {
+				continue
+			}
+			if tok <= h.top[s] {
+				h.violate(fmt.Sprintf("slot %d: %s holds it with token %d, not above %d", s, m.name, tok, h.top[s]))
+				return
+			}
+			h.top[s] = tok
+			m.tokens[s] = tok
+		}
+		for s := range m.tokens {
+			if _, ok := held[s]; !ok {
+				delete(m.tokens, s)
+			}
+		}
+	}
+}
+
+// live checks, after the quiet time, that every slot has one holder and
+// every live member is ranked.
+func (h *history) live() {
+	held := map[int]bool{}
+	var unranked []string
+	for _, m := range h.members {
+		if !m.alive {
+			continue
+		}
+		for s := range m.m.Holding() {
+			held[s] = true
+		}
+		if !m.m.Ranked() {
+			unranked = append(unranked, m.name)
+		}
+	}
+	var missing []int
+	for s := range h.cfg.Slots {
+		if !held[s] {
+			missing = append(missing, s)
+		}
+	}
+	sort.Strings(unranked)
+	if len(missing) > 0 || len(unranked) > 0 {
+		for _, m := range h.members {
+			if m.alive {
+				h.w.Tracef("%s: %s", m.name, m.m.Describe())
+			}
+		}
+	}
+	switch {
+	case len(missing) > 0:
+		h.violate(fmt.Sprintf("liveness: slots %v held by nobody %v after the faults stopped", missing, h.cfg.Quiet))
+	case len(unranked) > 0:
+		h.violate(fmt.Sprintf("liveness: members %v not ranked %v after the faults stopped", unranked, h.cfg.Quiet))
+	}
+}
+
+func (h *history) violate(why string) {
+	if h.res.Violation == "" {
+		h.res.Violation, h.res.At = why, h.w.now
+		h.w.Tracef("VIOLATION: %s", why)
+	}
+}
+
+// memberEnv is a member's time: the world's, with no skew.
+type memberEnv struct {
+	w   *World
+	rng *rand.Rand
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func (e *memberEnv) Now() time.Time                   { return epoch.Add(e.w.now) }
+func (e *memberEnv) Clock() int64                     { return int64(e.w.now) }
+func (e *memberEnv) After(d time.Duration, fn func()) { e.w.After(d, fn) }
+func (e *memberEnv) Rand() *rand.Rand                 { return e.rng }
+
+// clientEtcd is a Client as a member's etcd.
+type clientEtcd struct{ c *Client }
+
+func (e clientEtcd) Txn(r *etcdserverpb.TxnRequest, done func(*etcdserverpb.TxnResponse, error)) {
+	e.c.Txn(r, done)
+}
+func (e clientEtcd) LeaseGrant(r *etcdserverpb.LeaseGrantRequest, done func(*etcdserverpb.LeaseGrantResponse, error)) {
+	e.c.LeaseGrant(r, done)
+}
+func (e clientEtcd) LeaseRevoke(r *etcdserverpb.LeaseRevokeRequest, done func(*etcdserverpb.LeaseRevokeResponse, error)) {
+	e.c.LeaseRevoke(r, done)
+}
+func (e clientEtcd) LeaseKeepAlive(r *etcdserverpb.LeaseKeepAliveRequest, done func(*etcdserverpb.LeaseKeepAliveResponse, error)) {
+	e.c.LeaseKeepAlive(r, done)
+}
+func (e clientEtcd) LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest, done func(*etcdserverpb.LeaseTimeToLiveResponse, error)) {
+	do(e.c, "time-to-live", func() (*etcdserverpb.LeaseTimeToLiveResponse, error) { return e.c.w.Etcd.LeaseTimeToLive(r), nil }, done)
+}
+func (e clientEtcd) Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdserverpb.WatchResponse)) func() {
+	return e.c.Watch(r, deliver).Cancel
+}
