@@ -7,9 +7,9 @@ import "testing"
 // map gives the name's slots to the earlier incarnation, and a newer map
 // may already give them to others, whose heirs count the name as gone.
 // It starts them once a map planned with its key in view comes. Found by
-// the simulator (rink-sim seeds 358, 426, 481, 483, 528 and 722: a restart
-// that joins between its predecessor's expiry and the leader's next map
-// held a slot beside its heir).
+// the simulator (a restart that joins between its predecessor's expiry and
+// the leader's next map held a slot beside its heir: see the seeds in
+// tools/internal/sim's TestRinkHistories).
 func TestRestartedNameWaitsForAMapThatKnowsIt(t *testing.T) {
 	withView := func(m rankMap, modRev, view int64) []byte {
 		kv := mapKV(m, 3, modRev)

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"time"
 
@@ -24,7 +25,20 @@ func main() {
 	seed := flag.Uint64("seed", 0, "play this seed alone, with its trace (0: seeds from 1 on, for -duration)")
 	first := flag.Uint64("first", 1, "the first seed to play")
 	asJSON := flag.Bool("json", false, "end with one JSON object of the figures")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "rink-sim:", err)
+			os.Exit(2)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "rink-sim:", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *members < 1 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -members must be at least 1")
 		os.Exit(2)

@@ -44,11 +44,11 @@ type Result struct {
 
 // simMember is one member process of a history.
 type simMember struct {
-	name   string
-	c      *Client
-	m      simhook.Member
-	alive  bool
-	tokens map[int]int64 // the holdings last seen, by slot
+	name  string
+	c     *Client
+	m     simhook.Member
+	alive bool
+	held  map[int]bool // the slots it holds, as its events say
 }
 
 // history is one run.
@@ -56,8 +56,9 @@ type history struct {
 	cfg     Config
 	w       *World
 	members []*simMember
-	next    int // names handed out
-	top     map[int]int64
+	next    int                // names handed out
+	top     map[int]int64      // the highest token each slot was held with
+	holder  map[int]*simMember // each slot's holder, as the members' events say
 	res     *Result
 	rng     *rand.Rand
 	fault   []string // the fault kinds this seed draws (swarm testing)
@@ -71,7 +72,7 @@ var faultKinds = []string{"crash", "restart", "partition", "leave", "join"}
 func Run(seed uint64, cfg Config) Result {
 	w := NewWorld(seed, 1)
 	w.Quiet = !cfg.Trace
-	h := &history{cfg: cfg, w: w, top: map[int]int64{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
+	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
 	// Swarm testing: each seed draws the fault kinds it uses.
 	for _, k := range faultKinds {
 		if h.rng.IntN(3) > 0 {
@@ -89,7 +90,6 @@ func Run(seed uint64, cfg Config) Result {
 	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
 		w.Step()
 		h.res.Events++
-		h.check()
 		if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
 			break
 		}
@@ -116,12 +116,13 @@ func (h *history) spawn(d time.Duration) *simMember {
 func (h *history) start(name string, d time.Duration) *simMember {
 	w := h.w
 	c := w.NewClient(name)
-	sm := &simMember{name: name, c: c, tokens: map[int]int64{}}
+	sm := &simMember{name: name, c: c, held: map[int]bool{}}
 	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
 	m, err := simhook.NewMember(simhook.Config{
 		Rink: "sim", Member: name, Etcd: clientEtcd{c}, Env: env,
 		Options: []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
 			rink.WithEvents(func(e rink.Event) {
+				h.observe(sm, e)
 				if w.Quiet {
 					return
 				}
@@ -194,6 +195,7 @@ func (h *history) injectFault(k string) {
 		} else {
 			m.m.Crash()
 		}
+		h.forget(m)
 		w.Tracef("fault: %s %s", k, m.name)
 		if k == "restart" {
 			// The process comes back under its name, as a restarted pod.
@@ -219,37 +221,38 @@ func (h *history) injectFault(k string) {
 	h.res.Ops[k]++
 }
 
-// check looks for two live holders of a slot, and for tokens that do not
-// rise, after an event.
-func (h *history) check() {
-	owner := map[int]string{}
-	for _, m := range h.members {
-		held := map[int]int64{}
-		if m.alive {
-			held = m.m.Holding()
+// observe checks, as each acquisition happens, that nobody else holds the
+// slot and that its token exceeds every earlier one; releases and deaths
+// (see forget) free the slot.
+func (h *history) observe(m *simMember, e rink.Event) {
+	switch e.Kind {
+	case rink.EventAcquired:
+		if o := h.holder[e.Slot]; o != nil && o != m {
+			h.violate(fmt.Sprintf("slot %d held by %s and %s at once", e.Slot, o.name, m.name))
 		}
-		for s, tok := range held {
-			if o, ok := owner[s]; ok {
-				h.violate(fmt.Sprintf("slot %d held by %s and %s at once", s, o, m.name))
-				return
-			}
-			owner[s] = m.name
-			if m.tokens[s] == tok {
-				continue
-			}
-			if tok <= h.top[s] {
-				h.violate(fmt.Sprintf("slot %d: %s holds it with token %d, not above %d", s, m.name, tok, h.top[s]))
-				return
-			}
-			h.top[s] = tok
-			m.tokens[s] = tok
+		if e.Token <= h.top[e.Slot] {
+			h.violate(fmt.Sprintf("slot %d: %s holds it with token %d, not above %d", e.Slot, m.name, e.Token, h.top[e.Slot]))
 		}
-		for s := range m.tokens {
-			if _, ok := held[s]; !ok {
-				delete(m.tokens, s)
-			}
+		h.top[e.Slot] = max(h.top[e.Slot], e.Token)
+		h.holder[e.Slot] = m
+		m.held[e.Slot] = true
+	case rink.EventReleased:
+		if h.holder[e.Slot] == m {
+			delete(h.holder, e.Slot)
+		}
+		delete(m.held, e.Slot)
+	}
+}
+
+// forget frees the slots of a member that died: a process that is gone
+// holds nothing.
+func (h *history) forget(m *simMember) {
+	for s := range m.held {
+		if h.holder[s] == m {
+			delete(h.holder, s)
 		}
 	}
+	clear(m.held)
 }
 
 // live checks, after the quiet time, that every slot has one holder and

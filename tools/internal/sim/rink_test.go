@@ -27,11 +27,13 @@ func TestRinkQuiet(t *testing.T) {
 // violation.
 func TestRinkHistories(t *testing.T) {
 	cfg := DefaultConfig()
-	// The first seeds, and every seed that once failed (see CHANGELOG:
-	// what the simulator found).
+	// The first seeds, and seeds that fail with a fix undone (see
+	// CHANGELOG: what the simulator found). A seed names a history of
+	// this version of the simulator: when the simulator draws anything
+	// differently, find them again with the fix undone.
 	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8,
-		358, 426, 481, 483, 528, 722, // a restart under the name held a slot beside its heir
-		164, 996, 1162, // a listing older than the own key's rebinding: never ranked again
+		14, 57, 105, 293, 591, 620, // a restart under the name held a slot beside its heir
+		1508, 1515, // a listing older than the own key's rebinding: never started again
 	}
 	if *rinkSeed != 0 {
 		seeds = []uint64{*rinkSeed}
