@@ -63,6 +63,9 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 // revoked lease, makes no ghost. Only mismatches cost a look at the map.
 func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
 	st := &r.st
+	if r.planted(plantForgetGhosts) {
+		return
+	}
 	var own int64
 	if st.inc != nil {
 		own = int64(st.inc.lease)

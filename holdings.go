@@ -14,6 +14,7 @@ type slotHolding struct {
 	mine    holdings
 	pending slotSet // owned but not yet held
 	moved   bool    // reconcile changed what this member owns (see applyMap)
+	late    []int   // slots given away but still held (plantEarlyAck only)
 }
 
 // holdings is the run goroutine's record of the slots the applied map
@@ -145,6 +146,12 @@ func (r *Rink) reconcileSlots(only []int) {
 			continue
 		}
 		st.pending.del(s)
+		if st.mine.isHeld(s) && r.planted(plantEarlyAck) && mine {
+			if !slices.Contains(st.late, s) {
+				st.late = append(st.late, s) // (released after the acknowledgement: see releaseLate)
+			}
+			continue
+		}
 		if st.mine.isHeld(s) {
 			r.release(s, ErrRoleMoved)
 		}
@@ -156,6 +163,13 @@ func (r *Rink) reconcileSlots(only []int) {
 func (r *Rink) tryAcquire() {
 	st := &r.st
 	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+		return
+	}
+	if st.inc.expired() {
+		// Past the lease's deadline (a process that resumes after a
+		// stop handles what piled up before its keeper wakes): a holding
+		// started now would be fenced at birth. Fence now instead.
+		r.fence(st.inc, ErrFenced)
 		return
 	}
 	if st.curView != 0 && st.curView < st.inc.createRev {
@@ -174,7 +188,8 @@ func (r *Rink) tryAcquire() {
 	} else {
 		low, ok = r.narrowBarrier()
 	}
-	if !ok {
+	skip := r.planted(plantSkipBarrier)
+	if !ok && !skip {
 		return
 	}
 	// Slots somebody awaits first: their roles wait for nobody's else. The
@@ -182,7 +197,7 @@ func (r *Rink) tryAcquire() {
 	// await it meanwhile (an acquisition wakes goroutines that may).
 	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (!first || r.slots.load(s) != nil) && (st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
+			if (!first || r.slots.load(s) != nil) && (skip || st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
 				st.pending.del(s)
 				r.acquire(s)
 			}

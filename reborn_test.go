@@ -1,6 +1,9 @@
 package rink
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // A process restarted under a member's name, whose key is newer than the
 // view the applied map was planned from, starts nothing in that map: the
@@ -53,5 +56,25 @@ func TestLeaderReplansForARestartedName(t *testing.T) {
 	st.curView = 0
 	if b.r.rankedReborn() {
 		t.Fatal("a map that does not say its view is replanned")
+	}
+}
+
+// A process that resumes past its lease's deadline (a stop, a stall) may
+// handle what piled up before its keeper wakes: it starts nothing then, and
+// fences. Found by the simulator (paused members started slots with a
+// stale token beside their heirs: see TestRinkHistories' seeds).
+func TestNothingStartsPastTheDeadline(t *testing.T) {
+	b := newBare(t, "b", 2, 5)
+	var fenced int
+	b.r.opts.events = func(e Event) {
+		if e.Kind == EventFenced {
+			fenced++
+		}
+	}
+	b.r.st.inc.setDeadline(time.Now().Add(-time.Millisecond)) // as if stopped past it
+	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0, 0), 7, 7))
+	b.wantHeld(0, false, "past the deadline")
+	if fenced != 1 || b.r.st.inc.ctx.Err() == nil {
+		t.Fatalf("%d fence events, incarnation ended: %v", fenced, b.r.st.inc.ctx.Err() != nil)
 	}
 }

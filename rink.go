@@ -110,6 +110,7 @@ type Rink struct {
 	clockFn func() int64
 	simFx   effects    // the simulator's effects (see driver.go); nil: netEffects
 	simRand *rand.Rand // the simulator's source of the core's jitter (nil: the global one)
+	plant   string     // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.

@@ -295,6 +295,9 @@ func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int6
 // fence ends an incarnation's trust in its lease: every role context derived
 // from it is cancelled at once, whatever the run goroutine is doing.
 func (r *Rink) fence(inc *incarnation, cause error) {
+	if cause == ErrFenced && r.planted(plantIgnoreFence) {
+		return
+	}
 	inc.cancel(cause)
 	if inc.fenced.CompareAndSwap(false, true) {
 		r.emit(Event{Kind: EventFenced, Slot: -1, Cause: context.Cause(inc.ctx)})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -25,7 +26,10 @@ import (
 // Not simulated yet: the graceful departure (Leave revokes the lease), the
 // load reporter, leaving with a warm-up, and Watch's role sets.
 
-func init() { simhook.NewMember = newSimMember }
+func init() {
+	simhook.NewMember = newSimMember
+	simhook.Plants = plants
+}
 
 // simMember is one simulated member. Every callback it gives the
 // simulator checks dead first: a crashed member acts on nothing.
@@ -74,6 +78,9 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Plant != "" && !slices.Contains(plants, cfg.Plant) {
+		return nil, fmt.Errorf("%w: no bug called %q to plant (there are %v)", ErrInvalidOption, cfg.Plant, plants)
+	}
 	o.member = cfg.Member
 	if why := validName(o.member, false); why != "" {
 		return nil, fmt.Errorf("%w: member name %q: %s", ErrInvalidName, o.member, why)
@@ -98,6 +105,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 		nowFn:     cfg.Env.Now,
 		clockFn:   cfg.Env.Clock,
 		simRand:   cfg.Env.Rand(),
+		plant:     cfg.Plant,
 	}
 	r.simFx = simEffects{m}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -276,6 +284,23 @@ func (m *simMember) Describe() string {
 	}
 	return fmt.Sprintf("map v%d seq %d view %d lineage %d, %s, joins %d, wide %v, selfCheck %d, ghosts %d, hushed %v, pending %v, barrier low %d ok %v, acked %d, floor %s",
 		st.cur.Version, st.curSeq, st.curView, st.lineage, inc, st.joins, st.view.wide, st.view.selfCheck, len(st.ghosts), r.hushed(), pending, low, ok, st.acked.seq, fl)
+}
+
+// Holds reports whether the member acts on slot s now (see simhook).
+func (m *simMember) Holds(s int) bool {
+	if m.dead {
+		return false
+	}
+	st := m.r.slots.load(s)
+	if st == nil || st.ctx == nil {
+		return false
+	}
+	if rc, ok := st.ctx.(*roleContext); ok {
+		// As rc.Err says, without its fence: past the deadline, nothing
+		// (unless the fence is planted away).
+		return rc.Context.Err() == nil && (!rc.inc.expired() || m.r.planted(plantIgnoreFence))
+	}
+	return st.ctx.Err() == nil
 }
 
 // Steps counts the inputs the core handled.

@@ -41,6 +41,9 @@ const (
 // the leader, the plan. It reports false when the member stopped.
 func (r *Rink) step(in input) bool {
 	st := &r.st
+	if len(st.late) > 0 && in.kind != inBatch {
+		r.releaseLate() // (plantEarlyAck: a while after the acknowledgement)
+	}
 	switch in.kind {
 	case inBatch:
 		r.onWatch(in.batch)

@@ -53,7 +53,13 @@ type Config struct {
 	// Trace, if set, gets one line per decision worth reading in a
 	// failing history.
 	Trace func(format string, args ...any)
+	// Plant names a bug to plant in the member's core, to show that the
+	// simulator finds it (see Plants; "": none).
+	Plant string
 }
+
+// Plants lists the bugs a member can be built with (set by package rink).
+var Plants []string
 
 // Member is one simulated member.
 type Member interface {
@@ -68,6 +74,11 @@ type Member interface {
 	// Holding returns the slots the member acts on now, with their
 	// fencing tokens: the holdings whose contexts have not ended.
 	Holding() map[int]int64
+	// Holds reports whether the member acts on slot s now: it holds it,
+	// the holding's context has not ended, and its lease's deadline has
+	// not passed (a paused process that resumes past it acts on nothing).
+	// It changes nothing in the member.
+	Holds(s int) bool
 	// Steps counts the inputs the member's core has handled.
 	Steps() int
 	// Ranked reports whether the member's last applied map ranks it.

@@ -13,9 +13,12 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
+	"github.com/rink-go/rink/internal/simhook"
 	"github.com/rink-go/rink/tools/internal/sim"
 )
 
@@ -26,7 +29,12 @@ func main() {
 	first := flag.Uint64("first", 1, "the first seed to play")
 	asJSON := flag.Bool("json", false, "end with one JSON object of the figures")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
+	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
+		fmt.Fprintf(os.Stderr, "rink-sim: no bug called %q to plant (there are %s)\n", *plant, strings.Join(simhook.Plants, ", "))
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -46,6 +54,7 @@ func main() {
 	cfg := sim.DefaultConfig()
 	cfg.Members = *members
 	cfg.Slots = max(cfg.Slots, 2**members)
+	cfg.Plant = *plant
 	if *seed != 0 {
 		cfg.Trace = true
 		res := sim.Run(*seed, cfg)
@@ -73,7 +82,11 @@ func main() {
 			if firstViolation < 0 {
 				firstViolation = time.Since(began).Seconds()
 			}
-			fmt.Printf("seed %d: VIOLATION at %.3fs: %s (replay: go run ./tools/cmd/rink-sim -members %d -seed %d)\n", s, res.At.Seconds(), res.Violation, *members, s)
+			replay := fmt.Sprintf("go run ./tools/cmd/rink-sim -members %d -seed %d", *members, s)
+			if *plant != "" {
+				replay += " -plant " + *plant
+			}
+			fmt.Printf("seed %d: VIOLATION at %.3fs: %s (replay: %s)\n", s, res.At.Seconds(), res.Violation, replay)
 		}
 	}
 	wall := time.Since(began)

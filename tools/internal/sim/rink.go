@@ -2,7 +2,9 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +24,7 @@ type Config struct {
 	Faults   time.Duration // how long faults are drawn for
 	Quiet    time.Duration // then how long without faults before liveness is checked
 	Trace    bool          // keep the readable trace (Result.Trace)
+	Plant    string        // a bug planted in every member (see simhook.Plants)
 	MaxSteps int           // stop a history after this many events (0: no bound)
 }
 
@@ -49,6 +52,7 @@ type simMember struct {
 	m     simhook.Member
 	alive bool
 	held  map[int]bool // the slots it holds, as its events say
+	env   *memberEnv
 }
 
 // history is one run.
@@ -64,7 +68,7 @@ type history struct {
 	fault   []string // the fault kinds this seed draws (swarm testing)
 }
 
-var faultKinds = []string{"crash", "restart", "partition", "leave", "join"}
+var faultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause"}
 
 // Run plays the history of seed: members join, faults are drawn for
 // cfg.Faults, then none for cfg.Quiet; safety is checked after every event,
@@ -116,10 +120,10 @@ func (h *history) spawn(d time.Duration) *simMember {
 func (h *history) start(name string, d time.Duration) *simMember {
 	w := h.w
 	c := w.NewClient(name)
-	sm := &simMember{name: name, c: c, held: map[int]bool{}}
 	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
+	sm := &simMember{name: name, c: c, held: map[int]bool{}, env: env}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c}, Env: env,
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant,
 		Options: []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
@@ -217,6 +221,57 @@ func (h *history) injectFault(k string) {
 		}
 		w.Tracef("fault: join")
 		h.spawn(0)
+	case "break-watch":
+		// A watch stream breaks (a proxy or connection reset).
+		var ws []*Watch
+		for _, id := range slices.Sorted(maps.Keys(w.watched)) {
+			if wa := w.watched[id]; !wa.ended {
+				ws = append(ws, wa)
+			}
+		}
+		if len(ws) == 0 {
+			return
+		}
+		wa := ws[h.rng.IntN(len(ws))]
+		w.Tracef("fault: break a watch of %s", wa.c.Name)
+		wa.Break()
+	case "etcd-slow":
+		// The etcd leader is lost: requests and answers wait for a new one.
+		d := w.Between(500*time.Millisecond, h.cfg.TTL)
+		w.Tracef("fault: etcd slow for %v", d)
+		for _, m := range h.members {
+			m.c.MinDelay, m.c.MaxDelay = 50*time.Millisecond, 400*time.Millisecond
+		}
+		w.After(d, func() {
+			for _, m := range h.members {
+				m.c.MinDelay, m.c.MaxDelay = 100*time.Microsecond, 2*time.Millisecond
+			}
+		})
+	case "pause":
+		// The member's process stops (SIGSTOP, a long GC, a suspended
+		// host): it handles nothing until it resumes, with its clock on.
+		m := pick()
+		if m == nil {
+			return
+		}
+		d := w.Between(100*time.Millisecond, 2*h.cfg.TTL)
+		w.Tracef("fault: pause %s for %v", m.name, d)
+		m.env.pausedUntil = max(m.env.pausedUntil, w.now+d)
+	case "delete-key":
+		// An operator deletes a live member's key (etcdctl del), often
+		// while the member is cut off and cannot see it.
+		m := pick()
+		if m == nil {
+			return
+		}
+		if h.rng.IntN(2) == 0 {
+			m.c.Cut(w.Between(100*time.Millisecond, 2*h.cfg.TTL))
+		}
+		key := "rink/sim/members/" + m.name
+		w.Tracef("fault: operator deletes %s", key)
+		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
+			w.pump()
+		}
 	}
 	h.res.Ops[k]++
 }
@@ -227,7 +282,7 @@ func (h *history) injectFault(k string) {
 func (h *history) observe(m *simMember, e rink.Event) {
 	switch e.Kind {
 	case rink.EventAcquired:
-		if o := h.holder[e.Slot]; o != nil && o != m {
+		if o := h.holder[e.Slot]; o != nil && o != m && o.alive && o.m.Holds(e.Slot) {
 			h.violate(fmt.Sprintf("slot %d held by %s and %s at once", e.Slot, o.name, m.name))
 		}
 		if e.Token <= h.top[e.Slot] {
@@ -300,37 +355,57 @@ func (h *history) violate(why string) {
 	}
 }
 
-// memberEnv is a member's time: the world's, with no skew.
+// memberEnv is a member's time: the world's, with no skew. While the
+// member is paused, what it would handle waits until it resumes.
 type memberEnv struct {
-	w   *World
-	rng *rand.Rand
+	w           *World
+	rng         *rand.Rand
+	pausedUntil time.Duration
+}
+
+// run runs fn now, or when the member resumes.
+func (e *memberEnv) run(fn func()) {
+	if e.w.now < e.pausedUntil {
+		e.w.After(e.pausedUntil-e.w.now, func() { e.run(fn) })
+		return
+	}
+	fn()
 }
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func (e *memberEnv) Now() time.Time                   { return epoch.Add(e.w.now) }
 func (e *memberEnv) Clock() int64                     { return int64(e.w.now) }
-func (e *memberEnv) After(d time.Duration, fn func()) { e.w.After(d, fn) }
+func (e *memberEnv) After(d time.Duration, fn func()) { e.w.After(d, func() { e.run(fn) }) }
 func (e *memberEnv) Rand() *rand.Rand                 { return e.rng }
 
-// clientEtcd is a Client as a member's etcd.
-type clientEtcd struct{ c *Client }
+// clientEtcd is a Client as a member's etcd: answers reach a paused member
+// when it resumes.
+type clientEtcd struct {
+	c   *Client
+	env *memberEnv
+}
+
+// later returns done, run when the member is not paused.
+func later[T any](e clientEtcd, done func(T, error)) func(T, error) {
+	return func(v T, err error) { e.env.run(func() { done(v, err) }) }
+}
 
 func (e clientEtcd) Txn(r *etcdserverpb.TxnRequest, done func(*etcdserverpb.TxnResponse, error)) {
-	e.c.Txn(r, done)
+	e.c.Txn(r, later(e, done))
 }
 func (e clientEtcd) LeaseGrant(r *etcdserverpb.LeaseGrantRequest, done func(*etcdserverpb.LeaseGrantResponse, error)) {
-	e.c.LeaseGrant(r, done)
+	e.c.LeaseGrant(r, later(e, done))
 }
 func (e clientEtcd) LeaseRevoke(r *etcdserverpb.LeaseRevokeRequest, done func(*etcdserverpb.LeaseRevokeResponse, error)) {
-	e.c.LeaseRevoke(r, done)
+	e.c.LeaseRevoke(r, later(e, done))
 }
 func (e clientEtcd) LeaseKeepAlive(r *etcdserverpb.LeaseKeepAliveRequest, done func(*etcdserverpb.LeaseKeepAliveResponse, error)) {
-	e.c.LeaseKeepAlive(r, done)
+	e.c.LeaseKeepAlive(r, later(e, done))
 }
 func (e clientEtcd) LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest, done func(*etcdserverpb.LeaseTimeToLiveResponse, error)) {
-	do(e.c, "time-to-live", func() (*etcdserverpb.LeaseTimeToLiveResponse, error) { return e.c.w.Etcd.LeaseTimeToLive(r), nil }, done)
+	do(e.c, "time-to-live", func() (*etcdserverpb.LeaseTimeToLiveResponse, error) { return e.c.w.Etcd.LeaseTimeToLive(r), nil }, later(e, done))
 }
 func (e clientEtcd) Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdserverpb.WatchResponse)) func() {
-	return e.c.Watch(r, deliver).Cancel
+	return e.c.Watch(r, func(resp *etcdserverpb.WatchResponse) { e.env.run(func() { deliver(resp) }) }).Cancel
 }

@@ -1,0 +1,36 @@
+package rink
+
+// Planted bugs. The simulator must be able to fail: it plants one of these
+// in a member's core (simhook.Config.Plant; nothing else can set it) and
+// must find the violation it causes. Each names the defence it undoes.
+const (
+	plantSkipBarrier  = "skip-barrier"  // start owned slots without waiting for the barrier
+	plantEarlyAck     = "early-ack"     // acknowledge a map before releasing the slots it takes
+	plantIgnoreFence  = "ignore-fence"  // act on after the lease's deadline has passed
+	plantForgetGhosts = "forget-ghosts" // find no ghosts from election keys (see noteCandidates)
+)
+
+// plants lists the bugs a simulator may plant.
+var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts}
+
+// planted reports whether bug p is planted in this member (never outside
+// the simulator).
+func (r *Rink) planted(p string) bool { return r.plant == p }
+
+// releaseLate releases the slots an early acknowledgement left held (see
+// plantEarlyAck).
+func (r *Rink) releaseLate() {
+	st := &r.st
+	late := st.late
+	st.late = nil
+	idx := r.rankedIndex(r.opts.member)
+	for _, s := range late {
+		if idx >= 0 && len(st.cur.Table) > s && int(st.cur.Table[s]) == idx {
+			continue // ours again
+		}
+		if st.mine.isHeld(s) {
+			r.release(s, ErrRoleMoved)
+		}
+		st.mine.disown(s)
+	}
+}
