@@ -1,0 +1,374 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// simEffects carries out the core's effects in the simulation.
+type simEffects struct{ m *simMember }
+
+// ack leaves req for the ack writer, replacing one it has not taken, as
+// netEffects.ack does with its channel: the writer takes it between
+// writes (pumped as the step settles).
+func (fx simEffects) ack(req ackReq) {
+	m := fx.m
+	if old := m.acksMail; old != nil {
+		req.lazy = req.lazy && old.lazy
+	}
+	m.acksMail = &req
+}
+
+func (fx simEffects) relist() {
+	if fx.m.view != nil {
+		fx.m.view.start()
+	}
+}
+
+func (fx simEffects) campaign(inc *incarnation) {
+	m := fx.m
+	m.camp, m.campBusy = newCampaigner(m.r.keys, m.r.opts.member, inc, m.r.log), false
+	m.camp.b.rnd = m.r.simRand
+	m.pumpCampaign(m.camp)
+}
+
+// pumpCampaign carries out what the campaigner c asks (see runCampaign).
+func (m *simMember) pumpCampaign(c *campaigner) {
+	if m.dead || m.camp != c || m.campBusy || c.inc.ctx.Err() != nil {
+		return
+	}
+	txn, key, after, wait := c.next(m.env.Now())
+	switch {
+	case txn != nil:
+		m.campBusy = true
+		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
+			if m.dead || m.camp != c {
+				return
+			}
+			m.campBusy = false
+			if e := c.replied(resp, err, m.env.Now()); e != nil {
+				m.trace("elected: key at %d", e.rev)
+				m.camp = nil
+				m.step(input{kind: inElected, elected: *e})
+				return
+			}
+			m.pumpCampaign(c)
+		})
+	case key != "":
+		m.campBusy = true
+		var cancel func()
+		cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: after + 1}, func(wr *etcdserverpb.WatchResponse) {
+			if m.dead || m.camp != c || !m.campBusy {
+				return
+			}
+			var err error
+			switch {
+			case wr.Canceled:
+				err = errors.New("sim: watch canceled")
+			case len(wr.Events) == 0:
+				return
+			}
+			m.campBusy = false
+			if cancel != nil {
+				cancel()
+			}
+			c.changed(err, m.env.Now())
+			m.pumpCampaign(c)
+		})
+	default:
+		m.env.After(wait.Sub(m.env.Now()), func() { m.pumpCampaign(c) })
+	}
+}
+
+func (fx simEffects) aggregate(el elected, box *restBox) context.CancelFunc {
+	a := fx.m.newAggregator(el, box)
+	return a.stop
+}
+
+func (fx simEffects) proclaim(l *leadership, base, next rankMap, mapRev int64, t transition) {
+	m := fx.m
+	m.etcd.Txn(m.r.proclaimTxn(l, &base, &next, mapRev, t), func(resp *etcdserverpb.TxnResponse, err error) {
+		res := proclaimedBy(l, next.Version, mapRev, resp, err)
+		m.trace("proclaimed version %d %v %v: ok %v, revision %d, err %v", next.Version, next.Members, next.Table, res.ok, res.rev, err)
+		m.step(input{kind: inProclaimed, proclaimed: res})
+	})
+}
+
+func (fx simEffects) checkOwnName(own int64) {
+	m, r := fx.m, fx.m.r
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(r.keys.election(), clientv3.GetPrefixRangeEnd(r.keys.election()))}},
+		func(resp *etcdserverpb.TxnResponse, err error) {
+			if m.dead {
+				return
+			}
+			if err != nil {
+				m.env.After(m.backoff(), func() { fx.checkOwnName(own) })
+				return
+			}
+			var wait []int64
+			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+				if cur := r.st.inc; kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
+					continue
+				}
+				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) {
+					wait = append(wait, kv.Lease)
+				}
+			}
+			var next func()
+			next = func() {
+				if len(wait) == 0 {
+					r.inbox.send(func(ml *mail) { ml.selfChecked = true })
+					m.settle()
+					return
+				}
+				lease := wait[0]
+				wait = wait[1:]
+				m.awaitLeaseGone(lease, next)
+			}
+			next()
+		})
+}
+
+// awaitLeaseGone asks etcd until lease is gone, then calls then (see
+// Rink.awaitLeaseGone).
+func (m *simMember) awaitLeaseGone(lease int64, then func()) {
+	m.etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}, func(resp *etcdserverpb.LeaseTimeToLiveResponse, err error) {
+		if m.dead {
+			return
+		}
+		if err == nil && resp.TTL < 0 {
+			then()
+			return
+		}
+		wait := m.backoff()
+		if err == nil {
+			wait = max(min(time.Duration(resp.TTL)*time.Second, m.r.opts.ttl/4), 50*time.Millisecond)
+		}
+		m.env.After(wait, func() {
+			if !m.dead {
+				m.awaitLeaseGone(lease, then)
+			}
+		})
+	})
+}
+
+func (fx simEffects) dropLineage(rev int64) {
+	key := fx.m.r.keys.rankMap()
+	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", rev))},
+		Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+	}, func(*etcdserverpb.TxnResponse, error) {})
+}
+
+func (fx simEffects) awaitLeaseGone(name string, lease int64) {
+	m := fx.m
+	m.awaitLeaseGone(lease, func() {
+		if name != m.r.opts.member {
+			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, lease) })
+			m.settle()
+		}
+	})
+}
+
+func (fx simEffects) deleteStray(inc *incarnation, key string, rev int64) {
+	m := fx.m
+	m.etcd.Txn(&etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", rev))},
+		Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+	}, func(_ *etcdserverpb.TxnResponse, err error) {
+		if err != nil && !m.dead && inc.ctx.Err() == nil {
+			m.env.After(m.backoff(), func() {
+				if !m.dead {
+					fx.deleteStray(inc, key, rev)
+				}
+			})
+		}
+	})
+}
+
+func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
+	r := fx.m.r
+	key := r.keys.member(r.opts.member)
+	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev)),
+			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)),
+		},
+		Success: []*etcdserverpb.RequestOp{putOp(key, value, int64(inc.lease))},
+	}, func(*etcdserverpb.TxnResponse, error) {})
+}
+
+func (fx simEffects) watchHeirs(*incarnation) {}
+func (fx simEffects) rejoin(old *incarnation, join bool) {
+	m := fx.m
+	if !join {
+		return
+	}
+	m.join(old, func(inc *incarnation) {
+		m.trace("rejoined: lease %x", int64(inc.lease))
+		m.step(input{kind: inJoined, joined: inc})
+	})
+}
+
+// simAggregator is the leader's aggregator (see Rink.aggregate): its
+// watch of the whole rink, its fold, its held floor and its writer.
+type simAggregator struct {
+	m       *simMember
+	a       *aggregation
+	box     *restBox
+	w       *floorWriter
+	f       *simFollower
+	ctx     context.Context
+	cancel  context.CancelFunc
+	busy    bool
+	holdGen int
+	wake    time.Time
+	gen     int // the follower's generation folded
+	done    bool
+}
+
+func (m *simMember) newAggregator(el elected, box *restBox) *simAggregator {
+	r := m.r
+	ctx, cancel := context.WithCancel(el.inc.ctx)
+	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
+		a: &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}},
+			loads: map[string]loadReport{}, reqs: make(chan []byte, 1), rest: box},
+		w: newFloorWriter(r.keys, el.key, el.rev, r.log)}
+	a.w.b.rnd = r.simRand
+	m.agg = a
+	a.follow()
+	return a
+}
+
+func (a *simAggregator) stop() {
+	a.cancel()
+	a.done = true
+	if a.f != nil && a.f.cancel != nil {
+		a.f.cancel()
+	}
+	if a.m.agg == a {
+		a.m.agg = nil
+	}
+}
+
+// follow lists the whole rink and follows it (see follow).
+func (a *simAggregator) follow() {
+	m, r := a.m, a.m.r
+	a.gen++
+	gen := a.gen
+	key, end := r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix)
+	retry := func() {
+		m.env.After(m.backoff(), func() {
+			if !m.dead && !a.done && gen == a.gen {
+				a.follow()
+			}
+		})
+	}
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
+		if m.dead || a.done || gen != a.gen {
+			return
+		}
+		if err != nil {
+			retry()
+			return
+		}
+		listed := resp.Header.Revision
+		a.f = &simFollower{m: m}
+		a.f.cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end), StartRevision: listed + 1}, func(wr *etcdserverpb.WatchResponse) {
+			if m.dead || a.done || gen != a.gen {
+				return
+			}
+			if wr.Canceled {
+				retry()
+				return
+			}
+			evs := make([]*clientv3.Event, len(wr.Events))
+			for i, ev := range wr.Events {
+				evs[i] = (*clientv3.Event)(ev)
+			}
+			a.fold(watchBatch{events: evs, rev: wr.Header.Revision})
+		})
+		a.fold(watchBatch{snapshot: true, kvs: resp.Responses[0].GetResponseRange().Kvs, rev: listed})
+	})
+}
+
+// fold folds b (see Rink.fold) and carries out what comes of it.
+func (a *simAggregator) fold(b watchBatch) {
+	a.m.r.fold(a.a, b)
+	a.pump()
+	a.m.settle() // (loads and warm-up readiness for the run goroutine)
+}
+
+// kicked folds once if the leader's plan changed (see setRest), and
+// reports whether it did.
+func (a *simAggregator) kicked() bool {
+	select {
+	case <-a.box.kick:
+		a.m.r.fold(a.a, watchBatch{})
+		a.pump()
+		return true
+	default:
+		return false
+	}
+}
+
+// pump hands the writer the newest floor asked for, arms the hold, and
+// writes.
+func (a *simAggregator) pump() {
+	m := a.m
+	if a.done || m.dead {
+		return
+	}
+	if !a.busy {
+		select {
+		case val := <-a.a.reqs: // (taken between writes, as writeFloors does)
+			a.w.take(val)
+		default:
+		}
+	}
+	if at := a.a.holdUntil; !at.IsZero() && !at.Equal(a.wake) {
+		a.wake = at
+		a.holdGen++
+		gen := a.holdGen
+		m.env.After(at.Sub(m.env.Now()), func() {
+			if m.dead || a.done || gen != a.holdGen || !a.a.holdUntil.Equal(at) {
+				return
+			}
+			a.wake = time.Time{}
+			a.a.holdUntil = time.Time{}
+			a.a.holds = min(a.a.holds+1, maxHolds)
+			a.a.send(a.a.held)
+			a.pump()
+		})
+	}
+	if a.busy {
+		return
+	}
+	txn, wait := a.w.next(m.env.Now())
+	switch {
+	case txn != nil:
+		a.busy = true
+		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
+			if m.dead || a.done {
+				return
+			}
+			a.busy = false
+			m.trace("floor %s: written %v, err %v", txn.Success[0].GetRequestPut().Value, err == nil && resp.Succeeded, err)
+			if !a.w.replied(resp, err, m.env.Now()) {
+				a.done = true // no longer the leader: the run goroutine finds out on its own
+				return
+			}
+			a.pump()
+		})
+	case !wait.IsZero():
+		m.env.After(wait.Sub(m.env.Now()), func() {
+			if !m.dead && !a.done {
+				a.pump()
+			}
+		})
+	}
+}
