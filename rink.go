@@ -151,22 +151,8 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		return nil, fmt.Errorf("%w: member name %q: %s", ErrInvalidName, o.member, why)
 	}
 
-	r := &Rink{
-		cli:       cli,
-		name:      name,
-		opts:      o,
-		log:       o.log.With(zap.String("rink", name), zap.String("member", o.member)),
-		keys:      newKeys(name),
-		slots:     newSlotStates(o.slots),
-		stopping:  make(chan struct{}),
-		done:      make(chan struct{}),
-		handoffCh: make(chan input),
-		relistCh:  make(chan struct{}, 1),
-		ackCh:     make(chan ackReq, 1),
-		inbox:     newInbox(),
-		load:      newLoadAcc(o.slots),
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r := newRink(name, o)
+	r.cli = cli
 	r.publishRank()
 	if o.warmup > 0 && o.delay <= o.warmup {
 		// A newcomer of a rolling deploy waits to inherit a leaving
@@ -215,6 +201,27 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 	}()
 	go r.run(inc)
 	return r, nil
+}
+
+// newRink makes the Rink of member o.member in rink name, with nothing
+// started.
+func newRink(name string, o options) *Rink {
+	r := &Rink{
+		name:      name,
+		opts:      o,
+		log:       o.log.With(zap.String("rink", name), zap.String("member", o.member)),
+		keys:      newKeys(name),
+		slots:     newSlotStates(o.slots),
+		stopping:  make(chan struct{}),
+		done:      make(chan struct{}),
+		handoffCh: make(chan input),
+		relistCh:  make(chan struct{}, 1),
+		ackCh:     make(chan ackReq, 1),
+		inbox:     newInbox(),
+		load:      newLoadAcc(o.slots),
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	return r
 }
 
 // first checks that the rink's current map suits this member and that the

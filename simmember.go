@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/rink-go/rink/internal/simhook"
 )
@@ -88,26 +87,9 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	if m.trace == nil {
 		m.trace = func(string, ...any) {}
 	}
-	r := &Rink{
-		name:      cfg.Rink,
-		opts:      o,
-		log:       o.log.With(zap.String("rink", cfg.Rink), zap.String("member", o.member)),
-		keys:      newKeys(cfg.Rink),
-		slots:     newSlotStates(o.slots),
-		stopping:  make(chan struct{}),
-		done:      make(chan struct{}),
-		handoffCh: make(chan input),
-		relistCh:  make(chan struct{}, 1),
-		ackCh:     make(chan ackReq, 1),
-		inbox:     newInbox(),
-		load:      newLoadAcc(o.slots),
-		nowFn:     cfg.Env.Now,
-		clockFn:   cfg.Env.Clock,
-		simRand:   cfg.Env.Rand(),
-		plant:     cfg.Plant,
-	}
+	r := newRink(cfg.Rink, o)
+	r.nowFn, r.clockFn, r.simRand, r.plant = cfg.Env.Now, cfg.Env.Clock, cfg.Env.Rand(), cfg.Plant
 	r.simFx = simEffects{m}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
 	m.r = r
 	m.acks = newAckWriter(r.keys, o.member, r.log)
 	m.acks.b.rnd = r.simRand
