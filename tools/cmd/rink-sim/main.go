@@ -29,6 +29,9 @@ func main() {
 	first := flag.Uint64("first", 1, "the first seed to play")
 	asJSON := flag.Bool("json", false, "end with one JSON object of the figures")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	faults := flag.Duration("faults", sim.DefaultConfig().Faults, "how long each history draws faults for (virtual time)")
+	kindsFlag := flag.String("kinds", "", "the fault kinds to draw from, comma-separated (default: drawn per seed)")
+	shrink := flag.Bool("shrink", false, "shrink the first failing history (fewer members, faults, kinds) and print the command that replays it")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -55,12 +58,35 @@ func main() {
 	cfg.Members = *members
 	cfg.Slots = max(cfg.Slots, 2**members)
 	cfg.Plant = *plant
+	cfg.Faults = *faults
+	if *kindsFlag != "" {
+		cfg.Kinds = strings.Split(*kindsFlag, ",")
+	}
+	replay := func(c sim.Config, s uint64) string {
+		cmd := fmt.Sprintf("go run ./tools/cmd/rink-sim -members %d -faults %v -seed %d", c.Members, c.Faults, s)
+		if c.Kinds != nil {
+			cmd += " -kinds " + strings.Join(c.Kinds, ",")
+		}
+		if c.Plant != "" {
+			cmd += " -plant " + c.Plant
+		}
+		return cmd
+	}
+	shrunk := func(s uint64) {
+		c, res := sim.Shrink(s, cfg, 200)
+		fmt.Printf("seed %d shrinks to %d members, %v of faults, kinds %s: %s (replay: %s)\n",
+			s, c.Members, c.Faults, strings.Join(c.Kinds, ","), res.Violation, replay(c, s))
+	}
 	if *seed != 0 {
 		cfg.Trace = true
 		res := sim.Run(*seed, cfg)
 		fmt.Print(res.Trace)
 		if res.Violation != "" {
 			fmt.Printf("seed %d: VIOLATION at %.3fs: %s\n", *seed, res.At.Seconds(), res.Violation)
+			if *shrink {
+				cfg.Trace = false
+				shrunk(*seed)
+			}
 			os.Exit(1)
 		}
 		fmt.Printf("seed %d: no violation (%d events, %d member-steps)\n", *seed, res.Events, res.MemberSteps)
@@ -82,11 +108,10 @@ func main() {
 			if firstViolation < 0 {
 				firstViolation = time.Since(began).Seconds()
 			}
-			replay := fmt.Sprintf("go run ./tools/cmd/rink-sim -members %d -seed %d", *members, s)
-			if *plant != "" {
-				replay += " -plant " + *plant
+			fmt.Printf("seed %d: VIOLATION at %.3fs: %s (replay: %s)\n", s, res.At.Seconds(), res.Violation, replay(cfg, s))
+			if *shrink && violations == 1 {
+				shrunk(s)
 			}
-			fmt.Printf("seed %d: VIOLATION at %.3fs: %s (replay: %s)\n", s, res.At.Seconds(), res.Violation, replay)
 		}
 	}
 	wall := time.Since(began)

@@ -25,6 +25,7 @@ type Config struct {
 	Quiet    time.Duration // then how long without faults before liveness is checked
 	Trace    bool          // keep the readable trace (Result.Trace)
 	Plant    string        // a bug planted in every member (see simhook.Plants)
+	Kinds    []string      // the fault kinds to draw from (nil: drawn per seed, see Run)
 	MaxSteps int           // stop a history after this many events (0: no bound)
 }
 
@@ -40,6 +41,7 @@ type Result struct {
 	Events      int            // world events run
 	MemberSteps int            // inputs the members' cores handled
 	Ops         map[string]int // faults and operations, by kind
+	Kinds       []string       // the fault kinds it drew from
 	Violation   string         // the first safety or liveness violation ("": none)
 	At          time.Duration  // when it was found
 	Trace       string         // the history, line by line (with Config.Trace)
@@ -77,12 +79,17 @@ func Run(seed uint64, cfg Config) Result {
 	w := NewWorld(seed, 1)
 	w.Quiet = !cfg.Trace
 	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
-	// Swarm testing: each seed draws the fault kinds it uses.
+	// Swarm testing: each seed draws the fault kinds it uses (unless
+	// told: see Shrink).
 	for _, k := range faultKinds {
 		if h.rng.IntN(3) > 0 {
 			h.fault = append(h.fault, k)
 		}
 	}
+	if cfg.Kinds != nil {
+		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
+	}
+	h.res.Kinds = h.fault
 	w.Tracef("seed %d: %d members, faults %s", seed, cfg.Members, strings.Join(h.fault, ","))
 	for range cfg.Members {
 		h.spawn(w.Between(0, 200*time.Millisecond))
@@ -408,4 +415,48 @@ func (e clientEtcd) LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest, done
 }
 func (e clientEtcd) Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdserverpb.WatchResponse)) func() {
 	return e.c.Watch(r, func(resp *etcdserverpb.WatchResponse) { e.env.run(func() { deliver(resp) }) }).Cancel
+}
+
+// Shrink looks for a smaller history that still fails, as seed does with
+// cfg: fewer members, a shorter time of faults, fewer fault kinds. It
+// tries one change at a time and keeps each that still fails, until none
+// does; tries bounds the histories it plays. It returns the smallest
+// config found (with its kinds set) and its result.
+func Shrink(seed uint64, cfg Config, tries int) (Config, Result) {
+	best := Run(seed, cfg)
+	if best.Violation == "" {
+		return cfg, best
+	}
+	cfg.Kinds = best.Kinds
+	for improved := true; improved && tries > 0; {
+		improved = false
+		var cands []Config
+		if cfg.Members > 2 {
+			c := cfg
+			c.Members--
+			cands = append(cands, c)
+		}
+		if cfg.Faults > time.Second {
+			c := cfg
+			c.Faults = (cfg.Faults / 2).Round(100 * time.Millisecond)
+			cands = append(cands, c)
+		}
+		for i := range cfg.Kinds {
+			if len(cfg.Kinds) > 1 {
+				c := cfg
+				c.Kinds = slices.Delete(slices.Clone(cfg.Kinds), i, i+1)
+				cands = append(cands, c)
+			}
+		}
+		for _, c := range cands {
+			if tries--; tries < 0 {
+				break
+			}
+			if res := Run(seed, c); res.Violation != "" {
+				cfg, best, improved = c, res, true
+				break
+			}
+		}
+	}
+	return cfg, best
 }

@@ -91,3 +91,22 @@ func TestPlantedBugsAreFound(t *testing.T) {
 		}
 	}
 }
+
+// TestShrinkFindsASmallerHistory: a failing history (a planted bug) shrinks
+// to one with fewer members, faults or kinds that still fails.
+func TestShrinkFindsASmallerHistory(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Plant = "ignore-fence"
+	res := Run(1, cfg)
+	if res.Violation == "" {
+		t.Fatal("the planted bug is not found at seed 1")
+	}
+	small, sres := Shrink(1, cfg, 60)
+	if sres.Violation == "" {
+		t.Fatal("the shrunk history does not fail")
+	}
+	if small.Members >= cfg.Members && small.Faults >= cfg.Faults && len(small.Kinds) >= len(res.Kinds) {
+		t.Fatalf("nothing shrunk: %d members, %v of faults, kinds %v", small.Members, small.Faults, small.Kinds)
+	}
+	t.Logf("shrunk to %d members, %v of faults, kinds %v: %s", small.Members, small.Faults, small.Kinds, sres.Violation)
+}
