@@ -70,7 +70,7 @@ type history struct {
 	fault   []string // the fault kinds this seed draws (swarm testing)
 }
 
-var faultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause"}
+var faultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact"}
 
 // Run plays the history of seed: members join, faults are drawn for
 // cfg.Faults, then none for cfg.Quiet; safety is checked after every event,
@@ -264,6 +264,14 @@ func (h *history) injectFault(k string) {
 		d := w.Between(100*time.Millisecond, 2*h.cfg.TTL)
 		w.Tracef("fault: pause %s for %v", m.name, d)
 		m.env.pausedUntil = max(m.env.pausedUntil, w.now+d)
+	case "compact":
+		// etcd compacts its history (as --auto-compaction does): watches
+		// that still owe revisions before it are cancelled.
+		rev := w.Etcd.Rev()
+		w.Tracef("fault: compact at %d", rev)
+		if _, err := w.Etcd.Compact(&etcdserverpb.CompactionRequest{Revision: rev}); err == nil {
+			w.pump()
+		}
 	case "delete-key":
 		// An operator deletes a live member's key (etcdctl del), often
 		// while the member is cut off and cannot see it.
