@@ -322,6 +322,52 @@ type aggregation struct {
 	// else's.
 	asked  [4][]byte
 	nasked int
+	// vanished holds the ranked members whose keys the view saw go, with
+	// the revision of their deletion, until the run goroutine has folded
+	// past it (see pendingGhosts).
+	vanished map[string]int64
+}
+
+// pendingGhosts counts the members whose keys went while the view's map
+// ranked them, and which the run goroutine has not looked at yet: it
+// makes ghosts of the ones an operator deleted (see noteGhosts), but the
+// aggregator, which follows the same keys with a watch of its own, may
+// see the deletion first. Until the run goroutine has folded it, such a
+// member counts as a ghost: a floor that left it out as gone freed its
+// slots while it still held them (it acknowledged nothing, and its lease
+// lives). It drops the deletions seen (and any above rev, the view's
+// revision: etcd went back, see restore.go) and tells the run goroutine
+// which revision to wake it at.
+func (a *aggregation) pendingGhosts(rev int64) int {
+	for {
+		seen := a.rest.seen.Load()
+		n, wait := 0, int64(0)
+		for name, at := range a.vanished {
+			if at <= seen || rev != 0 && at > rev {
+				delete(a.vanished, name)
+				continue
+			}
+			n, wait = n+1, max(wait, at)
+		}
+		a.rest.waitRev.Store(wait)
+		if n == 0 || a.rest.seen.Load() < wait {
+			return n // (the run goroutine kicks when seen reaches wait)
+		}
+	}
+}
+
+// vanish records that the key of member name went at revision rev while
+// the view's map ranked it (see pendingGhosts). A graceful departure takes
+// its member out of the map in the transaction that deletes its key,
+// before the deletion: it records nothing.
+func (a *aggregation) vanish(name string, rev int64) {
+	if !a.v.ranked[name] {
+		return
+	}
+	if a.vanished == nil {
+		a.vanished = map[string]int64{}
+	}
+	a.vanished[name] = rev
 }
 
 // askedRecently reports whether val is one of the floors last asked for.
@@ -353,11 +399,20 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 			v.put(r.keys, kv, true)
 			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
 		}
+		clear(a.vanished)
+		for name := range v.ranked {
+			if _, ok := v.members[name]; !ok {
+				a.vanish(name, b.rev)
+			}
+		}
 	}
 	for _, ev := range b.events {
 		if ev.Type == clientv3.EventTypePut {
 			v.put(r.keys, ev.Kv, false)
 		} else {
+			if key := string(ev.Kv.Key); r.keys.isMember(key) {
+				a.vanish(r.keys.memberName(key), ev.Kv.ModRevision)
+			}
 			v.del(r.keys, string(ev.Kv.Key))
 		}
 		loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
@@ -384,7 +439,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if f == nil {
 		return
 	}
-	f.Ghosts, f.Leader = int(a.rest.ghosts.Load()), r.opts.member
+	pending := a.pendingGhosts(b.rev) // (first: it reads seen before ghosts)
+	f.Ghosts, f.Leader = int(a.rest.ghosts.Load())+pending, r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)

@@ -65,19 +65,39 @@ type leadership struct {
 type restBox struct {
 	info   atomic.Pointer[restInfo]
 	ghosts atomic.Int64 // how many ghosts the leader knows (see ackFloor.Ghosts)
-	kick   chan struct{}
+	// seen is the revision through which the run goroutine has folded the
+	// rink's keys in the wide view, and so made ghosts of the member keys
+	// that went (stored after ghosts, read before it); waitRev is the
+	// newest deletion the aggregator counts as a ghost until seen reaches
+	// it (0: none): the run goroutine kicks the aggregator when seen
+	// passes it (see aggregation.pendingGhosts).
+	seen, waitRev atomic.Int64
+	kick          chan struct{}
 }
 
 // publishGhosts tells this leadership's aggregator how many ghosts the
-// leader knows, when that changed.
+// leader knows, and up to which revision it looked for them, when that
+// changed.
 func (r *Rink) publishGhosts() {
 	st := &r.st
-	if st.lead == nil || st.lead.rest == nil || st.lead.rest.ghosts.Load() == int64(len(st.ghosts)) {
+	if st.lead == nil || st.lead.rest == nil {
 		return
 	}
-	st.lead.rest.ghosts.Store(int64(len(st.ghosts)))
+	box, kick := st.lead.rest, false
+	if n := int64(len(st.ghosts)); box.ghosts.Load() != n {
+		box.ghosts.Store(n)
+		kick = true
+	}
+	if st.view.wide && box.seen.Load() != st.rev {
+		box.seen.Store(st.rev) // (after ghosts: see restBox)
+		w := box.waitRev.Load()
+		kick = kick || w != 0 && st.rev >= w
+	}
+	if !kick {
+		return
+	}
 	select {
-	case st.lead.rest.kick <- struct{}{}:
+	case box.kick <- struct{}{}:
 	default:
 	}
 }
