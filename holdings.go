@@ -180,6 +180,16 @@ func (r *Rink) tryAcquire() {
 		// plans anew once it sees our key (see rankedReborn).
 		return
 	}
+	if st.rev < st.inc.boundRev {
+		// The view our map comes from is older than our key's binding:
+		// the own watch showed a resume's rebinding before the view
+		// caught up (its watch broke, say). A map put meanwhile may give
+		// our slots to others, who start them with that map's revision as
+		// their token: one taken here from the older map would be the
+		// binding's, above theirs. A rejoin lists the rink anew (see
+		// startIncarnation), so the view gets there.
+		return
+	}
 	var others []memberBound
 	var low int64
 	ok := false

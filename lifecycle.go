@@ -41,8 +41,12 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		// A rejoin after a fence: etcd may have been restored meanwhile,
 		// and the map (and our member key, if we resumed) may be back from
 		// before slots went to others, who may still act on them. We
-		// cannot tell, so we wait them out.
+		// cannot tell, so we wait them out. And the view may be older
+		// than the new binding of our key, which we start nothing before
+		// (see tryAcquire): in a rink where nothing else changes, only a
+		// listing brings it there.
 		r.hush()
+		r.fx().relist()
 	}
 	for key, s := range st.strayKeys {
 		// A sweep that the last incarnation started ended with it:
@@ -51,6 +55,15 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 	}
 	m, ok := st.members[r.opts.member]
 	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
+	if !st.selfSeen && st.ownRev >= inc.boundRev {
+		// The view went past our key's binding without it: an operator
+		// deleted it (or another lease took it) while the join's response
+		// was on its way, and no event will say so again. A lease with no
+		// key would be a ghost that never ends (see ghosts.go).
+		r.log.Warn("own member key gone before the incarnation began: joining anew")
+		r.fence(inc, ErrFenced)
+		return
+	}
 	if st.selfSeen {
 		r.reconcile()
 		if r.ackOwed() {
