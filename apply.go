@@ -174,6 +174,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if newLineage && st.lineage != 0 {
 		r.log.Warn("the rink's map key was re-created: following the new lineage",
 			zap.Int64("lineage", kv.CreateRevision), zap.Int64("version", m.Version))
+		r.quietStarts() // (it may follow a restore we did not see as one)
 	}
 	if newLineage {
 		st.hist.reset()

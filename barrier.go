@@ -27,8 +27,8 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 	if st.taint != 0 && st.taint == st.lineage {
 		return nil, false // a lineage a restore brought back: its acks may be stale
 	}
-	if r.hushed() {
-		return nil, false // after a restore, members nobody sees may still act (see hush)
+	if r.hushed() || r.startsQuieted() {
+		return nil, false // after a restore, members nobody sees may still act (see hush, quietStarts)
 	}
 	if len(st.ghosts) > 0 {
 		return nil, false // a member whose key went may still act (see noteGhosts)

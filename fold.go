@@ -220,9 +220,9 @@ func (r *Rink) onWatch(b watchBatch) {
 	if st.view.wide {
 		r.noteGhosts(gone)
 		if b.snapshot {
-			r.noteCandidates(maps.Keys(st.electOf))
+			r.noteCandidates(maps.Keys(st.electOf), true)
 		} else {
-			r.noteCandidates(maps.Keys(st.touched))
+			r.noteCandidates(maps.Keys(st.touched), false)
 		}
 	}
 	if len(st.touched) > 64 {

@@ -61,7 +61,12 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 // A graceful departure takes its member out of the map in the transaction
 // that deletes its key, so its election key, gone a moment later with the
 // revoked lease, makes no ghost. Only mismatches cost a look at the map.
-func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
+//
+// After a listing (listed), a name that no map ranks now counts too if a
+// map the member still remembers gave it a slot: an older map put back by
+// hand may have dropped a member whose key an operator deleted while the
+// leader was cut off, and nobody saw go.
+func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) {
 	st := &r.st
 	if r.planted(plantForgetGhosts) {
 		return
@@ -79,7 +84,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool)) {
 			if m, ok := st.members[name]; ok && m.lease == e.lease {
 				continue
 			}
-			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 {
+			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 && !(listed && st.hist.gave(name)) {
 				continue
 			}
 			r.addGhost(name, e.lease)

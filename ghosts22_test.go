@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // as records a member's events under another name, so that two
@@ -105,4 +107,41 @@ func TestNewcomerNeverSawKeyDeleted(t *testing.T) {
 		t.Errorf("%s is held again while x, cut off, still holds it", role)
 	}
 	h.check(t)
+}
+
+// ghostFx records the leases a member asks etcd about (see addGhost); the
+// bare harness's effects do the rest.
+type ghostFx struct {
+	netEffects
+	asked []int64
+}
+
+func (fx *ghostFx) awaitLeaseGone(_ string, lease int64) { fx.asked = append(fx.asked, lease) }
+
+// x holds slot 0 and is cut off etcd; the leader is cut off too. An
+// operator deletes x's key, then puts back an older map that ranks
+// neither x nor anyone alive. Member b, elected next, lists the rink: no x
+// key, no deletion to see, and a map that does not rank x, but x's
+// election key, bound to its live lease. b took x's slot at once, while x
+// still held it. Found by the simulator (seed 103596 at 5 members). A
+// listing makes a ghost of a lease that campaigns under a name with no
+// key of that lease if any map the member still remembers gave the name a
+// slot, not only the map applied now.
+func TestListingFindsAGhostAnOlderMapForgot(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	fx := &ghostFx{netEffects: netEffects{b.r}}
+	b.r.simFx = fx
+	b.put(memberKV("x", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	b.put(mapKV(twoSlots(1, []string{"x", "b"}, 0, 1), L, L), memberKV("x", 3, 11, 1, L))
+	b.wantHeld(1, true, "b's, x acknowledged")
+	k := newKeys("bare")
+	elect := &mvccpb.KeyValue{Key: []byte(k.electionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
+	// The listing after the deletion and the older map (seq 2, lineage L).
+	b.sim.del(k, k.member("x"))
+	b.snapshot(20, memberKV("b", 5, 5, 0, 0), elect, mapKV(twoSlots(2, []string{"b"}, 0, 0), L, 19))
+	b.wantHeld(0, false, "x, whose lease lives, held slot 0 in the map before")
+	if len(fx.asked) != 1 || fx.asked[0] != 3 {
+		t.Fatalf("leases asked after: %v, want [3] (x's)", fx.asked)
+	}
 }

@@ -228,6 +228,28 @@ func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
 	return owners, known
 }
 
+// gave reports whether any map the history holds gives name a slot. It
+// costs a pass over the slots that moved since from: it is asked only of
+// names found in no map now (see noteCandidates).
+func (h *slotHistory) gave(name string) bool {
+	if h.top == 0 {
+		return false
+	}
+	for s := range h.curTable {
+		if len(h.changes[s]) == 0 && h.curOwner(s) == name {
+			return true
+		}
+	}
+	for _, l := range h.changes {
+		for _, o := range l {
+			if o.name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // covers reports whether the history holds the map of seq v.
 func (h *slotHistory) covers(v int64) bool { return h.top != 0 && v >= h.from && v <= h.top }
 

@@ -112,23 +112,7 @@ func (r *Rink) shutdown(cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.stopCtx), r.opts.ttl+r.opts.drain)
 	defer cancel()
 	st.stopping = true
-	released := false
-	releaseAll := func() {
-		if released {
-			return
-		}
-		released = true
-		// The slots whose roles are in use last: they stop for the
-		// shortest time before the heirs start.
-		for _, used := range [2]bool{false, true} {
-			for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
-				if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
-					r.release(s, ErrShutdown)
-				}
-			}
-		}
-		st.pending.clear()
-	}
+	releaseAll := r.releaseAll
 	err := cause
 	switch {
 	case st.inc != nil && cause == nil && r.hushed():
@@ -158,4 +142,19 @@ func (r *Rink) shutdown(cause error) {
 		r.stopCause = ErrShutdown
 	}
 	r.log.Info("left the rink", zap.Error(err))
+}
+
+// releaseAll ends every holding as the member leaves, and forgets the
+// slots it waited for. The slots whose roles are in use go last: they
+// stop for the shortest time before the heirs start.
+func (r *Rink) releaseAll() {
+	st := &r.st
+	for _, used := range [2]bool{false, true} {
+		for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
+			if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
+				r.release(s, ErrShutdown)
+			}
+		}
+	}
+	st.pending.clear()
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -28,7 +26,10 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), whole, 0)}
 	}
 	if mapRev == 0 || base.Version == 0 {
-		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), whole, 0)}
+		// The first map of a lineage, whole: with the view it was planned
+		// from (see transition.View), which a process restarted under a
+		// ranked name waits past.
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(withTransition(wholeJSON, transition{View: t.View})), 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version
@@ -132,138 +133,6 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		// The map changed under us: plan again once the view has caught up.
 		l.waitRev = res.rev
 	}
-}
-
-// depart is a ranked member's last act when it shuts down: one
-// transaction proclaims a map without this member (promoting the
-// longest-waiting member into its index, or moving the highest index into
-// it) and deletes this member's key, so that the members taking over its
-// slots see both in one watch event and start at once. Any member may do
-// it, leader or not: the transaction is guarded by the map's mod revision
-// (a leader's concurrent proclamation fails, or makes this one fail), and
-// by a comparison over the member keys' create revisions, so that a member
-// that joined after this member's view (a newcomer whose New returned the
-// moment before this Shutdown) is never passed over. When a guard fails it
-// plans again from the listing the failed transaction returns. It reports
-// whether the map was written; if not, the caller's lease revocation
-// deletes the key, and the leader proclaims the map.
-//
-// release ends this member's holdings; depart calls it right before its
-// first transaction, once the map is planned and encoded, so that
-// planning is not on the handover's path (the caller calls it anyway).
-func (r *Rink) depart(ctx context.Context, release func()) bool {
-	st := &r.st
-	self := r.opts.member
-	key := r.keys.member(self)
-	members, cur, curRev, curSeq, viewRev := st.members, st.cur, st.curRev, st.curSeq, st.rev
-	version := r.nextVersion()
-	if st.inc == nil || st.incompatible != nil || curRev == 0 || cur.index(self) < 0 || st.taint != 0 && st.taint == st.lineage {
-		return false // not ranked, or no usable map: nothing to hand over
-	}
-	ghosts := st.ghosts
-	// relisted plans again from the rink as a listing (resp) saw it: its
-	// last response the whole map, the others the member keys and the map
-	// key among others.
-	relisted := func(resp *clientv3.TxnResponse) bool {
-		members, viewRev = map[string]memberInfo{}, resp.Header.Revision
-		ours := false
-		var snap *mvccpb.KeyValue
-		last := len(resp.Responses) - 1
-		if kvs := resp.Responses[last].GetResponseRange().Kvs; len(kvs) > 0 {
-			snap = kvs[0]
-		}
-		prevRev := curRev
-		curRev = 0
-		var kvs []*mvccpb.KeyValue
-		for _, rr := range resp.Responses[:last] {
-			kvs = append(kvs, rr.GetResponseRange().Kvs...)
-		}
-		for _, kv := range kvs {
-			k := string(kv.Key)
-			switch {
-			case r.keys.isMember(k):
-				if name, ok := r.keys.liveMember(kv); ok {
-					protocols, capacity := metaOf(kv.Value)
-					members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value)}
-				}
-				ours = ours || k == key && kv.CreateRevision == st.inc.createRev && clientv3.LeaseID(kv.Lease) == st.inc.lease
-			case r.keys.isMap(k):
-				m, err := readMap(kv, snap, &cur, prevRev != 0, curSeq, st.lineage, r.opts.slots)
-				if kv.ModRevision == prevRev {
-					m, err = cur, nil // (the guard failed on the member keys)
-				}
-				if err != nil || kv.CreateRevision != st.lineage || kv.Version < curSeq {
-					return false // unusable, another lineage, or etcd went back: leave it to the leader
-				}
-				cur, curRev, curSeq = m, kv.ModRevision, kv.Version
-				version = max(version, m.Version+1)
-			}
-		}
-		return curRev != 0 && cur.index(self) >= 0 && ours // (our key is not ours any more: leave it to the leader)
-	}
-	if !st.view.wide {
-		// The narrow view has no member keys (see view.go): list them.
-		// Ranked members without a key stay ranked in the plan: this
-		// member cannot tell a crash from a ghost, and the leader moves
-		// them as it finds out.
-		// (Shutdown ends the roles when its context ends first: see
-		// Shutdown. The departure still goes out, as any.)
-		resp, err := r.listRink(ctx)
-		if err != nil || !relisted(resp) {
-			return false
-		}
-		ghosts = map[int64]string{}
-		for i, name := range cur.Members {
-			if _, ok := members[name]; !ok {
-				ghosts[-int64(i)-1] = name
-			}
-		}
-	}
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		live := deleteName(withGhosts(ghosts, speakers(liveByAge(members), members, cur.Schema), members, cur), self)
-		for _, name := range live {
-			if members[name].leaving {
-				live = deleteName(live, name) // it is on its way out: no heir
-			}
-		}
-		next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(members), ByLoad: cur.ByLoad})
-		next.Version, next.Leader = version, cur.Leader
-		next.Schema = cur.Schema // a departure changes no protocol
-		if st.lead != nil {
-			next.Leader = self
-		}
-		if err := r.usable(next); err != nil {
-			r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
-			return false
-		}
-		fkey, fend := r.keys.followed()
-		txn := &etcdserverpb.TxnRequest{
-			Compare: []*etcdserverpb.Compare{
-				cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", curRev)),
-				cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", viewRev+1).WithPrefix()),
-				cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", st.inc.createRev)),
-				cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", st.inc.lease)),
-			},
-			Success: append(r.mapOps(&cur, &next, curRev, transition{View: viewRev, Gone: []string{self}}), deleteOp(key)),
-			Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.snapshot())},
-		}
-		release()
-		r.awaitDrains(r.stopCtx)
-		pbResp, err := execTxn(ctx, r.cli, txn)
-		resp := (*clientv3.TxnResponse)(pbResp)
-		if err != nil {
-			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
-			return false
-		}
-		if resp.Succeeded {
-			r.log.Info("handed over", zap.Int64("version", next.Version), zap.Int("attempt", attempt))
-			return true
-		}
-		if !relisted(resp) {
-			return false
-		}
-	}
-	return false
 }
 
 // replacedNames returns, for each ghost (see ghosts.go) whose name a live

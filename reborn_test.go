@@ -169,3 +169,28 @@ func TestRejoinSeesItsKeyGoneBeforeItBegins(t *testing.T) {
 		t.Fatal("the incarnation began with its key already gone, and goes on")
 	}
 }
+
+// The first map of a lineage (a rink's first, or the one a leader writes
+// after the map key was deleted) is written whole: it dropped its
+// transition, and with it the view it was planned from, so a process
+// restarted under a ranked name started the name's slots from it beside
+// the heirs of a newer map (see TestRestartedNameWaitsForAMapThatKnowsIt).
+// Found by the simulator (seed 6566 at 5 members, after an operator
+// deleted the map key).
+func TestFirstMapOfALineageSaysItsView(t *testing.T) {
+	r := &Rink{keys: newKeys("bare")}
+	next := twoSlots(10, []string{"a", "b"}, 0, 1, 0, 1)
+	for _, c := range []struct {
+		base   rankMap
+		mapRev int64
+	}{{rankMap{}, 0}, {twoSlots(9, []string{"a"}, 0, 0, 0, 0), 0}, {rankMap{}, 12}} {
+		ops := r.mapOps(&c.base, &next, c.mapRev, transition{View: 40})
+		val := ops[0].GetRequestPut().Value
+		if got := transitionOf(val); got.View != 40 {
+			t.Fatalf("base v%d at %d: the map written (%s) says view %d, want 40", c.base.Version, c.mapRev, val, got.View)
+		}
+		if _, err := decodeMap(val, 4); err != nil {
+			t.Fatalf("the map written does not decode: %v", err)
+		}
+	}
+}

@@ -17,6 +17,10 @@ type restoreGuard struct {
 	// and fences only when its own deadline passes. timerQuiet wakes the
 	// core then.
 	quiet int64
+	// startQuiet: after a new lineage, nothing starts until this
+	// fenceClock reading (one TTL after it was applied), while
+	// acknowledgements go on (see quietStarts). timerQuiet wakes the core.
+	startQuiet int64
 }
 
 // dropLineage deletes the map key if it is still at rev, so that the next
@@ -40,6 +44,26 @@ func (r *Rink) hush() {
 	st := &r.st
 	st.quiet = r.clock() + int64(r.opts.ttl)
 	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
+}
+
+// quietStarts starts a time of one TTL in which this member starts no
+// slot, and acknowledges maps as usual. It follows a new lineage, which
+// may follow a restore of etcd that this member did not see as one: a
+// member that noticed the restore deleted the map key (see taint) before
+// our watch, which the restore cancelled, listed the rink again. Members
+// whose leases the restore erased, cut off, act on until their deadlines,
+// unseen: within a TTL of the restore. Our acknowledgements are true of
+// us, and the new lineage's floor needs them.
+func (r *Rink) quietStarts() {
+	st := &r.st
+	st.startQuiet = r.clock() + int64(r.opts.ttl)
+	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
+}
+
+// startsQuieted reports whether a quiet time of starts (see quietStarts)
+// is running.
+func (r *Rink) startsQuieted() bool {
+	return r.st.startQuiet != 0 && r.clock() < r.st.startQuiet
 }
 
 // hushed reports whether a quiet time (see hush) is running.

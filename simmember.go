@@ -21,8 +21,8 @@ import (
 // simulator's goroutine, in its virtual time, against its model of etcd.
 // Nothing here runs in production.
 //
-// Not simulated yet: the graceful departure (Leave revokes the lease), the
-// load reporter, leaving with a warm-up, and Watch's role sets.
+// Not simulated yet: the load reporter, leaving with a warm-up, and
+// Watch's role sets.
 
 func init() {
 	simhook.NewMember = newSimMember
@@ -212,15 +212,73 @@ func (m *simMember) Crash() {
 	m.trace("crashed")
 }
 
-// Leave revokes the lease, then stops.
+// Leave shuts the member down as Shutdown does (see shutdown): it leaves
+// by handing its slots over in one transaction (see depart) when it is
+// ranked in a usable map, or lets its lease expire in a quiet time, and
+// revokes its lease; the process ends when etcd answers. Meanwhile the
+// core handles nothing more, as the run goroutine does while it leaves.
 func (m *simMember) Leave() {
-	if m.dead {
+	r := m.r
+	if m.dead || r.st.stopping {
 		return
 	}
-	if inc := m.r.st.inc; inc != nil {
-		m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.lease)}, func(*etcdserverpb.LeaseRevokeResponse, error) {})
+	inc := r.st.inc
+	r.st.stopping = true
+	if inc == nil || r.hushed() {
+		// (Out of the rink, or in a quiet time: nothing to hand over, and
+		// the key keeps our slots from others until the lease expires.)
+		r.releaseAll()
+		m.trace("leaves without a hand-over")
+		m.Crash()
+		return
 	}
-	m.Crash()
+	revoke := func() {
+		r.releaseAll()
+		m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
+			m.trace("left: lease revoked (%v)", err)
+			m.Crash()
+		})
+	}
+	d, ok := r.newHandOver()
+	if !ok {
+		revoke()
+		return
+	}
+	var send func()
+	send = func() {
+		txn, ok := d.next()
+		if !ok {
+			revoke()
+			return
+		}
+		r.releaseAll()
+		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
+			switch {
+			case m.dead:
+			case err != nil:
+				m.trace("hand-over: %v", err)
+				revoke()
+			case d.answered(resp):
+				m.trace("handed over")
+				revoke()
+			default:
+				send()
+			}
+		})
+	}
+	if !d.narrow {
+		send()
+		return
+	}
+	m.etcd.Txn(d.listTxn(), func(resp *etcdserverpb.TxnResponse, err error) {
+		switch {
+		case m.dead:
+		case err != nil || !d.listed(resp):
+			revoke()
+		default:
+			send()
+		}
+	})
 }
 
 // Holding returns the slots whose holdings act now, with their tokens.

@@ -1,12 +1,10 @@
 package rink
 
 import (
-	"context"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // What a member follows (issue 25). A leader needs every member key and
@@ -146,7 +144,7 @@ const maxGoneLookups = 4
 // gives any member (see freeNarrow).
 func (r *Rink) narrowBarrier() (low int64, ok bool) {
 	st := &r.st
-	if st.taint != 0 && st.taint == st.lineage || r.hushed() {
+	if st.taint != 0 && st.taint == st.lineage || r.hushed() || r.startsQuieted() {
 		return 0, false // (see others)
 	}
 	if st.floor.Ghosts > 0 && st.floor.Lineage == st.lineage {
@@ -337,18 +335,6 @@ func (r *Rink) watch() {
 		}
 		sleep(r.ctx, b.next())
 	}
-}
-
-// listRink reads the member keys, the map key and the whole map once, for
-// a member that follows the narrow view and needs the member keys now
-// (see depart).
-func (r *Rink) listRink(ctx context.Context) (*clientv3.TxnResponse, error) {
-	resp, err := r.cli.Txn(ctx).Then(clientv3.OpGet(r.keys.members(), clientv3.WithPrefix()), clientv3.OpGet(r.keys.rankMap()),
-		clientv3.OpGet(r.keys.snapshot())).Commit()
-	if err != nil {
-		r.log.Warn("listing the rink to hand over failed", zap.Error(err))
-	}
-	return resp, err
 }
 
 // checkOwnName starts, once per process, the check for an earlier

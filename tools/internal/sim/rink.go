@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -26,6 +27,7 @@ type Config struct {
 	Trace    bool          // keep the readable trace (Result.Trace)
 	Plant    string        // a bug planted in every member (see simhook.Plants)
 	Kinds    []string      // the fault kinds to draw from (nil: drawn per seed, see Run)
+	Swarm    []string      // the kinds a seed draws its own from (nil: FaultKinds)
 	MaxSteps int           // stop a history after this many events (0: no bound)
 }
 
@@ -67,10 +69,28 @@ type history struct {
 	holder  map[int]*simMember // each slot's holder, as the members' events say
 	res     *Result
 	rng     *rand.Rand
-	fault   []string // the fault kinds this seed draws (swarm testing)
+	fault   []string  // the fault kinds this seed draws (swarm testing)
+	maps    [][]byte  // whole maps seen at fault times, oldest first (for map-old)
+	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
 }
 
-var faultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact"}
+// FaultKinds lists every fault kind: the first ten are the process's,
+// the network's and etcd's; the rest are an operator's hands on the
+// rink's keys and on etcd.
+var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
+	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore"}
+
+// strayKeys are the odd keys stray-key puts under the rink's prefix,
+// without a lease, as rink-chaos's storm does: members ignore them all,
+// and delete the stray election key and the leaseless member key.
+var strayKeys = [][2]string{
+	{"members/", "{}"},     // a member key with an empty name
+	{"members/a b", "{}"},  // a name New would refuse
+	{"members/x/y", "{}"},  // a name with a slash
+	{"garbage", "garbage"}, // a key rink does not know
+	{"election/zz-garbage", "\xff\x00not a member name"}, // an election key of no lease
+	{"members/zz", "{}"}, // a member key of no lease
+}
 
 // Run plays the history of seed: members join, faults are drawn for
 // cfg.Faults, then none for cfg.Quiet; safety is checked after every event,
@@ -81,7 +101,11 @@ func Run(seed uint64, cfg Config) Result {
 	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
 	// Swarm testing: each seed draws the fault kinds it uses (unless
 	// told: see Shrink).
-	for _, k := range faultKinds {
+	swarm := cfg.Swarm
+	if swarm == nil {
+		swarm = FaultKinds
+	}
+	for _, k := range swarm {
 		if h.rng.IntN(3) > 0 {
 			h.fault = append(h.fault, k)
 		}
@@ -188,6 +212,7 @@ func (h *history) injectFault(k string) {
 			live = append(live, m)
 		}
 	}
+	h.noteMap()
 	pick := func() *simMember {
 		if len(live) == 0 {
 			return nil
@@ -226,8 +251,22 @@ func (h *history) injectFault(k string) {
 		if len(live) >= 2*h.cfg.Members {
 			return
 		}
-		w.Tracef("fault: join")
-		h.spawn(0)
+		m := h.spawn(0)
+		if h.rng.IntN(3) > 0 {
+			w.Tracef("fault: join")
+			break
+		}
+		// A newcomer that leaves gracefully right after it joined (a
+		// rolling deploy's pod that is scaled away at once).
+		d := w.Between(0, 500*time.Millisecond)
+		w.Tracef("fault: join, and leave %v after", d)
+		w.After(d, func() {
+			if m.alive {
+				m.alive = false
+				m.m.Leave()
+				h.forget(m)
+			}
+		})
 	case "break-watch":
 		// A watch stream breaks (a proxy or connection reset).
 		var ws []*Watch
@@ -287,8 +326,130 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
+	case "map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore":
+		if !h.operate(k) {
+			return
+		}
 	}
 	h.res.Ops[k]++
+}
+
+// get returns the key's value and mod revision (nil: absent).
+func (h *history) get(key string) ([]byte, int64) {
+	resp, err := h.w.Etcd.Range(&etcdserverpb.RangeRequest{Key: []byte(key)})
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, 0
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+}
+
+// put writes key as an operator does (etcdctl put: no lease).
+func (h *history) put(key string, value []byte) {
+	if _, err := h.w.Etcd.Put(&etcdserverpb.PutRequest{Key: []byte(key), Value: value}); err == nil {
+		h.w.pump()
+	}
+}
+
+// wholeMap returns the map as a whole (the .map key beside a change
+// record, or the map key itself), or nil.
+func (h *history) wholeMap() []byte {
+	m, rev := h.get("rink/sim/map")
+	if m == nil {
+		return nil
+	}
+	if whole, wrev := h.get("rink/sim/.map"); whole != nil && wrev == rev {
+		return whole
+	}
+	return m
+}
+
+// noteMap remembers the whole map as it is at a fault's time, for
+// map-old.
+func (h *history) noteMap() {
+	m := h.wholeMap()
+	if m == nil || len(h.maps) > 0 && string(h.maps[len(h.maps)-1]) == string(m) {
+		return
+	}
+	if len(h.maps) == 8 {
+		h.maps = slices.Delete(h.maps, 0, 1)
+	}
+	h.maps = append(h.maps, m)
+}
+
+// operate does one of an operator's faults, and reports whether it did
+// anything.
+func (h *history) operate(k string) bool {
+	w := h.w
+	switch k {
+	case "map-reput":
+		// The map put back unchanged (a script that restores keys).
+		m, _ := h.get("rink/sim/map")
+		if m == nil {
+			return false
+		}
+		w.Tracef("fault: operator puts the map back unchanged")
+		h.put("rink/sim/map", m)
+	case "map-rewrite":
+		// The whole map written by hand into the map key, with its
+		// version, and its slots swapped between two members or rotated.
+		var m map[string]json.RawMessage
+		var members []string
+		var table []int
+		if json.Unmarshal(h.wholeMap(), &m) != nil || json.Unmarshal(m["members"], &members) != nil || json.Unmarshal(m["table"], &table) != nil || len(members) < 2 {
+			return false
+		}
+		i := h.rng.IntN(len(members))
+		j := (i + 1 + h.rng.IntN(len(members)-1)) % len(members)
+		for s, o := range table {
+			switch o {
+			case i:
+				table[s] = j
+			case j:
+				table[s] = i
+			}
+		}
+		m["table"], _ = json.Marshal(table)
+		v, _ := json.Marshal(m)
+		w.Tracef("fault: operator rewrites the map, same version, slots of %s and %s swapped", members[i], members[j])
+		h.put("rink/sim/map", v)
+	case "map-old":
+		// An older map put back (from a backup, or a script's memory).
+		if len(h.maps) < 2 {
+			return false
+		}
+		v := h.maps[h.rng.IntN(len(h.maps)-1)]
+		w.Tracef("fault: operator puts back an older map")
+		h.put("rink/sim/map", v)
+	case "map-delete", "floor-delete", "acks-delete":
+		key, end := "rink/sim/map", []byte(nil)
+		switch k {
+		case "floor-delete":
+			key = "rink/sim/floor"
+		case "acks-delete":
+			key, end = "rink/sim/acks/", []byte("rink/sim/acks0")
+		}
+		w.Tracef("fault: operator deletes %s", key)
+		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key), RangeEnd: end}); err == nil {
+			w.pump()
+		}
+	case "stray-key":
+		sk := strayKeys[h.rng.IntN(len(strayKeys))]
+		w.Tracef("fault: operator puts stray key %q", "rink/sim/"+sk[0])
+		h.put("rink/sim/"+sk[0], []byte(sk[1]))
+	case "restore":
+		// The first draw saves a snapshot of etcd; the next brings it
+		// back, revisions bumped by a million (see restore.go).
+		if h.snap == nil {
+			h.snap = w.Etcd.Snapshot()
+			w.Tracef("fault: snapshot saved at %d", h.snap.Rev())
+			return true
+		}
+		w.Tracef("fault: etcd restored from the snapshot of %d", h.snap.Rev())
+		w.Etcd.Restore(h.snap, 1_000_000)
+		h.snap = nil
+		w.pump()
+	}
+	return true
 }
 
 // observe checks, as each acquisition happens, that nobody else holds the

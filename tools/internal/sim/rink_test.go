@@ -28,31 +28,46 @@ func TestRinkQuiet(t *testing.T) {
 // TestRinkHistories plays seeded histories with faults and requires no
 // violation.
 func TestRinkHistories(t *testing.T) {
-	cfg := DefaultConfig()
-	// The first seeds, and seeds that fail with a fix undone (see
+	// The first seeds, and seeds that failed with a fix undone (see
 	// CHANGELOG: what the simulator found). A seed names a history of
-	// this version of the simulator: when the simulator draws anything
-	// differently, find them again with the fix undone.
-	seeds := []uint64{1, 2, 3, 4, 5, 6, 7, 8,
-		80, 198, 210, 291, 378, 454, // a restart under the name held a slot beside its heir
-		98, 3160, // a listing older than the own key's rebinding: never started again
-		26, 32, 49, 61, 72, // a process resumed past its deadline started slots before it fenced (and 3)
+	// one version of the simulator and of the core: when either draws or
+	// does anything differently, the seeds that show a fix change, and
+	// the fix's real-core test is what stays (the CHANGELOG names it).
+	// The older seeds were found when the swarm had only the first ten
+	// fault kinds, and play with those.
+	type run struct {
+		seeds []uint64
+		swarm []string
+	}
+	runs := []run{
+		{seeds: []uint64{1, 2, 3, 4, 5, 6, 7, 8,
+			1530, 4868, // a new lineage after a restore: a member the restore erased still acted
+		}},
+		{swarm: FaultKinds[:10], seeds: []uint64{
+			80, 198, 210, 291, 378, 454, // a restart under the name held a slot beside its heir
+			98, 3160, // a listing older than the own key's rebinding: never started again
+			26, 32, 49, 61, 72, // a process resumed past its deadline started slots before it fenced (and 3)
+		}},
 	}
 	if *rinkSeed != 0 {
-		seeds = []uint64{*rinkSeed}
+		runs = []run{{seeds: []uint64{*rinkSeed}}}
 	}
 	began := time.Now()
-	steps := 0
-	for _, seed := range seeds {
-		res := Run(seed, cfg)
-		steps += res.MemberSteps
-		if res.Violation != "" {
-			cfg.Trace = true
-			res = Run(seed, cfg)
-			t.Fatalf("seed %d: %s (replay: go test ./tools/internal/sim -run TestRinkHistories -sim.rinkseed %d)\n%s", seed, res.Violation, seed, res.Trace)
+	steps, n := 0, 0
+	for _, r := range runs {
+		cfg := DefaultConfig()
+		cfg.Swarm = r.swarm
+		for _, seed := range r.seeds {
+			res := Run(seed, cfg)
+			steps, n = steps+res.MemberSteps, n+1
+			if res.Violation != "" {
+				cfg.Trace = true
+				res = Run(seed, cfg)
+				t.Fatalf("seed %d: %s (replay: go test ./tools/internal/sim -run TestRinkHistories -sim.rinkseed %d)\n%s", seed, res.Violation, seed, res.Trace)
+			}
 		}
 	}
-	t.Logf("%d histories, %d member-steps in %v", len(seeds), steps, time.Since(began))
+	t.Logf("%d histories, %d member-steps in %v", n, steps, time.Since(began))
 }
 
 // TestRinkReplaysBySeed: a seed plays the same history, byte for byte.
@@ -71,7 +86,9 @@ func TestRinkReplaysBySeed(t *testing.T) {
 }
 
 // TestPlantedBugsAreFound: the simulator can fail. Each bug planted in the
-// members' cores (simhook.Plants) is found within the first 200 seeds.
+// members' cores (simhook.Plants) is found within the first 2,000 seeds.
+// forget-ghosts is the slowest (seed 706): it needs an operator to delete
+// a live member's key at the right time, one fault kind of eighteen.
 func TestPlantedBugsAreFound(t *testing.T) {
 	if len(simhook.Plants) < 4 {
 		t.Fatalf("plants: %v", simhook.Plants)
@@ -80,14 +97,14 @@ func TestPlantedBugsAreFound(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Plant = plant
 		found := uint64(0)
-		for seed := uint64(1); seed <= 200 && found == 0; seed++ {
+		for seed := uint64(1); seed <= 2000 && found == 0; seed++ {
 			if res := Run(seed, cfg); res.Violation != "" {
 				found = seed
 				t.Logf("%s: seed %d: %s", plant, seed, res.Violation)
 			}
 		}
 		if found == 0 {
-			t.Errorf("%s: no violation in 200 seeds", plant)
+			t.Errorf("%s: no violation in 2,000 seeds", plant)
 		}
 	}
 }

@@ -1,0 +1,232 @@
+package rink
+
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// depart is a ranked member's last act when it shuts down: one
+// transaction proclaims a map without this member (promoting the
+// longest-waiting member into its index, or moving the highest index into
+// it) and deletes this member's key, so that the members taking over its
+// slots see both in one watch event and start at once. Any member may do
+// it, leader or not: the transaction is guarded by the map's mod revision
+// (a leader's concurrent proclamation fails, or makes this one fail), and
+// by a comparison over the member keys' create revisions, so that a member
+// that joined after this member's view (a newcomer whose New returned the
+// moment before this Shutdown) is never passed over. When a guard fails it
+// plans again from the listing the failed transaction returns. It reports
+// whether the map was written; if not, the caller's lease revocation
+// deletes the key, and the leader proclaims the map.
+//
+// release ends this member's holdings; depart calls it right before its
+// first transaction, once the map is planned and encoded, so that
+// planning is not on the handover's path (the caller calls it anyway).
+// The decisions are handOver's; depart carries out its requests.
+func (r *Rink) depart(ctx context.Context, release func()) bool {
+	d, ok := r.newHandOver()
+	if !ok {
+		return false
+	}
+	if d.narrow {
+		resp, err := execTxn(ctx, r.cli, d.listTxn())
+		if err != nil {
+			r.log.Warn("listing the rink to hand over failed", zap.Error(err))
+			return false
+		}
+		if !d.listed(resp) {
+			return false
+		}
+	}
+	for ctx.Err() == nil {
+		txn, ok := d.next()
+		if !ok {
+			return false
+		}
+		release()
+		r.awaitDrains(r.stopCtx)
+		resp, err := execTxn(ctx, r.cli, txn)
+		if err != nil {
+			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
+			return false
+		}
+		if d.answered(resp) {
+			return true
+		}
+	}
+	return false
+}
+
+// handOver plans a departure (see depart) from the run goroutine's state
+// as it was when the member began to leave, and from the listings that
+// failed transactions return. It does no I/O: depart, or the simulator,
+// sends its requests and hands it the answers.
+//
+// Invariants: cur is the map of lineage at curRev (seq curSeq), as the
+// view of members at viewRev saw it; attempts counts the transactions
+// asked for (at most maxDepartures); done is set once the departure
+// succeeded or cannot go on.
+type handOver struct {
+	r                  *Rink
+	members            map[string]memberInfo
+	cur                rankMap
+	curRev, curSeq     int64
+	viewRev, version   int64
+	ghosts             map[int64]string
+	narrow             bool // the member follows the narrow view: list the member keys first
+	attempts           int
+	done, ok           bool
+	lineage, createRev int64
+	lease              clientv3.LeaseID
+}
+
+// maxDepartures bounds the departure's transactions.
+const maxDepartures = 3
+
+// newHandOver begins a departure, if this member is ranked in a usable
+// map: else there is nothing to hand over.
+func (r *Rink) newHandOver() (*handOver, bool) {
+	st := &r.st
+	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage {
+		return nil, false
+	}
+	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
+		version: r.nextVersion(), ghosts: st.ghosts, narrow: !st.view.wide,
+		lineage: st.lineage, createRev: st.inc.createRev, lease: st.inc.lease}, true
+}
+
+// listTxn lists the member keys, the map key and the whole map, for a
+// member that follows the narrow view (see view.go), which has no member
+// keys.
+func (d *handOver) listTxn() *etcdserverpb.TxnRequest {
+	k := d.r.keys
+	return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{
+		rangeOp(k.members(), clientv3.GetPrefixRangeEnd(k.members())), getOp(k.rankMap()), getOp(k.snapshot()),
+	}}
+}
+
+// listed plans from the narrow view's listing: ranked members without a
+// key stay ranked in the plan (this member cannot tell a crash from a
+// ghost, and the leader moves them as it finds out). It reports whether
+// the departure can go on.
+func (d *handOver) listed(resp *etcdserverpb.TxnResponse) bool {
+	if !d.relisted(resp) {
+		d.done = true
+		return false
+	}
+	d.ghosts = map[int64]string{}
+	for i, name := range d.cur.Members {
+		if _, ok := d.members[name]; !ok {
+			d.ghosts[-int64(i)-1] = name
+		}
+	}
+	return true
+}
+
+// next returns the next transaction to send, or false when the departure
+// is over (it succeeded, failed, or the map it would write is one that
+// members would refuse).
+func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
+	r := d.r
+	if d.done || d.attempts == maxDepartures {
+		return nil, false
+	}
+	d.attempts++
+	self := r.opts.member
+	key := r.keys.member(self)
+	cur := d.cur
+	live := deleteName(withGhosts(d.ghosts, speakers(liveByAge(d.members), d.members, cur.Schema), d.members, cur), self)
+	for _, name := range live {
+		if d.members[name].leaving {
+			live = deleteName(live, name) // it is on its way out: no heir
+		}
+	}
+	next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad})
+	next.Version, next.Leader = d.version, cur.Leader
+	next.Schema = cur.Schema // a departure changes no protocol
+	if r.st.lead != nil {
+		next.Leader = self
+	}
+	if err := r.usable(next); err != nil {
+		r.log.Error("hand-over: refusing to proclaim a map that members would refuse", zap.Error(err))
+		d.done = true
+		return nil, false
+	}
+	fkey, fend := r.keys.followed()
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{
+			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", d.curRev)),
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", d.viewRev+1).WithPrefix()),
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", d.createRev)),
+			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", d.lease)),
+		},
+		Success: append(r.mapOps(&cur, &next, d.curRev, transition{View: d.viewRev, Gone: []string{self}}), deleteOp(key)),
+		Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.snapshot())},
+	}, true
+}
+
+// answered takes a transaction's answer: it reports whether the departure
+// succeeded; if not, it plans again from the listing the failure returned,
+// or ends (see next).
+func (d *handOver) answered(resp *etcdserverpb.TxnResponse) bool {
+	if resp.Succeeded {
+		d.r.log.Info("handed over", zap.Int64("version", d.version), zap.Int("attempt", d.attempts-1))
+		d.done, d.ok = true, true
+		return true
+	}
+	if !d.relisted(resp) {
+		d.done = true
+	}
+	return false
+}
+
+// relisted plans again from the rink as a listing (resp) saw it: its
+// last response the whole map, the others the member keys and the map
+// key among others. It reports whether the departure can go on.
+func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
+	r := d.r
+	key := r.keys.member(r.opts.member)
+	d.members, d.viewRev = map[string]memberInfo{}, resp.Header.Revision
+	ours := false
+	var snap *mvccpb.KeyValue
+	last := len(resp.Responses) - 1
+	if last < 0 {
+		return false
+	}
+	if kvs := resp.Responses[last].GetResponseRange().Kvs; len(kvs) > 0 {
+		snap = kvs[0]
+	}
+	prevRev := d.curRev
+	d.curRev = 0
+	var kvs []*mvccpb.KeyValue
+	for _, rr := range resp.Responses[:last] {
+		kvs = append(kvs, rr.GetResponseRange().Kvs...)
+	}
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch {
+		case r.keys.isMember(k):
+			if name, ok := r.keys.liveMember(kv); ok {
+				protocols, capacity := metaOf(kv.Value)
+				d.members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value)}
+			}
+			ours = ours || k == key && kv.CreateRevision == d.createRev && clientv3.LeaseID(kv.Lease) == d.lease
+		case r.keys.isMap(k):
+			m, err := readMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.opts.slots)
+			if kv.ModRevision == prevRev {
+				m, err = d.cur, nil // (the guard failed on the member keys)
+			}
+			if err != nil || kv.CreateRevision != d.lineage || kv.Version < d.curSeq {
+				return false // unusable, another lineage, or etcd went back: leave it to the leader
+			}
+			d.cur, d.curRev, d.curSeq = m, kv.ModRevision, kv.Version
+			d.version = max(d.version, m.Version+1)
+		}
+	}
+	return d.curRev != 0 && d.cur.index(r.opts.member) >= 0 && ours // (our key is not ours any more: leave it to the leader)
+}
