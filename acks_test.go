@@ -373,3 +373,56 @@ func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 		t.Fatalf("after the leader folded the deletion and found no ghost: floor %s, want complete at 1 without ghosts", got)
 	}
 }
+
+// The same deletion, then the name's key created again by a new process,
+// then a listing by the aggregator (its watch broke), all before the run
+// goroutine folded the deletion: the listing shows the name with a key,
+// and must not forget that its earlier incarnation may still act. Found
+// in review.
+func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
+	f := newFoldEvents(t)
+	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	mapKV := &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}
+	f.s.a.rest.seen.Store(11)
+	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), &clientv3.Event{Type: clientv3.EventTypePut, Kv: mapKV}, f.ack("a", 1, 1, 11))
+	f.fold(&clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.member("b")), ModRevision: 20}}, f.member("b", 5, 21))
+	ack := f.ack("a", 1, 1, 11)
+	f.r.fold(f.s.a, watchBatch{snapshot: true, rev: 22, kvs: []*mvccpb.KeyValue{f.member("a", 1, 8).Kv, f.member("b", 5, 21).Kv, mapKV, ack.Kv}})
+	f.s.a.unhold()
+	if w := f.s.a.rest.waitRev.Load(); w != 22 && w != 20 {
+		t.Fatalf("after the listing the aggregator waits for revision %d: it forgot the deletion at 20", w)
+	}
+	var fl ackFloor
+	select {
+	case v := <-f.s.a.reqs:
+		_ = json.Unmarshal(v, &fl)
+	default:
+		fl = *f.s.a.lastF
+	}
+	if fl.Ghosts < 1 {
+		t.Fatalf("floor %+v: the earlier b, deleted at 20 and not folded by the leader, counts as no ghost", fl)
+	}
+}
+
+// A ranked member's key put by hand without a lease takes the member out
+// of the view, as a deletion does: it counts as a ghost until the run
+// goroutine (which makes a ghost of it) has folded the put. Found in
+// review.
+func TestFloorCountsAMemberKeyPutWithoutALease(t *testing.T) {
+	f := newFoldEvents(t)
+	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
+	f.s.a.rest.seen.Store(11)
+	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
+	got := f.fold(f.member("b", 0, 20))
+	var fl ackFloor
+	if got != nil {
+		_ = json.Unmarshal(got, &fl)
+	}
+	if got != nil && fl.Ghosts < 1 && fl.Complete && fl.Floor >= 1 {
+		t.Fatalf("b's key put without a lease before the leader folded it: floor %s frees b's slots", got)
+	}
+	if w := f.s.a.rest.waitRev.Load(); w != 20 {
+		t.Fatalf("the aggregator waits for revision %d, want 20", w)
+	}
+}

@@ -84,12 +84,13 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if sameLineage && kv.ModRevision == st.curRev {
 		return // already applied (a listing repeats what the watch gave)
 	}
-	if kv.ModRevision < st.curRev || sameLineage && st.lineage != 0 && (st.curRev == 0 || kv.Version <= st.curSeq) {
+	if kv.ModRevision < st.curRev || kv.ModRevision <= st.mapAbsentAt || sameLineage && st.lineage != 0 && (st.curRev == 0 || kv.Version <= st.curSeq) {
 		// A put never gets a lower revision, nor a lower etcd version
-		// within the key's life, and a deleted key comes back with a new
-		// create revision: etcd was restored from an older snapshot.
-		r.restored(fmt.Sprintf("map at revision %d (seq %d, lineage %d) after revision %d (seq %d, lineage %d)",
-			kv.ModRevision, kv.Version, kv.CreateRevision, st.curRev, st.curSeq, st.lineage))
+		// within the key's life, nor one below a revision at which the
+		// key was absent, and a deleted key comes back with a new create
+		// revision: etcd was restored from an older snapshot.
+		r.restored(fmt.Sprintf("map at revision %d (seq %d, lineage %d) after revision %d (seq %d, lineage %d; absent at %d)",
+			kv.ModRevision, kv.Version, kv.CreateRevision, st.curRev, st.curSeq, st.lineage, st.mapAbsentAt))
 		sameLineage = false
 	}
 	if st.taint == -1 {

@@ -335,9 +335,15 @@ type aggregation struct {
 // see the deletion first. Until the run goroutine has folded it, such a
 // member counts as a ghost: a floor that left it out as gone freed its
 // slots while it still held them (it acknowledged nothing, and its lease
-// lives). It drops the deletions seen (and any above rev, the view's
-// revision: etcd went back, see restore.go) and tells the run goroutine
-// which revision to wake it at.
+// lives). It drops the deletions the run goroutine has folded, and any
+// above rev, a listing's revision (etcd went back: see restore.go), and
+// tells the run goroutine which revision to wake it at.
+//
+// A listing waits for its own revision, which writes the run goroutine
+// does not follow (acknowledgements) may have raised: the run goroutine
+// passes it at the next write it does follow, which comes, since a
+// pending ghost changes the floor (written, it is such a write), or
+// stands beside a ghost the leader knows, whose end makes it plan anew.
 func (a *aggregation) pendingGhosts(rev int64) int {
 	for {
 		seen := a.rest.seen.Load()
@@ -367,7 +373,7 @@ func (a *aggregation) vanish(name string, rev int64) {
 	if a.vanished == nil {
 		a.vanished = map[string]int64{}
 	}
-	a.vanished[name] = rev
+	a.vanished[name] = max(a.vanished[name], rev)
 }
 
 // askedRecently reports whether val is one of the floors last asked for.
@@ -399,7 +405,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 			v.put(r.keys, kv, true)
 			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
 		}
-		clear(a.vanished)
+		// (A listing keeps the deletions still waited for: a name
+		// deleted and joined again is not one this loop finds.)
 		for name := range v.ranked {
 			if _, ok := v.members[name]; !ok {
 				a.vanish(name, b.rev)
@@ -408,6 +415,13 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	}
 	for _, ev := range b.events {
 		if ev.Type == clientv3.EventTypePut {
+			if key := string(ev.Kv.Key); r.keys.isMember(key) {
+				if name, ok := r.keys.liveMember(ev.Kv); !ok {
+					if _, was := v.members[name]; was {
+						a.vanish(name, ev.Kv.ModRevision) // a live member's key put without a lease: it goes
+					}
+				}
+			}
 			v.put(r.keys, ev.Kv, false)
 		} else {
 			if key := string(ev.Kv.Key); r.keys.isMember(key) {

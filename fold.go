@@ -120,7 +120,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		if mapKV != nil {
 			r.applyMap(mapKV, snapKV)
 		} else {
-			r.mapGone()
+			r.mapGone(b.rev)
 		}
 		for _, kv := range b.kvs {
 			if key := string(kv.Key); !r.keys.isMap(key) && !r.keys.isSnapshot(key) {
@@ -202,7 +202,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				st.floor = ackFloor{}
 			case r.keys.isMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
-				r.mapGone()
+				r.mapGone(ev.Kv.ModRevision)
 			}
 		}
 	}
@@ -293,6 +293,12 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		st.touched[name] = true
 		if !existed {
 			delete(st.unlisted, name)
+		}
+		if g, ok := st.ghosts[kv.Lease]; ok && g == name {
+			// The key is bound to the ghost's lease again (a restore
+			// brought it back before its member saw it go): a member in
+			// view, whom the barrier waits for as for any.
+			delete(st.ghosts, kv.Lease)
 		}
 		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)

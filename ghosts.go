@@ -84,12 +84,23 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) 
 			if m, ok := st.members[name]; ok && m.lease == e.lease {
 				continue
 			}
-			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 && !(listed && st.hist.gave(name)) {
+			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 && !(listed && r.forgotten(name)) {
 				continue
 			}
 			r.addGhost(name, e.lease)
 		}
 	}
+}
+
+// forgotten reports whether a name that the applied map does not rank
+// held a slot in a map the member still remembers, and no map said it
+// departed gracefully since (see noteGone): a leaver's election key
+// outlives its key until its lease is revoked, and is no ghost.
+func (r *Rink) forgotten(name string) bool {
+	if _, ok := r.st.view.goneAt[name]; ok {
+		return false
+	}
+	return r.st.hist.gave(name)
 }
 
 // addGhost makes a ghost of a member's lease: nothing starts until etcd

@@ -228,18 +228,13 @@ func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
 	return owners, known
 }
 
-// gave reports whether any map the history holds gives name a slot. It
-// costs a pass over the slots that moved since from: it is asked only of
-// names found in no map now (see noteCandidates).
+// gave reports whether a map the history holds before the newest gave
+// name a slot: it is asked only of names the newest map does not rank
+// (see noteCandidates), which own no slot in it. It costs a pass over the
+// changes kept since from. Maps below from are forgotten (the floor rose
+// past them, or a gap reset the history): what they gave, gave tells
+// nothing of.
 func (h *slotHistory) gave(name string) bool {
-	if h.top == 0 {
-		return false
-	}
-	for s := range h.curTable {
-		if len(h.changes[s]) == 0 && h.curOwner(s) == name {
-			return true
-		}
-	}
 	for _, l := range h.changes {
 		for _, o := range l {
 			if o.name == name {

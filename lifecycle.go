@@ -43,10 +43,13 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		// before slots went to others, who may still act on them. We
 		// cannot tell, so we wait them out. And the view may be older
 		// than the new binding of our key, which we start nothing before
-		// (see tryAcquire): in a rink where nothing else changes, only a
-		// listing brings it there.
+		// (see tryAcquire): in the narrow view, where nothing else may
+		// change, only a listing brings it there (the wide view follows
+		// our key).
 		r.hush()
-		r.fx().relist()
+		if !st.view.wide {
+			r.fx().relist()
+		}
 	}
 	for key, s := range st.strayKeys {
 		// A sweep that the last incarnation started ended with it:

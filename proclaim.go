@@ -28,8 +28,10 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 	if mapRev == 0 || base.Version == 0 {
 		// The first map of a lineage, whole: with the view it was planned
 		// from (see transition.View), which a process restarted under a
-		// ranked name waits past.
-		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(withTransition(wholeJSON, transition{View: t.View})), 0)}
+		// ranked name waits past, and the names whose keys other
+		// processes hold now (transition.Incs); not what it changed from
+		// a base.
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs})), 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version

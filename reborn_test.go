@@ -111,8 +111,8 @@ func TestNothingStartsBeforeTheViewReachesTheBinding(t *testing.T) {
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	b.r.startIncarnation(inc)
-	if fx.relists != 1 {
-		t.Fatalf("a rejoin asked for %d listings, want 1", fx.relists)
+	if fx.relists != 0 {
+		t.Fatalf("a rejoin in the wide view asked for %d listings, want none (the view follows our key)", fx.relists)
 	}
 	own := &mvccpb.KeyValue{Key: []byte(b.r.keys.member("b")), Value: []byte(memberValue(1)), CreateRevision: 5, ModRevision: 20, Lease: 20}
 	b.r.onWatch(watchBatch{own: true, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: own}}, rev: 20})
@@ -126,6 +126,29 @@ func TestNothingStartsBeforeTheViewReachesTheBinding(t *testing.T) {
 	b.wantHeld(1, true, "b's again since 22, a acknowledged it")
 	if tok, _ := Token(b.r.slots.load(1).ctx); tok != 22 {
 		t.Fatalf("token %d, want 22", tok)
+	}
+}
+
+// In the narrow view, which does not follow the member keys, a rejoin
+// lists the rink anew: in a rink where nothing else changes, only that
+// brings the view to the new binding of the key (see
+// TestNothingStartsBeforeTheViewReachesTheBinding).
+func TestNarrowRejoinListsAnew(t *testing.T) {
+	b := newBare(t, "b", 2, 5)
+	b.narrowView()
+	fx := &rejoinFx{netEffects: netEffects{b.r}}
+	b.r.simFx, b.r.load = fx, newLoadAcc(2)
+	b.r.st.joins = 1 // (newBare began the first incarnation)
+	old := b.r.st.inc
+	b.r.fence(old, ErrFenced)
+	close(old.lost)
+	b.r.onLost()
+	inc := &incarnation{createRev: 5, boundRev: 20, lease: 20, lost: make(chan struct{})}
+	inc.setDeadline(time.Now().Add(time.Hour))
+	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
+	b.r.startIncarnation(inc)
+	if fx.relists != 1 {
+		t.Fatalf("a rejoin in the narrow view asked for %d listings, want 1", fx.relists)
 	}
 }
 

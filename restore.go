@@ -17,6 +17,13 @@ type restoreGuard struct {
 	// and fences only when its own deadline passes. timerQuiet wakes the
 	// core then.
 	quiet int64
+	// mapAbsentAt is the newest revision at which the view saw no map
+	// key. A map key seen after it was put after it, at a higher mod
+	// revision, unless etcd went back: a restore with its revisions
+	// bumped brings the map key back with the mod revision it had in the
+	// snapshot, and when the view saw the key deleted since, nothing else
+	// tells the restore from an operator's new lineage (see applyMap).
+	mapAbsentAt int64
 	// startQuiet: after a new lineage, nothing starts until this
 	// fenceClock reading (one TTL after it was applied), while
 	// acknowledgements go on (see quietStarts). timerQuiet wakes the core.
@@ -84,7 +91,7 @@ func (r *Rink) restored(why string) {
 	if st.inc != nil {
 		r.fence(st.inc, ErrFenced)
 	}
-	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev = 0, 0, 0, 0, 0, 0
+	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev, st.mapAbsentAt = 0, 0, 0, 0, 0, 0, 0
 	st.prev, st.prevSeq = rankMap{}, 0
 	st.floor = ackFloor{}
 	st.hist.reset()
@@ -126,8 +133,12 @@ func (r *Rink) unusable(err error, rev int64) {
 // listing). Slots not yet held are given up: whatever gave them to us may be
 // stale, and they are gained again from the next map. A member that left
 // because it could not use the deleted map rejoins.
-func (r *Rink) mapGone() {
+//
+// at is a revision at which the map key was absent (its deletion's, or a
+// listing's): see mapAbsentAt.
+func (r *Rink) mapGone(at int64) {
 	st := &r.st
+	st.mapAbsentAt = max(st.mapAbsentAt, at)
 	st.curRev, st.underivedRev = 0, 0
 	st.dirty = true
 	r.dropPending()

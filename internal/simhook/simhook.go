@@ -68,9 +68,9 @@ type Member interface {
 	// Crash stops the member at once, as kill -9 does: it acts on
 	// nothing from now on, sends nothing, and its lease is left to expire.
 	Crash()
-	// Leave shuts the member down as Shutdown does: its roles end, it
-	// hands its slots over (see rink's depart) or, in a quiet time,
-	// leaves its key to expire, then revokes its lease and ends.
+	// Leave shuts the member down as Shutdown does: its roles end, and
+	// it hands its slots over (see rink's depart) and revokes its lease,
+	// or, in a quiet time, ends and leaves its key to expire.
 	Leave()
 	// Holding returns the slots the member acts on now, with their
 	// fencing tokens: the holdings whose contexts have not ended.
