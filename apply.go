@@ -38,7 +38,7 @@ type mapApplied struct {
 	// them from it. Nil otherwise.
 	prevOld *mapDelta
 	// curView is the leader's view revision cur was planned from (0: not
-	// said; see transition.View).
+	// said; see transition.View, and mapView).
 	curView int64
 	// proclaiming counts the proclaim goroutines under way (see plan):
 	// each reads a map that shares cur's table.
@@ -361,4 +361,22 @@ func (r *Rink) rankedIndex(name string) int {
 		return r.st.selfIdx
 	}
 	return r.st.cur.index(name)
+}
+
+// mapView returns the revision of the view the applied map was planned
+// from, or a bound above it: what the map says (transition.View), else,
+// for a map of protocol 3, its own mod revision (leaders of protocol 3
+// say their view in every map: one that says none was written by hand,
+// before that revision); 0 for a map of an earlier protocol, whose
+// leaders say nothing and do not plan again for a restarted name (see
+// rankedReborn), so that members act on it as before.
+func (r *Rink) mapView() int64 {
+	st := &r.st
+	switch {
+	case st.curView != 0:
+		return st.curView
+	case st.cur.Schema >= 3:
+		return st.curRev
+	}
+	return 0
 }

@@ -29,7 +29,9 @@ type ghostState struct {
 
 // noteGhosts makes ghosts of the members whose keys went (gone: the keys a
 // watch batch deleted, or that a listing no longer has, as they were) and
-// have none now, while the applied map ranks them. It costs what the batch
+// have none now, while the applied map ranks them, or a map the member
+// still remembers gave them a slot and none said they departed (an older
+// map put back by hand may rank them no more: see forgotten). It costs what the batch
 // deleted, not what the view holds: a clone of the view per batch made
 // every member's every event O(members), and a join at 1,000 members six
 // times slower (issue 25).
@@ -37,7 +39,7 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 	st := &r.st
 	for _, name := range slices.Sorted(maps.Keys(gone)) { // (in one order: a history replays)
 		m := gone[name]
-		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || r.rankedIndex(name) < 0 {
+		if _, ok := st.members[name]; ok || name == r.opts.member || m.lease == 0 || r.rankedIndex(name) < 0 && !r.forgotten(name) {
 			continue
 		}
 		r.addGhost(name, m.lease)
@@ -94,8 +96,10 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) 
 
 // forgotten reports whether a name that the applied map does not rank
 // held a slot in a map the member still remembers, and no map said it
-// departed gracefully since (see noteGone): a leaver's election key
-// outlives its key until its lease is revoked, and is no ghost.
+// departed gracefully since (see noteGone): a leaver holds nothing, and
+// its election key, which outlives its key until its lease is revoked,
+// is no ghost. It costs a pass over the slot changes the history keeps
+// (at most maxHistChanges): it is asked only of names that went.
 func (r *Rink) forgotten(name string) bool {
 	if _, ok := r.st.view.goneAt[name]; ok {
 		return false

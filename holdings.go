@@ -172,7 +172,7 @@ func (r *Rink) tryAcquire() {
 		r.fence(st.inc, ErrFenced)
 		return
 	}
-	if st.curView != 0 && st.curView < st.inc.createRev {
+	if v := r.mapView(); v != 0 && v < st.inc.createRev {
 		// The map was planned before our key existed: it gives our name's
 		// slots to an earlier incarnation of the name (a process restarted
 		// under it), and a newer map may give them to others already,

@@ -174,11 +174,12 @@ func (r *Rink) plan() {
 // (see transition.View).
 func (r *Rink) rankedReborn() bool {
 	st := &r.st
-	if st.curView == 0 {
+	view := r.mapView()
+	if view == 0 {
 		return false // (a leader that does not say: members do not wait for it)
 	}
 	for _, name := range st.cur.Members {
-		if m, ok := st.members[name]; ok && m.createRev > st.curView {
+		if m, ok := st.members[name]; ok && m.createRev > view {
 			return true
 		}
 	}

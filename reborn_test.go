@@ -33,11 +33,34 @@ func TestRestartedNameWaitsForAMapThatKnowsIt(t *testing.T) {
 	b.put(memberKV("m0", 5, 32, 7, 3), memberKV("m3", 28, 33, 7, 3), again)
 	b.wantHeld(1, true, "a map planned with our key in view")
 
-	// A map that does not say its view (a leader of an earlier release)
-	// is acted on as before.
+	// A map that does not say its view (a leader of an earlier release,
+	// which writes protocol 2) is acted on as before.
 	b2 := newBare(t, "m3", 2, 28)
-	b2.put(memberKV("m0", 5, 5, 6, 3), memberKV("m3", 28, 28, 6, 3), mapKV(twoSlots(6, []string{"m0", "m3"}, 0, 1), 3, 27))
-	b2.wantHeld(1, true, "a map without a view")
+	m2 := twoSlots(6, []string{"m0", "m3"}, 0, 1)
+	m2.Schema = 2
+	b2.put(memberKV("m0", 5, 5, 6, 3), memberKV("m3", 28, 28, 6, 3), mapKV(m2, 3, 27))
+	b2.wantHeld(1, true, "a map of protocol 2, without a view")
+}
+
+// A map of protocol 3 that says no view was written by hand (an operator
+// rewrote the whole map into the map key): leaders of protocol 3 say
+// their view in every map. Acted on as before, it let a process restarted
+// under a ranked name start the name's slots while the leader's next map
+// gave one to an heir that counted the name as gone (found by the
+// simulator: seed 43055758 at 5 members). Its mod revision bounds the
+// view it was planned from: the member waits while it is below its key.
+func TestRestartedNameWaitsPastAHandWrittenMap(t *testing.T) {
+	b := newBare(t, "m3", 2, 28) // our key was created at revision 28
+	b.put(memberKV("m0", 5, 5, 6, 3), memberKV("m3", 28, 28, 6, 3), mapKV(twoSlots(6, []string{"m0", "m3"}, 0, 1), 3, 27))
+	b.wantHeld(1, false, "a map written by hand before our key existed")
+	b.put(mapKV(twoSlots(7, []string{"m0", "m3"}, 0, 1), 3, 30), memberKV("m0", 5, 31, 7, 3), memberKV("m3", 28, 32, 7, 3))
+	b.wantHeld(1, true, "a map written after our key")
+	st := &b.r.st
+	st.cur, st.curView, st.curRev = twoSlots(6, []string{"m0", "m3"}, 0, 1), 0, 27
+	st.members["m3"] = memberInfo{createRev: 28}
+	if !b.r.rankedReborn() {
+		t.Fatal("a leader does not replan a hand-written map older than a ranked name's key")
+	}
 }
 
 // The leader proclaims a map with the same assignment when a ranked name's
@@ -58,6 +81,7 @@ func TestLeaderReplansForARestartedName(t *testing.T) {
 		t.Fatal("a map planned with every ranked key in view is replanned")
 	}
 	st.curView = 0
+	st.cur.Schema = 2 // (a leader of an earlier release)
 	if b.r.rankedReborn() {
 		t.Fatal("a map that does not say its view is replanned")
 	}
