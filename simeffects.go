@@ -42,11 +42,13 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 		return
 	}
 	txn, key, after, wait := c.next(m.env.Now())
+	m.campGen++
+	gen := m.campGen // (an answer or a watch event of an earlier request is not this one's)
 	switch {
 	case txn != nil:
 		m.campBusy = true
 		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
-			if m.dead || m.camp != c {
+			if m.dead || m.camp != c || m.campGen != gen {
 				return
 			}
 			m.campBusy = false
@@ -62,7 +64,7 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 		m.campBusy = true
 		var cancel func()
 		cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: after + 1}, func(wr *etcdserverpb.WatchResponse) {
-			if m.dead || m.camp != c || !m.campBusy {
+			if m.dead || m.camp != c || !m.campBusy || m.campGen != gen {
 				return
 			}
 			var err error
@@ -80,7 +82,11 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 			m.pumpCampaign(c)
 		})
 	default:
-		m.env.After(wait.Sub(m.env.Now()), func() { m.pumpCampaign(c) })
+		m.env.After(wait.Sub(m.env.Now()), func() {
+			if m.campGen == gen {
+				m.pumpCampaign(c)
+			}
+		})
 	}
 }
 

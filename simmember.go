@@ -59,6 +59,7 @@ type simMember struct {
 
 	camp     *campaigner
 	campBusy bool
+	campGen  int // the campaign's request in flight (see pumpCampaign)
 
 	agg *simAggregator
 }

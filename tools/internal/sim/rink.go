@@ -72,6 +72,8 @@ type history struct {
 	fault   []string  // the fault kinds this seed draws (swarm testing)
 	maps    [][]byte  // whole maps seen at fault times, oldest first (for map-old)
 	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
+	// startsFrom: no process starts before it (one TTL after a restore).
+	startsFrom time.Duration
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -183,11 +185,20 @@ func (h *history) start(name string, d time.Duration) *simMember {
 	}
 	sm.m = m
 	h.members = append(h.members, sm)
-	w.After(d, func() {
+	var begin func()
+	begin = func() {
+		if w.now < h.startsFrom {
+			// The operator's rule after a restore (docs/operations.md): no
+			// process starts within a TTL of it. One new to the rink has
+			// no history to notice the restore from.
+			w.After(h.startsFrom-w.now, begin)
+			return
+		}
 		sm.alive = true
 		w.Tracef("%s: starts", name)
 		_ = m.Start()
-	})
+	}
+	w.After(d, begin)
 	return sm
 }
 
@@ -447,6 +458,7 @@ func (h *history) operate(k string) bool {
 		w.Tracef("fault: etcd restored from the snapshot of %d", h.snap.Rev())
 		w.Etcd.Restore(h.snap, 1_000_000)
 		h.snap = nil
+		h.startsFrom = w.now + h.cfg.TTL
 		w.pump()
 	}
 	return true
