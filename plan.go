@@ -163,7 +163,7 @@ func (r *Rink) plan() {
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	}
-	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members), Incs: r.replacedNames()}
+	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames()}
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.fx().proclaim(l, base, next, mapRev, t)
 }

@@ -156,14 +156,20 @@ func (r *Rink) replacedNames() map[string]int64 {
 }
 
 // goneFrom returns the members that base ranks or lists as waiting, that
-// next drops, and that have no member key in members: they hold nothing
-// (a ghost, whose key went while its lease lives, stays ranked: see
-// withGhosts). Members that follow only the map learn it from the
-// transition written with next.
-func goneFrom(base, next *rankMap, members map[string]memberInfo) []string {
+// next drops, and that have no member key in members and are no ghosts:
+// they hold nothing. (A ghost, whose key went while its lease lives,
+// stays ranked (see withGhosts), unless a map put back by hand stopped
+// ranking it; either way it may hold its slots.) Members that follow only
+// the map learn it from the transition written with next.
+func goneFrom(base, next *rankMap, members map[string]memberInfo, ghosts map[int64]string) []string {
 	var gone []string
 	drop := func(name string) {
 		if _, live := members[name]; !live && next.index(name) < 0 && !next.waits(name) && !slices.Contains(gone, name) {
+			for _, g := range ghosts {
+				if g == name {
+					return // (it may hold its slots still: never said gone)
+				}
+			}
 			gone = append(gone, name)
 		}
 	}

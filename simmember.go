@@ -351,6 +351,9 @@ func (m *simMember) Ranked() bool {
 	return !m.dead && m.r.st.inc != nil && m.r.st.cur.index(m.r.opts.member) >= 0
 }
 
+// Joined reports whether the member has joined the rink once.
+func (m *simMember) Joined() bool { return m.r.st.joins > 0 }
+
 // join grants a lease and creates the member key (see joinAfter), or,
 // with old, rebinds old's key first (see resume); then it calls then with
 // the new incarnation.

@@ -84,6 +84,8 @@ type Member interface {
 	Steps() int
 	// Ranked reports whether the member's last applied map ranks it.
 	Ranked() bool
+	// Joined reports whether the member has joined the rink once.
+	Joined() bool
 	// Describe tells what the member's core knows, for a failing history.
 	Describe() string
 }

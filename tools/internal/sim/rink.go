@@ -189,7 +189,7 @@ func (h *history) start(name string, d time.Duration) *simMember {
 	begin = func() {
 		if w.now < h.startsFrom {
 			// The operator's rule after a restore (docs/operations.md): no
-			// process starts within a TTL of it. One new to the rink has
+			// process joins within a TTL of it. One new to the rink has
 			// no history to notice the restore from.
 			w.After(h.startsFrom-w.now, begin)
 			return
@@ -459,6 +459,17 @@ func (h *history) operate(k string) bool {
 		w.Etcd.Restore(h.snap, 1_000_000)
 		h.snap = nil
 		h.startsFrom = w.now + h.cfg.TTL
+		// Processes still joining are stopped, and start again a TTL
+		// later (see start).
+		for _, m := range slices.Clone(h.members) {
+			if m.alive && !m.m.Joined() {
+				m.alive = false
+				m.m.Crash()
+				h.forget(m)
+				w.Tracef("fault: %s, still joining, stopped until a TTL after the restore", m.name)
+				h.start(m.name, 0)
+			}
+		}
 		w.pump()
 	}
 	return true
