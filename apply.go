@@ -274,13 +274,18 @@ func (r *Rink) prevOwner(s int) string {
 // whole map written with the newest record. A record without its whole
 // map (put back by hand) waits for the leader's next map, which comes
 // with one: it proclaims anew after a map whose version went back.
+//
+// It lists once per record: the listing that shows the same record again
+// has no whole map for it either, and listing again at once would do so
+// every few milliseconds for good.
 func (r *Rink) underived(kv *mvccpb.KeyValue) {
 	st := &r.st
-	if st.underivedRev != kv.ModRevision {
-		st.underivedRev = kv.ModRevision
-		r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
-	}
 	st.dirty = true // a leader writes a whole map over it (see plan)
+	if st.underivedRev == kv.ModRevision {
+		return // (listed for it already: wait for the next map)
+	}
+	st.underivedRev = kv.ModRevision
+	r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
 	r.fx().relist()
 }
 
