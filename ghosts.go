@@ -64,10 +64,13 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 // that deletes its key, so its election key, gone a moment later with the
 // revoked lease, makes no ghost. Only mismatches cost a look at the map.
 //
-// After a listing (listed), a name that no map ranks now counts too if a
-// map the member still remembers gave it a slot: an older map put back by
-// hand may have dropped a member whose key an operator deleted while the
-// leader was cut off, and nobody saw go.
+// After a listing (listed), a name that no map ranks counts too, whatever
+// the maps the member remembers: an older map put back by hand may have
+// dropped a member whose key an operator deleted while it was cut off, and
+// a leader elected after that, which never saw the key go nor remembers a
+// map that gave it a slot, must still know it may act (seed 80033835). A
+// graceful leaver's election key, which outlives its key until its lease
+// is revoked a moment later, costs one question to etcd then.
 func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) {
 	st := &r.st
 	if r.planted(plantForgetGhosts) {
@@ -86,7 +89,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) 
 			if m, ok := st.members[name]; ok && m.lease == e.lease {
 				continue
 			}
-			if _, ok := st.ghosts[e.lease]; ok || r.rankedIndex(name) < 0 && !(listed && r.forgotten(name)) {
+			if _, ok := st.ghosts[e.lease]; ok || !listed && r.rankedIndex(name) < 0 {
 				continue
 			}
 			r.addGhost(name, e.lease)

@@ -210,3 +210,29 @@ func TestGoneFromLeavesGhostsOut(t *testing.T) {
 		t.Fatalf("gone %v, want [x]: it has no key and is no ghost", got)
 	}
 }
+
+// x holds slots 13 and 14 from map v20 and is cut off; an operator
+// deletes x's key, and puts back an older map that never ranked x (the
+// leader, which knew x as a ghost, plans without it from then on, and
+// every member forgets the maps that gave x its slots). The leader leaves;
+// member b, elected next, lists the rink: no x key, a map that does not
+// rank x, no map remembered that gave x a slot, but x's election key,
+// bound to its live lease. b's floor said no ghost, and a member took x's
+// slot while x still held it (found by the simulator: seed 80033835 at 8
+// members). A listing makes a ghost of every lease that campaigns under a
+// name with no key of that lease, ranked or not: a graceful leaver's
+// election key, which outlives its key until its lease is revoked, costs a
+// question to etcd.
+func TestListingFindsAGhostNoMapRemembers(t *testing.T) {
+	const L = 10
+	b := newBare(t, "b", 2, 5)
+	fx := &ghostFx{netEffects: netEffects{b.r}}
+	b.r.simFx = fx
+	k := newKeys("bare")
+	elect := &mvccpb.KeyValue{Key: []byte(k.electionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
+	b.snapshot(20, memberKV("b", 5, 5, 0, 0), elect, mapKV(twoSlots(2, []string{"b"}, 0, 0), L, 19))
+	if len(fx.asked) != 1 || fx.asked[0] != 3 {
+		t.Fatalf("leases asked after: %v, want [3] (x's)", fx.asked)
+	}
+	b.wantHeld(0, false, "x, whose lease lives, may hold slot 0")
+}

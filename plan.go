@@ -36,6 +36,13 @@ func (r *Rink) plan() {
 	for _, name := range st.cur.Members {
 		ranked[name] = true
 	}
+	// A map that ranks a name twice (members that do not lead apply
+	// records laxly: an older record put back by hand can make one; see
+	// applyAs) is planned from with the repeats vacated, and written whole.
+	from, repeated := st.cur, len(ranked) != len(st.cur.Members)
+	if repeated {
+		from = vacateRepeats(st.cur)
+	}
 	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members)}
 	if st.cur.ByLoad && !r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
 		l.modeLogged = true
@@ -86,7 +93,7 @@ func (r *Rink) plan() {
 	}
 	st.setTimer(timerPlan, due) // (zero: unset)
 
-	next := plan(st.cur, in)
+	next := plan(from, in)
 	bare := st.cur
 	bare.Incoming = nil
 	settling := r.loadPending(in) // a load round would move slots
@@ -112,7 +119,7 @@ func (r *Rink) plan() {
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() rankMap {
 			in.Live = append(slices.Clone(in.Live), leavers...)
-			return plan(st.cur, in)
+			return plan(from, in)
 		}, now)
 	}
 	next.Schema = proto
@@ -126,7 +133,7 @@ func (r *Rink) plan() {
 	// over with a whole map: nobody who lists the rink can read it, and
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
-	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived &&
+	if next.sameAssignment(st.cur) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
@@ -162,6 +169,8 @@ func (r *Rink) plan() {
 	mapRev, base := st.curRev, st.cur
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
+	} else if repeated {
+		base = rankMap{}
 	}
 	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames()}
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
@@ -296,3 +305,18 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // integers and times, and member names are valid UTF-8 (see validName), so
 // what members decode is what the leader planned.
 func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
+
+// vacateRepeats returns m with every name that an earlier index holds
+// too made empty: planning takes such an index as departed, and gives its
+// slots to others (under the barrier, as any move).
+func vacateRepeats(m rankMap) rankMap {
+	m.Members = slices.Clone(m.Members)
+	seen := make(map[string]bool, len(m.Members))
+	for i, name := range m.Members {
+		if seen[name] {
+			m.Members[i] = ""
+		}
+		seen[name] = true
+	}
+	return m
+}

@@ -259,3 +259,45 @@ func TestNestedRinksRefused(t *testing.T) {
 	sib := join(t, cli, other+"/eu-2")
 	_ = sib.Shutdown(ctxTimeout(t, 10*time.Second))
 }
+
+// proclaimFx records what a member proclaims; the bare harness's effects
+// do the rest.
+type proclaimFx struct {
+	netEffects
+	base, next []rankMap
+}
+
+func (fx *proclaimFx) proclaim(_ *leadership, base, next rankMap, _ int64, _ transition) {
+	fx.base, fx.next = append(fx.base, base), append(fx.next, next)
+}
+
+// An operator puts back an older change record; members that do not lead
+// apply records laxly (only the leader checks a record against every
+// member: see applyAs), and this one named a member at an index while
+// the member kept its own: a map that ranks a twice. Member a, elected
+// next, planned from it a map it refused to proclaim, for good; members
+// that listed the rink could not read the record (no whole map was
+// written with it) and held up every move (found by the simulator: seed
+// 73024334 at 5 members). A leader plans from a map whose repeated names
+// are vacated, and writes it whole.
+func TestLeaderRewritesAMapThatRanksANameTwice(t *testing.T) {
+	b := newBare(t, "a", 2, 5)
+	fx := &proclaimFx{netEffects: netEffects{b.r}}
+	b.r.simFx = fx
+	b.put(memberKV("a", 5, 5, 0, 0), memberKV("x", 6, 6, 0, 0), mapKV(twoSlots(1, []string{"a", "x"}, 0, 1), 7, 7))
+	st := &b.r.st
+	st.cur = twoSlots(2, []string{"a", "x", "a"}, 0, 2) // (as a lax apply of an older record made it)
+	st.lead = &leadership{inc: st.inc, key: newKeys("bare").election() + "none", rev: 1,
+		since: map[string]time.Time{}, retry: newBackoff(), stopAgg: func() {}}
+	st.dirty = true
+	b.r.plan()
+	if len(fx.next) != 1 {
+		t.Fatalf("%d maps proclaimed, want 1", len(fx.next))
+	}
+	if err := fx.next[0].validate(); err != nil {
+		t.Fatalf("proclaimed %v: %v", fx.next[0], err)
+	}
+	if len(fx.base[0].Members) != 0 {
+		t.Fatalf("proclaimed as a record over %v, want a whole map", fx.base[0].Members)
+	}
+}

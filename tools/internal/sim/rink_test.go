@@ -36,12 +36,18 @@ func TestRinkHistories(t *testing.T) {
 	// The older seeds were found when the swarm had only the first ten
 	// fault kinds, and play with those.
 	type run struct {
-		seeds []uint64
-		swarm []string
+		seeds   []uint64
+		swarm   []string
+		members int // (0: the default)
 	}
 	runs := []run{
 		{seeds: []uint64{1, 2, 3, 4, 5, 6, 7, 8,
 			1530, 4868, // a new lineage after a restore: a member the restore erased still acted
+			73024334, // an older record put back, applied laxly, ranked a name twice: no map went out again
+		}},
+		{members: 8, seeds: []uint64{
+			80009697, // (the same)
+			80033835, // a ghost that no map the next leader remembered gave a slot
 		}},
 		{swarm: FaultKinds[:10], seeds: []uint64{
 			80, 198, 210, 291, 378, 454, // a restart under the name held a slot beside its heir
@@ -57,6 +63,9 @@ func TestRinkHistories(t *testing.T) {
 	for _, r := range runs {
 		cfg := DefaultConfig()
 		cfg.Swarm = r.swarm
+		if r.members != 0 {
+			cfg.Members = r.members
+		}
 		for _, seed := range r.seeds {
 			res := Run(seed, cfg)
 			steps, n = steps+res.MemberSteps, n+1
