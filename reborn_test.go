@@ -127,14 +127,8 @@ func TestNothingStartsBeforeTheViewReachesTheBinding(t *testing.T) {
 	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L), memberKV("a", 3, 11, 1, L))
 	b.wantHeld(1, true, "b's in the first map, a acknowledged it")
 	// b is fenced and resumes its key under lease 20 at revision 20.
-	old := b.r.st.inc
-	b.r.fence(old, ErrFenced)
-	close(old.lost)
-	b.r.onLost()
-	inc := &incarnation{createRev: 5, boundRev: 20, lease: 20, lost: make(chan struct{})}
-	inc.setDeadline(time.Now().Add(time.Hour))
-	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
-	b.r.startIncarnation(inc)
+	b.lose()
+	b.rejoin(5, 20, 20)
 	if fx.relists != 0 {
 		t.Fatalf("a rejoin in the wide view asked for %d listings, want none (the view follows our key)", fx.relists)
 	}
@@ -163,17 +157,30 @@ func TestNarrowRejoinListsAnew(t *testing.T) {
 	fx := &rejoinFx{netEffects: netEffects{b.r}}
 	b.r.simFx, b.r.load = fx, newLoadAcc(2)
 	b.r.st.joins = 1 // (newBare began the first incarnation)
+	b.lose()
+	b.rejoin(5, 20, 20)
+	if fx.relists != 1 {
+		t.Fatalf("a rejoin in the narrow view asked for %d listings, want 1", fx.relists)
+	}
+}
+
+// lose fences the member's incarnation as its keeper does when the
+// session is lost.
+func (b *bare) lose() {
 	old := b.r.st.inc
 	b.r.fence(old, ErrFenced)
 	close(old.lost)
 	b.r.onLost()
-	inc := &incarnation{createRev: 5, boundRev: 20, lease: 20, lost: make(chan struct{})}
+}
+
+// rejoin begins an incarnation whose key was created at createRev and
+// bound to lease at boundRev, as a rejoin that succeeded does.
+func (b *bare) rejoin(createRev, boundRev int64, lease clientv3.LeaseID) *incarnation {
+	inc := &incarnation{createRev: createRev, boundRev: boundRev, lease: lease, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	b.r.startIncarnation(inc)
-	if fx.relists != 1 {
-		t.Fatalf("a rejoin in the narrow view asked for %d listings, want 1", fx.relists)
-	}
+	return inc
 }
 
 // rejoinFx stands in for the effects a rejoin asks for: it counts the
@@ -200,18 +207,12 @@ func TestRejoinSeesItsKeyGoneBeforeItBegins(t *testing.T) {
 	fx := &rejoinFx{netEffects: netEffects{b.r}}
 	b.r.simFx, b.r.load = fx, newLoadAcc(2)
 	b.r.st.joins = 1 // (newBare began the first incarnation)
-	old := b.r.st.inc
-	b.r.fence(old, ErrFenced)
-	close(old.lost)
-	b.r.onLost()
+	b.lose()
 	key := []byte(b.r.keys.member("b"))
 	put := &mvccpb.KeyValue{Key: key, Value: []byte(memberValue(1)), CreateRevision: 20, ModRevision: 20, Lease: 20}
 	del := &mvccpb.KeyValue{Key: key, ModRevision: 21}
 	b.r.onWatch(watchBatch{own: true, rev: 21, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: put}, {Type: clientv3.EventTypeDelete, Kv: del}}})
-	inc := &incarnation{createRev: 20, boundRev: 20, lease: 20, lost: make(chan struct{})}
-	inc.setDeadline(time.Now().Add(time.Hour))
-	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
-	b.r.startIncarnation(inc)
+	inc := b.rejoin(20, 20, 20)
 	if inc.ctx.Err() == nil {
 		t.Fatal("the incarnation began with its key already gone, and goes on")
 	}
