@@ -79,6 +79,7 @@ const maxHistChanges = 2048
 // do neither, it applies nothing and lists the rink again (see underived).
 func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st := &r.st
+	st.hist.settle()         // (before a record written in place changes the table it compares)
 	fresh := st.lineage == 0 // the first map since the process started, or since a restore
 	sameLineage := kv.CreateRevision == st.lineage
 	if sameLineage && kv.ModRevision == st.curRev {

@@ -118,6 +118,9 @@ func (r *Rink) seqOfVersion(v int64) int64 {
 // free then misses a map it needs and waits, which is safe.
 func (r *Rink) pruneHistory() {
 	st := &r.st
+	if st.hist.lazy.seq != 0 {
+		return // (the step settles it after its acquisitions, and the next batch prunes: see slotHistory.lazy)
+	}
 	low := st.curSeq - maxHistory + 1
 	if f := &st.floor; f.Lineage == st.lineage && st.curRev != 0 {
 		if f.Seq > 0 && f.SeqFloor >= 1 {

@@ -19,7 +19,7 @@ import (
 // interleavings that are hard to provoke on a live cluster.
 
 type bare struct {
-	t   *testing.T
+	t   testing.TB
 	r   *Rink
 	sim *ackView // what a leader would see: every member's acknowledgement
 	// manual: the test writes the floor itself (floorKV); the harness
@@ -43,7 +43,7 @@ func (b *bare) narrowView() {
 }
 
 // newBare makes member self with S slots, joined at revision createRev.
-func newBare(t *testing.T, self string, S int, createRev int64) *bare {
+func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	r := &Rink{
 		opts:  options{member: self, slots: S, ttl: 2 * time.Second},
 		log:   zap.NewNop(),

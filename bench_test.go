@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Benchmarks of handover, failover and rolling deploys against the shared
@@ -132,5 +135,37 @@ func BenchmarkGet(b *testing.B) {
 		if _, ok := r.Get("BTC/ETH"); !ok {
 			b.Fatal("not held")
 		}
+	}
+}
+
+// BenchmarkTakeOverHalf measures what a member does on the path of a
+// handover when a departure from a rink of two gives it the other half of
+// 1,024 slots in a whole map: apply it, reconcile, and start the slots.
+func BenchmarkTakeOverHalf(b *testing.B) {
+	const S = 1024
+	half, all := make([]int, S), make([]int, S)
+	for s := range half {
+		half[s] = s % 2
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		m := newBare(b, "b", S, 5)
+		m.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+		m.put(mapKV(twoSlots(1, []string{"a", "b"}, half...), 10, 10), memberKV("a", 3, 11, 1, 10))
+		next := mapKV(twoSlots(2, []string{"b"}, all...), 10, 12)
+		next.Value = withTransition(next.Value, transition{View: 11, From: 1, Gone: []string{"a"}})
+		b.StartTimer()
+		m.r.onWatch(watchBatch{wide: true, rev: 12, events: []*clientv3.Event{
+			{Type: clientv3.EventTypePut, Kv: next},
+			{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(newKeys("bare").member("a")), ModRevision: 12}},
+		}})
+		m.r.tryAcquire()
+		b.StopTimer()
+		if !m.held(0) {
+			b.Fatal("slot 0 not taken over")
+		}
+		m.r.cancel()
+		b.StartTimer()
 	}
 }

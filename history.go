@@ -1,6 +1,9 @@
 package rink
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // slotHistory is what the handover check (free) needs of the maps a member
 // applied: who owned each slot in every map from seq from to seq top. It
@@ -31,6 +34,21 @@ type slotHistory struct {
 	changes   map[int][]ownerSince
 	entries   int          // entries over all slots, for prune
 	order     []slotChange // see the invariants
+	block     []ownerSince // what carve cuts slots' first entries from
+	// lazy is a whole map added after top and not yet compared with it
+	// (seq 0: none; see settle). Every method settles it first, but
+	// owners for maps up to top, which it does not change: a member that
+	// takes over half of 1,024 slots in a whole map starts the awaited
+	// ones before it records what moved (see step).
+	lazy lazyMap
+}
+
+// lazyMap is a whole map that add has not compared yet (see settle).
+type lazyMap struct {
+	seq   int64
+	slots int
+	table slotTable
+	names []string
 }
 
 // ownerSince is one owner of a slot, from the map of seq seq on.
@@ -53,6 +71,7 @@ func (h *slotHistory) reset() {
 // rebase drops every change when seq is the newest map's and the oldest
 // the history must keep: nothing before it is needed any more.
 func (h *slotHistory) rebase(seq int64) {
+	h.settle()
 	if h.top == 0 || seq != h.top {
 		return
 	}
@@ -84,6 +103,7 @@ func (h *slotHistory) last(s int) string {
 // before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
 func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
+	h.settle()
 	if h.top == 0 || seq != h.top+1 {
 		h.reset()
 		h.from, h.top = seq, seq
@@ -106,14 +126,46 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 			}
 		}
 	} else {
-		for s := range m.Slots {
-			if o, was := m.owner(s), h.last(s); o != was {
-				h.change(s, was, seq, o)
-			}
-		}
+		h.lazy = lazyMap{seq: seq, slots: m.Slots, table: m.Table, names: m.Members}
+		return
 	}
 	h.top = seq
 	h.curTable, h.curNames = m.Table, m.Members
+}
+
+// settle records what the whole map that add left for later moved. It
+// finds the slots first, so that the changes are made room for at once: a
+// departure from a rink of two moves half its slots, and a map grown slot
+// by slot and a slice allocated per slot were a third of a handover's
+// time in the member that takes over.
+func (h *slotHistory) settle() {
+	l := h.lazy
+	if l.seq == 0 {
+		return
+	}
+	h.lazy = lazyMap{}
+	m := rankMap{Slots: l.slots, Table: l.table, Members: l.names}
+	// (A whole map's table is its own: the newest map's, which curTable
+	// holds, was not written over, and gives each slot's owner in it, as
+	// its last entry does.)
+	var moved []int
+	for s := range m.Slots {
+		if m.owner(s) != h.curOwner(s) {
+			moved = append(moved, s)
+		}
+	}
+	if len(moved) > 0 {
+		if h.changes == nil {
+			h.changes = make(map[int][]ownerSince, len(moved))
+		}
+		h.order = slices.Grow(h.order, len(moved))
+		h.block = make([]ownerSince, 2*len(moved))
+	}
+	for _, s := range moved {
+		h.change(s, h.last(s), l.seq, m.owner(s))
+	}
+	h.top = l.seq
+	h.curTable, h.curNames = l.table, l.names
 }
 
 // change records that slot s, owned by was until now, is owned by o from
@@ -125,7 +177,7 @@ func (h *slotHistory) change(s int, was string, seq int64, o string) {
 	}
 	l := h.changes[s]
 	if len(l) == 0 {
-		l = append(l, ownerSince{h.from, was})
+		l = append(h.carve(), ownerSince{h.from, was})
 		h.entries++
 	}
 	h.changes[s] = append(l, ownerSince{seq, o})
@@ -133,9 +185,22 @@ func (h *slotHistory) change(s int, was string, seq int64, o string) {
 	h.order = append(h.order, slotChange{seq, s})
 }
 
+// carve returns an empty slice with room for a slot's first two entries,
+// cut from the block add made room in (a third entry moves the slot to a
+// slice of its own).
+func (h *slotHistory) carve() []ownerSince {
+	if len(h.block) < 2 {
+		return nil
+	}
+	l := h.block[:0:2]
+	h.block = h.block[2:]
+	return l
+}
+
 // keepingAtMost returns the lowest seq from which the history keeps at
 // most n changes (0 when it keeps no more than n).
 func (h *slotHistory) keepingAtMost(n int) int64 {
+	h.settle()
 	if len(h.order) <= n {
 		return 0
 	}
@@ -148,6 +213,7 @@ func (h *slotHistory) keepingAtMost(n int) int64 {
 // entries are dropped once they are as many again as the slots that
 // moved. Each costs O(1) amortized per entry added.
 func (h *slotHistory) prune(low int64) {
+	h.settle()
 	if h.top == 0 || low <= h.from {
 		return
 	}
@@ -190,6 +256,9 @@ func (h *slotHistory) prune(low int64) {
 func (h *slotHistory) owners(s int, a, g int64, f func(name string) bool) (known bool) {
 	if a >= g {
 		return true
+	}
+	if h.lazy.seq != 0 && g-1 >= h.lazy.seq {
+		h.settle()
 	}
 	if h.top == 0 || a < h.from || g-1 > h.top {
 		return false
@@ -235,6 +304,7 @@ func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
 // past them, or a gap reset the history): what they gave, gave tells
 // nothing of.
 func (h *slotHistory) gave(name string) bool {
+	h.settle()
 	for _, l := range h.changes {
 		for _, o := range l {
 			if o.name == name {
@@ -246,7 +316,10 @@ func (h *slotHistory) gave(name string) bool {
 }
 
 // covers reports whether the history holds the map of seq v.
-func (h *slotHistory) covers(v int64) bool { return h.top != 0 && v >= h.from && v <= h.top }
+func (h *slotHistory) covers(v int64) bool {
+	h.settle()
+	return h.top != 0 && v >= h.from && v <= h.top
+}
 
 // slotRange yields the slots in only, or every slot below n when only is
 // nil.

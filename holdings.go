@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"time"
 )
@@ -21,15 +20,28 @@ type slotHolding struct {
 // gives this member: one entry per slot it owns, none for the others, so
 // that a member's memory for it is O(slots it owns), not O(slots): at
 // 16,384 slots per-slot arrays cost every member a megabyte (issue 25).
+// (Slots below denseSlots are kept by slot, a pointer each at most.)
 //
 // Invariants: a slot has an entry exactly while the applied map gives it
-// to this member (see reconcile); cancel is non-nil exactly while the
+// to this member (see reconcile), in dense if below denseSlots, else in
+// m, and n counts them; cancel is non-nil exactly while the
 // member holds it (see acquire, release); gain ≥ 1 is the seq of the map
 // from which on the slot has been ours in every map applied, and gainRev
 // that map's mod revision.
 type holdings struct {
-	m map[int]*ownedSlot
+	// dense holds the entries of slots below denseSlots, by slot (nil
+	// for the others), and m those of the rest: a member that takes over
+	// half of 1,024 slots (a departure from a rink of two) grew a map
+	// slot by slot on the path of the handover. n counts the entries.
+	dense []*ownedSlot
+	m     map[int]*ownedSlot
+	n     int
+	block []ownedSlot // what own cuts entries from (see reserve)
 }
+
+// denseSlots bounds the slots whose entries are kept by slot (see
+// holdings): at most 16 KiB of pointers a member.
+const denseSlots = 2048
 
 // ownedSlot is one slot this member owns.
 type ownedSlot struct {
@@ -40,37 +52,94 @@ type ownedSlot struct {
 }
 
 // owns reports whether the applied map gives slot s to this member.
-func (h *holdings) owns(s int) bool {
-	_, ok := h.m[s]
-	return ok
-}
+func (h *holdings) owns(s int) bool { return h.of(s) != nil }
 
 // of returns slot s's entry, or nil when this member does not own it.
-func (h *holdings) of(s int) *ownedSlot { return h.m[s] }
+func (h *holdings) of(s int) *ownedSlot {
+	if s >= 0 && s < len(h.dense) {
+		return h.dense[s]
+	}
+	if s < denseSlots {
+		return nil
+	}
+	return h.m[s]
+}
+
+// count returns how many slots this member owns.
+func (h *holdings) count() int { return h.n }
+
+// all yields the slots this member owns (the dense ones in order, then the
+// others in no order).
+func (h *holdings) all() func(yield func(int) bool) {
+	return func(yield func(int) bool) {
+		for s, e := range h.dense {
+			if e != nil && !yield(s) {
+				return
+			}
+		}
+		for s := range h.m {
+			if !yield(s) {
+				return
+			}
+		}
+	}
+}
 
 // own records slot s as owned, and returns its entry.
 func (h *holdings) own(s int) *ownedSlot {
+	var e *ownedSlot
+	if len(h.block) > 0 {
+		e, h.block = &h.block[0], h.block[1:]
+	} else {
+		e = &ownedSlot{}
+	}
+	if old := h.of(s); old == nil {
+		h.n++
+	}
+	if s >= 0 && s < denseSlots {
+		if s >= len(h.dense) {
+			h.dense = append(h.dense, make([]*ownedSlot, s+1-len(h.dense))...)
+		}
+		h.dense[s] = e
+		return e
+	}
 	if h.m == nil {
 		h.m = map[int]*ownedSlot{}
 	}
-	e := &ownedSlot{}
 	h.m[s] = e
 	return e
 }
 
+// reserve makes room for up to n more entries at once (see holdings).
+func (h *holdings) reserve(n int) {
+	if n >= 16 {
+		h.block = make([]ownedSlot, n)
+	}
+}
+
 // disown drops slot s, which must not be held.
-func (h *holdings) disown(s int) { delete(h.m, s) }
+func (h *holdings) disown(s int) {
+	if h.of(s) == nil {
+		return
+	}
+	h.n--
+	if s >= 0 && s < len(h.dense) {
+		h.dense[s] = nil
+		return
+	}
+	delete(h.m, s)
+}
 
 // isHeld reports whether this member holds slot s.
 func (h *holdings) isHeld(s int) bool {
-	e := h.m[s]
+	e := h.of(s)
 	return e != nil && e.cancel != nil
 }
 
 // anyHeld reports whether this member holds any slot.
 func (h *holdings) anyHeld() bool {
-	for _, e := range h.m {
-		if e.cancel != nil {
+	for s := range h.all() {
+		if h.of(s).cancel != nil {
 			return true
 		}
 	}
@@ -107,7 +176,7 @@ func (r *Rink) reconcileSlots(only []int) {
 	case idx < 0:
 		// Nothing is ours: only the slots that were can change (whatever
 		// only says: this member may have stopped being able to own).
-		only = slices.Sorted(maps.Keys(st.mine.m))
+		only = slices.Sorted(st.mine.all())
 		if only == nil {
 			only = []int{}
 		}
@@ -122,7 +191,8 @@ func (r *Rink) reconcileSlots(only []int) {
 			}
 		}
 		gains := len(only)
-		for s := range st.mine.m {
+		st.mine.reserve(gains - st.mine.count())
+		for s := range st.mine.all() {
 			if int(st.cur.Table[s]) != idx {
 				only = append(only, s) // (to lose)
 			}
@@ -162,6 +232,7 @@ func (r *Rink) reconcileSlots(only []int) {
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
+	defer st.hist.settle() // (what the map applied last moved, recorded after the acquisitions: see slotHistory.lazy)
 	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}

@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"maps"
 	"slices"
 
 	"go.uber.org/zap"
@@ -153,7 +152,7 @@ func (r *Rink) shutdown(cause error) {
 func (r *Rink) releaseAll() {
 	st := &r.st
 	for _, used := range [2]bool{false, true} {
-		for _, s := range slices.Sorted(maps.Keys(st.mine.m)) {
+		for _, s := range slices.Sorted(st.mine.all()) {
 			if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
 				r.release(s, ErrShutdown)
 			}

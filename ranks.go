@@ -71,9 +71,11 @@ var errMapInvalid = fmt.Errorf("%w: invalid rank map", ErrIncompatible)
 // decodeMap parses and validates a proclaimed map. slots is the slot count
 // this member was configured with; a map with another count is refused.
 func decodeMap(data []byte, slots int) (rankMap, error) {
-	var m rankMap
-	if err := json.Unmarshal(data, &m); err != nil {
-		return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
+	m, ok := parseMap(data)
+	if !ok {
+		if err := json.Unmarshal(data, &m); err != nil {
+			return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
+		}
 	}
 	if err := m.usableBy(slots); err != nil {
 		return rankMap{}, err

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sort"
 	"testing"
@@ -603,6 +604,36 @@ func FuzzParseNames(f *testing.F) {
 		lerr := json.Unmarshal(b, &l)
 		if (lerr == nil) != (err == nil) || err == nil && !slices.Equal([]string(l), want) {
 			t.Fatalf("memberList(%q) = %q, %v; json: %q, %v", b, l, lerr, want, err)
+		}
+	})
+}
+
+// parseMap decodes only what encoding/json decodes the same way.
+func FuzzParseMap(f *testing.F) {
+	m := twoSlots(7, []string{"a", "b"}, 0, 1, 1, 0)
+	for _, s := range [][]byte{
+		m.encode(),
+		withTransition(m.encode(), transition{View: 9, From: 6, Gone: []string{"c"}}),
+		withTransition(m.encode(), transition{View: 9, Incs: map[string]int64{"a": 3}}),
+		[]byte(`{"schema":3,"version":1,"slots":1,"members":["a"],"table":[0],"byLoad":true}`),
+		[]byte(`{"Version":2}`), []byte(`{"version":1,"version":2}`), []byte(`{"version":1.0}`),
+		[]byte(`{"version":-0,"leader":"x\"y"}`), []byte(`{}`), []byte(` { "slots" : 2 } `),
+		[]byte(`{"waiting":[{"name":"w"}]}`), []byte(`{"leave":["a"]}`), []byte(`{"x":[1,"a",true]}`),
+		[]byte(`{"version":99999999999999999999}`), []byte(`{"table":null,"members":null}`),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseMap(b)
+		if !ok {
+			return
+		}
+		var want rankMap
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("parseMap(%q) = %+v; encoding/json refuses it: %v", b, got, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("parseMap(%q) = %+v; encoding/json: %+v", b, got, want)
 		}
 	})
 }
