@@ -155,11 +155,18 @@ func (h *slotHistory) settle() {
 		}
 	}
 	if len(moved) > 0 {
+		first := len(moved) // (slots with no entry yet: carve's)
 		if h.changes == nil {
 			h.changes = make(map[int][]ownerSince, len(moved))
+		} else {
+			for _, s := range moved {
+				if len(h.changes[s]) > 0 {
+					first--
+				}
+			}
 		}
 		h.order = slices.Grow(h.order, len(moved))
-		h.block = make([]ownerSince, 2*len(moved))
+		h.block = make([]ownerSince, 2*first)
 	}
 	for _, s := range moved {
 		h.change(s, h.last(s), l.seq, m.owner(s))

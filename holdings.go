@@ -229,10 +229,20 @@ func (r *Rink) reconcileSlots(only []int) {
 	}
 }
 
+// settleHistory records what the map applied last moved, after the
+// acquisitions (see slotHistory.lazy), and prunes the history, which
+// pruneHistory left alone while that map was pending.
+func (r *Rink) settleHistory() {
+	if r.st.hist.lazy.seq != 0 {
+		r.st.hist.settle()
+		r.pruneHistory()
+	}
+}
+
 // tryAcquire starts holding the pending slots that nobody else can hold.
 func (r *Rink) tryAcquire() {
 	st := &r.st
-	defer st.hist.settle() // (what the map applied last moved, recorded after the acquisitions: see slotHistory.lazy)
+	defer r.settleHistory()
 	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
 		return
 	}
