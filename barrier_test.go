@@ -676,15 +676,7 @@ func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 // pruned version.
 func TestBarrierPrunedThenLowerFloor(t *testing.T) {
 	const L = 10
-	two := func(v int64, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
-	}
-	b := newBare(t, "b", 2, 5)
-	b.manual = true
-	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
-	for v := int64(1); v <= 10; v++ {
-		b.put(mapKV(two(v, 0, 0), L, 10+v))
-	}
+	b, two := tenMaps(t, L, func(int64) int { return 0 })
 	b.put(floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 30))
 	if b.r.st.hist.covers(9) {
 		t.Fatal("seq 9 not pruned")
@@ -862,3 +854,19 @@ func TestMapOlderThanItsAbsenceIsARestore(t *testing.T) {
 type restoreFx struct{ netEffects }
 
 func (restoreFx) dropLineage(int64) {}
+
+// tenMaps starts bare member b of a rink of a and b, with the floor
+// written by hand, and feeds it maps of seq 1 to 10 (at revisions 11 to
+// 20) that give slot 0 to a and slot 1 to slot1(v)'s index; two makes more.
+func tenMaps(t *testing.T, L int64, slot1 func(v int64) int) (*bare, func(v int64, table ...int) rankMap) {
+	two := func(v int64, table ...int) rankMap {
+		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
+	}
+	b := newBare(t, "b", 2, 5)
+	b.manual = true
+	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
+	for v := int64(1); v <= 10; v++ {
+		b.put(mapKV(two(v, 0, slot1(v)), L, 10+v))
+	}
+	return b, two
+}

@@ -219,15 +219,7 @@ func TestSlotHistoryBounded(t *testing.T) {
 // history outgrew its bounds under churn (found in review).
 func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 	const L = 10
-	two := func(v int64, table ...int) rankMap {
-		return rankMap{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
-	}
-	b := newBare(t, "b", 2, 5)
-	b.manual = true
-	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
-	for v := int64(1); v <= 10; v++ {
-		b.put(mapKV(two(v, 0, int(v%2)), L, 10+v))
-	}
+	b, two := tenMaps(t, L, func(v int64) int { return int(v % 2) })
 	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
 	if b.r.st.hist.covers(9) {
 		t.Fatal("seq 9 kept after a floor at 10")
