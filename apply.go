@@ -217,7 +217,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st.topVer = max(st.topVer, m.Version)
 	st.hist.add(kv.Version, &m, delta)
 	r.noteGone(t, kv.Version, st.prevSeq, &st.prev, delta)
-	r.checkOwnName()
+	r.checkOwnName(t)
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {
 		st.verSeq[m.Version] = -1
 	} else {

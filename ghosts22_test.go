@@ -2,10 +2,12 @@ package rink
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // as records a member's events under another name, so that two
@@ -235,4 +237,48 @@ func TestListingFindsAGhostNoMapRemembers(t *testing.T) {
 		t.Fatalf("leases asked after: %v, want [3] (x's)", fx.asked)
 	}
 	b.wantHeld(0, false, "x, whose lease lives, may hold slot 0")
+}
+
+// electionGets counts the reads of a rink's whole election prefix that go
+// through a client's KV (checkOwnName's listing).
+type electionGets struct {
+	clientv3.KV
+	prefix string
+	n      atomic.Int64
+}
+
+func (e *electionGets) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if key == e.prefix {
+		e.n.Add(1)
+	}
+	return e.KV.Get(ctx, key, opts...)
+}
+
+// A newcomer whose first map ranks it (the leader planned it after seeing
+// the newcomer's key, and knew no ghost of its name) has no earlier
+// incarnation to wait for, and must not list the election keys for one:
+// at 10,000 members each such listing is 10,000 keys, and setup listed
+// them thousands of times, so slowly that etcd let leases expire (issue
+// 25). The newcomer's link is slow, so that the leader ranks it before its
+// first listing.
+func TestNewcomerRankedAtOnceListsNoElectionKeys(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), h.hook())
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	p := newProxy(t)
+	p.DelayTx(150*time.Millisecond, 0)
+	p.DelayRx(150*time.Millisecond, 0)
+	cli := proxyClient(t, p)
+	gets := &electionGets{KV: cli.KV, prefix: newKeys(name).election()}
+	cli.KV = gets
+	x := join(t, cli, name, WithMemberName("x"), h.hook())
+	eventually(t, 15*time.Second, "x ranked and settled", func() bool {
+		rk := x.Rank()
+		return rk.Index >= 0 && rk.Settled
+	})
+	if n := gets.n.Load(); n != 0 {
+		t.Errorf("x, new to the rink, listed the election keys %d times", n)
+	}
+	h.check(t)
 }

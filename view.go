@@ -347,7 +347,19 @@ func (r *Rink) watch() {
 // knows the ghost (see noteCandidates) but its floor may say so too late.
 // So this member lists the election keys once, and starts nothing until
 // every lease that campaigns under its name but is not its own is gone.
-func (r *Rink) checkOwnName() {
+//
+// Unless the map says its leader planned it from a view that held this
+// process's key (t.View at or after the key's create revision) and knew
+// no earlier incarnation of the name (no t.Incs for it): a leader makes a
+// ghost of such an incarnation in the step that sees its key go, or its
+// election key in a listing, before it plans again (see noteGhosts,
+// noteCandidates), and names the replaced key in every map it plans while
+// the ghost lasts (replacedNames). That is the common case of a newcomer
+// ranked before its first listing, which at 10,000 members listed 10,000
+// election keys each, thousands at once, and starved etcd (issue 25). A
+// leader of a build that does not say its view (t.View 0) gets the
+// listing.
+func (r *Rink) checkOwnName(t transition) {
 	st := &r.st
 	if st.view.selfCheck != 0 {
 		return
@@ -355,6 +367,9 @@ func (r *Rink) checkOwnName() {
 	st.view.selfCheck = 2 // (checked now, or never: only the first map counts)
 	if st.view.wide || st.inc == nil || st.joins != 1 || st.cur.index(r.opts.member) < 0 && !st.cur.waits(r.opts.member) {
 		return // (the wide view finds such a ghost itself: see noteCandidates)
+	}
+	if _, replaced := t.Incs[r.opts.member]; !replaced && t.View != 0 && t.View >= st.inc.createRev {
+		return
 	}
 	st.view.selfCheck = 1
 	r.fx().checkOwnName(int64(st.inc.lease))

@@ -79,7 +79,7 @@ var scenarios = []struct {
 	{"drain", "a member runs two roles under Run with a drain timeout, one slow to wind down (100 ms), and shuts down: the other role's handover gap, with and without the drain", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Drain(env, 10)
 	}},
-	{"scale", "breadth: -scale-members members on 4 clients, one join and one leave, and what each cost etcd; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
+	{"scale", "breadth: -scale-members members on one client per 100 (at least 4), one join and one leave, and what each cost etcd; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleConfig())
 	}},
 }

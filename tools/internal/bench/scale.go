@@ -314,6 +314,7 @@ func (b *Breadth) Run() (Sample, error) {
 	}
 	s := Sample{
 		"members":               n,
+		"clients":               float64(len(b.clients)),
 		"slots":                 float64(b.cfg.Slots),
 		"ttl_s":                 b.cfg.TTL.Seconds(),
 		"setup_s":               b.SetupTime.Seconds(),
@@ -1041,7 +1042,23 @@ func ScaleSlots(n int) int {
 	return slots
 }
 
-// Scale runs the breadth part (members in one process on 4 clients: one
+// MembersPerClient is how many of the breadth part's members share one
+// etcd client. A client carries its watches on one gRPC stream, and etcd
+// queues at most 128 events per stream (mvcc's chanBufLen) before it sets
+// the stream's watchers aside and retries them every 10 ms ("victims"): a
+// write that every member watches then reaches the 129th member of a
+// client late and at a cost that grows with the members per client, which
+// no deployment pays (each member has a client of its own). So the
+// members per client stay below that bound and the same at every size.
+const MembersPerClient = 100
+
+// ScaleClients is the clients the breadth part of n members runs on: one
+// per MembersPerClient members, and at least 4.
+func ScaleClients(n int) int {
+	return max(4, (n+MembersPerClient-1)/MembersPerClient)
+}
+
+// Scale runs the breadth part (members in one process on ScaleClients clients: one
 // join and one leave) and then the depth part (2 members awaiting roles)
 // and reports the figures of both.
 func Scale(env Env, cfg ScaleConfig) (Sample, error) {
@@ -1051,7 +1068,7 @@ func Scale(env Env, cfg ScaleConfig) (Sample, error) {
 	if cfg.TTL == 0 {
 		cfg.TTL = ScaleTTL(cfg.Members)
 	}
-	b, err := NewBreadth(env, cfg.Members, 4, BreadthConfig{Slots: cfg.Slots, TTL: cfg.TTL, LoadInterval: cfg.LoadInterval})
+	b, err := NewBreadth(env, cfg.Members, ScaleClients(cfg.Members), BreadthConfig{Slots: cfg.Slots, TTL: cfg.TTL, LoadInterval: cfg.LoadInterval})
 	if err != nil {
 		return nil, err
 	}
