@@ -114,6 +114,9 @@ func (f *ackFloor) settled(lineage, version, seq int64) bool {
 // decodeFloor decodes a floor key's value; one that does not decode says
 // nothing.
 func decodeFloor(value []byte) ackFloor {
+	if f, ok := parseFloor(value); ok {
+		return f
+	}
 	var f ackFloor
 	if json.Unmarshal(value, &f) != nil {
 		return ackFloor{}
