@@ -38,21 +38,39 @@ func TestCampaignerSteps(t *testing.T) {
 		t.Fatalf("writes %s", txn.Success[0].GetRequestPut().Key)
 	}
 	c.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
-	if txn := expectTxn("list"); txn.Success[0].GetRequestRange().MaxCreateRevision != 29 {
-		t.Fatalf("lists below %d", txn.Success[0].GetRequestRange().MaxCreateRevision)
+	if txn := expectTxn("list"); txn.Success[0].GetRequestRange().MaxCreateRevision != 29 || !txn.Success[0].GetRequestRange().KeysOnly {
+		t.Fatalf("lists below %d (keys alone: %v)", txn.Success[0].GetRequestRange().MaxCreateRevision, txn.Success[0].GetRequestRange().KeysOnly)
+	}
+	// peek answers the listing with keys alone (etcd's index says no
+	// lease), and the read of the key below with kv.
+	peek := func(listRev, readRev int64, kv *mvccpb.KeyValue) {
+		t.Helper()
+		c.replied(rangeResp(listRev, &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}), nil, now)
+		if txn := expectTxn("read the key below"); string(txn.Success[0].GetRequestRange().Key) != string(kv.Key) || len(txn.Success[0].GetRequestRange().RangeEnd) != 0 {
+			t.Fatalf("reads %v", txn)
+		}
+		c.replied(rangeResp(readRev, kv), nil, now)
 	}
 	// A stray below (no lease): deleted, guarded by its revision.
 	stray := &mvccpb.KeyValue{Key: []byte(k.election() + "zz"), CreateRevision: 9, ModRevision: 9}
-	c.replied(rangeResp(31, stray), nil, now)
+	peek(31, 31, stray)
 	if txn := expectTxn("delete"); string(txn.Success[0].GetRequestDeleteRange().Key) != string(stray.Key) || txn.Compare[0].GetModRevision() != 9 {
 		t.Fatalf("deletes %v", txn)
 	}
 	c.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(32)}, nil, now)
 	// A candidate below: waited for, from the listing's revision.
+	// (A key below that went, or was made anew, between the listing and
+	// the read: listed again.)
 	cand := &mvccpb.KeyValue{Key: []byte(k.electionKey(0x10)), Lease: 0x10, CreateRevision: 8, ModRevision: 8}
 	expectTxn("list again")
+	c.replied(rangeResp(33, &mvccpb.KeyValue{Key: cand.Key, CreateRevision: 7, ModRevision: 7}), nil, now)
+	expectTxn("read the key below")
 	c.replied(rangeResp(33, cand), nil, now)
-	if txn, key, after, _ := c.next(now); txn != nil || key != string(cand.Key) || after != 33 {
+	if txn := expectTxn("list after the key was made anew"); txn.Success[0].GetRequestRange().MaxCreateRevision != 29 {
+		t.Fatalf("lists below %d", txn.Success[0].GetRequestRange().MaxCreateRevision)
+	}
+	peek(33, 34, cand)
+	if txn, key, after, _ := c.next(now); txn != nil || key != string(cand.Key) || after != 34 {
 		t.Fatalf("waits for %q after %d", key, after)
 	}
 	// The watch fails: start again after a backoff.
