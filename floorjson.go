@@ -21,71 +21,84 @@ var floorFields = []string{"lineage", "version", "floor", "complete", "lagging",
 // rink's CPU while it formed (issue 25). When ok, f is what encoding/json
 // decodes.
 func parseFloor(b []byte) (f ackFloor, ok bool) {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return ackFloor{}, false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return f, skipSpace(b, i+1) == len(b)
-	}
-	var seen uint32 // (bit k: floorFields[k] was set)
-	for {
-		key, next, ok := plainString(b, i)
-		if !ok {
-			return ackFloor{}, false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return ackFloor{}, false
-		}
-		start := skipSpace(b, i+1)
-		field := -1
-		for k, name := range floorFields {
-			if name == key {
-				field = k
-			} else if len(name) == len(key) && bytes.EqualFold([]byte(name), []byte(key)) {
-				return ackFloor{}, false // (encoding/json would set the field)
-			}
-		}
-		var end int
-		if field >= 0 {
-			if seen&(1<<field) != 0 {
-				return ackFloor{}, false
-			}
-			seen |= 1 << field
-		}
+	ok = eachField(b, floorFields, func(key string, field int, start int) (end int, ok bool) {
 		switch key {
 		case "lagging", "seqlagging":
-			lag, e, ok := parseLagging(b, start)
-			if !ok {
-				return ackFloor{}, false
-			}
+			lag, end, ok := parseLagging(b, start)
 			if key == "lagging" {
 				f.Lagging = lag
 			} else {
 				f.SeqLagging = lag
 			}
-			end = e
-		default:
-			if end, ok = flatValueEnd(b, start); !ok {
-				return ackFloor{}, false
+			return end, ok
+		}
+		if end, ok = flatValueEnd(b, start); !ok {
+			return 0, false
+		}
+		return end, field < 0 || f.set(key, b[start:end])
+	})
+	if !ok {
+		return ackFloor{}, false
+	}
+	return f, true
+}
+
+// eachField walks the JSON object b in the form leaders write: keys that
+// are plain ASCII strings (see plainString), each once. For each key it
+// calls value with the key, its index in fields (-1: none of them) and
+// where its value starts; value returns where the value ends, and false
+// to give up. eachField reports whether the walk reached the object's
+// end with nothing after it. It gives up on a key twice among fields, or
+// a key that only case tells from one of them: encoding/json would set
+// that field.
+func eachField(b []byte, fields []string, value func(key string, field int, start int) (end int, ok bool)) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	var seen uint64 // (bit k: fields[k] was set)
+	for {
+		key, next, ok := plainString(b, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		field := -1
+		for k, name := range fields {
+			if name == key {
+				field = k
+			} else if len(name) == len(key) && bytes.EqualFold([]byte(name), []byte(key)) {
+				return false
 			}
-			if field >= 0 && !f.set(key, b[start:end]) {
-				return ackFloor{}, false
+		}
+		if field >= 0 {
+			if seen&(1<<field) != 0 {
+				return false
 			}
+			seen |= 1 << field
+		}
+		end, ok := value(key, field, skipSpace(b, i+1))
+		if !ok {
+			return false
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) {
-			return ackFloor{}, false
+			return false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case '}':
-			return f, skipSpace(b, i+1) == len(b)
+			return skipSpace(b, i+1) == len(b)
 		default:
-			return ackFloor{}, false
+			return false
 		}
 	}
 }
@@ -138,44 +151,74 @@ func (f *ackFloor) set(key string, v []byte) bool {
 // names (see plainString) to integers, and returns it (empty, not nil, for
 // {}) and the index after it.
 func parseLagging(b []byte, i int) (lag map[string]int64, end int, ok bool) {
-	if i >= len(b) || b[i] != '{' {
+	lag = map[string]int64{}
+	end, ok = eachEntry(b, i, func(name string, start int) (int, bool) {
+		e, ok := numberEnd(b, start)
+		if !ok {
+			return 0, false
+		}
+		n, ok := plainInt(b[start:e])
+		lag[name] = n // (a name twice: the last, as encoding/json)
+		return e, ok
+	})
+	if !ok {
 		return nil, 0, false
 	}
-	lag = map[string]int64{}
+	return lag, end, true
+}
+
+// parseStrings reads the JSON object at b[i:] when it maps plain ASCII
+// strings to plain ASCII strings, and returns it (empty, not nil, for {})
+// and the index after it.
+func parseStrings(b []byte, i int) (m map[string]string, end int, ok bool) {
+	m = map[string]string{}
+	end, ok = eachEntry(b, i, func(name string, start int) (int, bool) {
+		s, e, ok := plainString(b, start)
+		m[name] = s
+		return e, ok
+	})
+	if !ok {
+		return nil, 0, false
+	}
+	return m, end, true
+}
+
+// eachEntry walks the JSON object at b[i:] whose keys are plain ASCII
+// strings, calling value with each key and where its value starts; value
+// returns where it ends, or false to give up. It returns the index after
+// the object.
+func eachEntry(b []byte, i int, value func(key string, start int) (end int, ok bool)) (end int, ok bool) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, false
+	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == '}' {
-		return lag, i + 1, true
+		return i + 1, true
 	}
 	for {
-		name, next, ok := plainString(b, i)
+		key, next, ok := plainString(b, i)
 		if !ok {
-			return nil, 0, false
+			return 0, false
 		}
 		i = skipSpace(b, next)
 		if i >= len(b) || b[i] != ':' {
-			return nil, 0, false
+			return 0, false
 		}
-		start := skipSpace(b, i+1)
-		e, ok := numberEnd(b, start)
+		e, ok := value(key, skipSpace(b, i+1))
 		if !ok {
-			return nil, 0, false
+			return 0, false
 		}
-		n, ok := plainInt(b[start:e])
-		if !ok {
-			return nil, 0, false
-		}
-		lag[name] = n // (a name twice: the last, as encoding/json)
 		i = skipSpace(b, e)
 		if i >= len(b) {
-			return nil, 0, false
+			return 0, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case '}':
-			return lag, i + 1, true
+			return i + 1, true
 		default:
-			return nil, 0, false
+			return 0, false
 		}
 	}
 }
@@ -199,4 +242,87 @@ func plainFloat(v []byte) (float64, bool) {
 	}
 	x, err := strconv.ParseFloat(string(v), 64)
 	return x, err == nil
+}
+
+// recordFields are the JSON names of change's fields, the transition's
+// included, which encoding/json matches without regard to case.
+var recordFields = []string{"schema", "change", "version", "leader", "size", "names", "moves", "waiting", "unwait", "wait",
+	"byLoad", "incoming", "leave", "view", "from", "gone", "incs"}
+
+// parseRecord decodes a change record in the form leaders write it, as
+// parseFloor does a floor: the waiting list, the announcements and the
+// leavers (fields of structures and nested lists), nulls and anything
+// unusual go to encoding/json (ok false). Every member decodes every
+// record. When ok, c is what encoding/json decodes.
+func parseRecord(b []byte) (c change, ok bool) {
+	ok = eachField(b, recordFields, func(key string, field int, start int) (end int, ok bool) {
+		switch key {
+		case "names":
+			c.Names, end, ok = parseStrings(b, start)
+			return end, ok
+		case "incs":
+			c.Incs, end, ok = parseLagging(b, start)
+			return end, ok
+		case "waiting", "wait", "incoming", "leave":
+			return 0, false
+		}
+		if end, ok = flatValueEnd(b, start); !ok {
+			return 0, false
+		}
+		v := b[start:end]
+		if field < 0 || string(v) == "null" {
+			return end, field < 0 // (a null: encoding/json's)
+		}
+		switch key {
+		case "schema", "size":
+			n, ok := plainInt(v)
+			if !ok || int64(int(n)) != n {
+				return 0, false
+			}
+			if key == "schema" {
+				c.Schema = int(n)
+			} else {
+				size := int(n)
+				c.Size = &size
+			}
+		case "version":
+			c.Version, ok = plainInt(v)
+		case "view":
+			c.View, ok = plainInt(v)
+		case "from":
+			c.From, ok = plainInt(v)
+		case "change":
+			c.Change, ok = plainBool(v)
+		case "byLoad":
+			var by bool
+			by, ok = plainBool(v)
+			c.ByLoad = &by
+		case "leader":
+			var leader string
+			var e int
+			leader, e, ok = plainString(v, 0)
+			c.Leader, ok = &leader, ok && e == len(v)
+		case "moves":
+			var t []int32
+			if t, ok = parseTable(v); ok {
+				c.Moves = make([]int, len(t))
+				for i, n := range t {
+					c.Moves[i] = int(n)
+				}
+			}
+		case "unwait", "gone":
+			var names []string
+			names, ok = parseNames(v)
+			if key == "unwait" {
+				c.Unwait = names
+			} else {
+				c.Gone = names
+			}
+		}
+		return end, ok
+	})
+	if !ok {
+		return change{}, false
+	}
+	return c, true
 }

@@ -53,3 +53,50 @@ func TestLeadersFloorsParseFast(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParseRecord(f *testing.F) {
+	leader, size, by := "m0000", 3, true
+	full := (&change{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
+		Moves: []int{5, 2, 7, 0}, Unwait: []string{"c"}, ByLoad: &by,
+		transition: transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}}}).encode()
+	for _, s := range [][]byte{
+		full,
+		[]byte(`{"schema":3,"change":true,"version":475,"size":10001,"names":{"10000":"m10000"},"moves":[14,10000],"view":97442,"from":474}`),
+		[]byte(`{"schema":3,"change":true,"version":2,"wait":[{"name":"w","since":"2026-11-26T00:00:00Z"}]}`),
+		[]byte(`{"change":true,"leader":null}`), []byte(`{"change":true,"Moves":[1]}`), []byte(`{"change":true,"moves":[]}`),
+		[]byte(`{"change":true,"names":{}}`), []byte(`{"change":true,"size":1e2}`), []byte(`{"change":true,"x":{"y":1}}`),
+		[]byte(`{"change":true,"gone":["a","b"],"unwait":[]}`), []byte(`{"change":1}`), []byte(`{"change":true,"version":1,"version":2}`),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, ok := parseRecord(b)
+		if !ok {
+			return
+		}
+		var want change
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatalf("parseRecord(%q) = %+v; encoding/json refuses it: %v", b, got, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("parseRecord(%q) = %+v; encoding/json: %+v", b, got, want)
+		}
+	})
+}
+
+// The records leaders write for joins and departures take parseRecord's
+// path.
+func TestLeadersRecordsParseFast(t *testing.T) {
+	size := 4
+	for _, c := range []change{
+		{Schema: 3, Change: true, Version: 5, Size: &size, Names: map[string]string{"3": "d"}, Moves: []int{1, 3, 9, 3},
+			transition: transition{View: 20, From: 4}},
+		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, transition: transition{View: 22, From: 5, Gone: []string{"d"}}},
+	} {
+		b := c.encode()
+		got, ok := parseRecord(b)
+		if !ok || !reflect.DeepEqual(got, c) {
+			t.Errorf("parseRecord(%s) = %+v, %v; want %+v", b, got, ok, c)
+		}
+	}
+}

@@ -135,8 +135,8 @@ func decodeRecord(value []byte) (change, bool) {
 	if !bytes.Contains(value, []byte(`"change"`)) {
 		return change{}, false
 	}
-	var c change
-	if json.Unmarshal(value, &c) != nil || !c.Change {
+	c, ok := parseRecord(value)
+	if !ok && json.Unmarshal(value, &c) != nil || !c.Change {
 		return change{}, false
 	}
 	return c, true
