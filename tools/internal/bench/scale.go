@@ -175,7 +175,7 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 	if cfg.LoadInterval == 0 {
 		cfg.LoadInterval = rink.DefaultLoadInterval
 	}
-	b := &Breadth{name: nextRink("scale"), cfg: cfg, members: map[string]*rink.Rink{}, log: &applyLog{last: map[string]applied{}}, rec: &recorder{}}
+	b := &Breadth{name: nextRink("scale"), cfg: cfg, members: map[string]*rink.Rink{}, log: &applyLog{last: map[string]applied{}}, rec: &recorder{noOthers: true}}
 	for range clients {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: env.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
