@@ -233,4 +233,14 @@ func TestNoteGoneByRecords(t *testing.T) {
 	if g := gone(); slices.Contains(g, left[0]) || slices.Contains(g, left[1]) || !slices.Contains(g, left[2]) {
 		t.Fatalf("after %s and %s came back: gone %v", left[0], left[1], g)
 	}
+	// A transition that says gone a member the record still ranks (at an
+	// index it did not touch, or one it placed it at) says nothing of it.
+	kept, moved := m.Members[1], m.Members[7]
+	next = depart(7)
+	next.Members = slices.Clone(next.Members)
+	next.Members = append(next.Members, moved) // (7 renamed away, and moved appended)
+	put(next, kept, moved)
+	if g := gone(); slices.Contains(g, kept) || slices.Contains(g, moved) {
+		t.Fatalf("%s and %s, still ranked, recorded as gone: %v", kept, moved, g)
+	}
 }

@@ -502,6 +502,22 @@ func (d *mapDelta) oldName(o int, names []string) string {
 	return ""
 }
 
+// places reports whether the record put name into the map after it, cur
+// (whose list has n names before it): at an index it renamed, or appended.
+func (d *mapDelta) places(name string, n int, cur []string) bool {
+	for i := range d.renames {
+		if i < len(cur) && cur[i] == name {
+			return true
+		}
+	}
+	for i := n; i < len(cur); i++ {
+		if cur[i] == name {
+			return true
+		}
+	}
+	return false
+}
+
 // appendsOnly reports whether every index names sets is at least n.
 func appendsOnly(names map[string]string, n int) bool {
 	for k := range names {
