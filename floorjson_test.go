@@ -58,7 +58,7 @@ func FuzzParseRecord(f *testing.F) {
 	leader, size, by := "m0000", 3, true
 	full := (&change{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
 		Moves: []int{5, 2, 7, 0}, Unwait: []string{"c"}, ByLoad: &by,
-		transition: transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}}}).encode()
+		transition: transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}, ByLeader: true}}).encode()
 	for _, s := range [][]byte{
 		full,
 		[]byte(`{"schema":3,"change":true,"version":475,"size":10001,"names":{"10000":"m10000"},"moves":[14,10000],"view":97442,"from":474}`),
@@ -90,7 +90,7 @@ func TestLeadersRecordsParseFast(t *testing.T) {
 	size := 4
 	for _, c := range []change{
 		{Schema: 3, Change: true, Version: 5, Size: &size, Names: map[string]string{"3": "d"}, Moves: []int{1, 3, 9, 3},
-			transition: transition{View: 20, From: 4}},
+			transition: transition{View: 20, From: 4, ByLeader: true}},
 		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, transition: transition{View: 22, From: 5, Gone: []string{"d"}}},
 	} {
 		b := c.encode()

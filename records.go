@@ -77,6 +77,13 @@ type transition struct {
 	// that name with another key fences before it applies the map: it
 	// follows its own key on a watch of its own, which may lag the map's.
 	Incs map[string]int64 `json:"incs,omitempty"`
+	// ByLeader says that a leader planned the map from its view of
+	// revision View, with its ghosts: Incs names every replaced name it
+	// knew of. A departing member's map (planned from its own view, which
+	// may know no ghost) and builds before it leave it out. A newcomer
+	// skips its check for an earlier incarnation of its name only on such
+	// a map (see checkOwnName).
+	ByLeader bool `json:"byLeader,omitempty"`
 }
 
 // transitionOf returns the transition a map key's value carries (zero:
@@ -92,6 +99,9 @@ func transitionOf(value []byte) transition {
 		i = j
 	}
 	if j := bytes.LastIndex(value, []byte(`"view":`)); i < 0 || j >= 0 && j < i {
+		i = j
+	}
+	if j := bytes.LastIndex(value, []byte(`"byLeader":`)); i < 0 || j >= 0 && j < i {
 		i = j
 	}
 	if i < 0 {

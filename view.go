@@ -356,7 +356,8 @@ func (r *Rink) watch() {
 // So this member lists the election keys once, and starts nothing until
 // every lease that campaigns under its name but is not its own is gone.
 //
-// Unless the map says its leader planned it from a view that held this
+// Unless the map says a leader planned it (t.ByLeader: not a departing
+// member, whose view may know no ghost) from a view that held this
 // process's key (t.View at or after the key's create revision) and knew
 // no earlier incarnation of the name (no t.Incs for it): a leader makes a
 // ghost of such an incarnation in the step that sees its key go, or its
@@ -376,7 +377,7 @@ func (r *Rink) checkOwnName(t transition) {
 	if st.view.wide || st.inc == nil || st.joins != 1 || st.cur.index(r.opts.member) < 0 && !st.cur.waits(r.opts.member) {
 		return // (the wide view finds such a ghost itself: see noteCandidates)
 	}
-	if _, replaced := t.Incs[r.opts.member]; !replaced && t.View != 0 && t.View >= st.inc.createRev {
+	if _, replaced := t.Incs[r.opts.member]; !replaced && t.ByLeader && t.View != 0 && t.View >= st.inc.createRev {
 		return
 	}
 	st.view.selfCheck = 1
