@@ -105,7 +105,7 @@ func sizes(name string, cfg config) []config {
 
 // scaleConfig is the scale scenario's configuration for its (first) size.
 func (cfg config) scaleConfig() bench.ScaleConfig {
-	return bench.ScaleConfig{Members: cfg.scaleMembers[0], Slots: cfg.scaleSlots, TTL: cfg.scaleTTL, Roles: cfg.scaleRoles, Profile: cfg.scaleProfile, LoadInterval: cfg.scaleLoadInterval, Writes: os.Stderr}
+	return bench.ScaleConfig{Members: cfg.scaleMembers[0], Slots: cfg.scaleSlots, TTL: cfg.scaleTTL, Roles: cfg.scaleRoles, Profile: cfg.scaleProfile, LoadInterval: cfg.scaleLoadInterval, Joins: cfg.scaleJoins, Writes: os.Stderr}
 }
 
 // about says, for a scenario's heading, what configuration it ran.
@@ -159,6 +159,7 @@ type config struct {
 
 	scaleMembers           []int
 	scaleRoles, scaleSlots int
+	scaleJoins             int // joins the scale scenario measures, one at a time (its time and CPU figures are their medians)
 	scaleTTL               time.Duration
 	scaleProfile           string
 	scaleLoadInterval      time.Duration // of the scale scenario's members: 0, the default; the tests shorten it
@@ -182,6 +183,7 @@ func main() {
 	flag.IntVar(&cfg.scaleSlots, "scale-slots", 0, "slots of the scale scenario's rink (0: the least power of two that is at least the members and 1024)")
 	flag.DurationVar(&cfg.scaleTTL, "scale-ttl", 0, "session TTL of the scale scenario's members (0: 10s, or 3 s per 1,000 members where that is longer, to keep renewals at 1,000 a second)")
 	flag.IntVar(&cfg.scaleRoles, "scale-roles", 100000, "roles of the scale scenario's depth part")
+	flag.IntVar(&cfg.scaleJoins, "scale-joins", 5, "joins the scale scenario measures, one at a time, the rink at rest between them: join_converge_s and join_cpu_ms are their medians (the cost counters are the first's)")
 	flag.StringVar(&cfg.scaleProfile, "scale-cpuprofile", "", "write a CPU profile of the scale scenario's one join (of its last run) to this file, one of its leave to the file with .leave added, and a heap and a goroutine profile of the rink built and at rest to the file with .heap and .goroutines added (with several -scale-members, to one file per size, named with the size)")
 	flag.IntVar(&cfg.loadRoles, "load-roles", 10000, "roles of the load scenarios")
 	flag.DurationVar(&cfg.shiftEvery, "shift-every", time.Minute, "how often the load-shift scenario draws a new hot set")
@@ -220,8 +222,11 @@ func run(out, errOut io.Writer, cfg config) error {
 	if cfg.shiftEvery == 0 {
 		cfg.shiftEvery, cfg.shifts = time.Minute, 10
 	}
-	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleRoles < 1 || cfg.loadRoles < 1 || cfg.shiftEvery < time.Second || cfg.shifts < 1 {
-		return fmt.Errorf("-runs, -handovers and -scale-roles must be at least 1, -hold above 0")
+	if cfg.scaleJoins == 0 {
+		cfg.scaleJoins = 1
+	}
+	if cfg.runs < 1 || cfg.handovers < 1 || cfg.hold <= 0 || cfg.scaleRoles < 1 || cfg.scaleJoins < 1 || cfg.loadRoles < 1 || cfg.shiftEvery < time.Second || cfg.shifts < 1 {
+		return fmt.Errorf("-runs, -handovers, -scale-roles and -scale-joins must be at least 1, -hold above 0")
 	}
 	if len(cfg.scaleMembers) == 0 {
 		return fmt.Errorf("-scale-members: no size")

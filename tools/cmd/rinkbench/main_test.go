@@ -57,7 +57,7 @@ var wantFigures = map[string][]string{
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
 	"drain":           {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
 	"scale": {"members", "slots", "ttl_s", "join_converge_s", "join_cpu_ms", "leave_converge_s", "kib_per_member", "setup_s",
-		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join"},
+		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join", "joins", "rest_cpu_ms_per_s", "join_cpu_min_ms", "join_cpu_max_ms"},
 }
 
 // memoryFigure names the scale figures that a rink of 3 or 5 members may
@@ -71,7 +71,7 @@ var memoryFigure = map[string]bool{"kib_per_member": true, "stack_kib_per_member
 func TestScaleSizes(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var out, errOut bytes.Buffer
-	if err := run(&out, &errOut, config{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{3, 5}, scaleRoles: 100, scaleLoadInterval: time.Second}); err != nil {
+	if err := run(&out, &errOut, config{scenario: "scale", runs: 1, handovers: 1, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{3, 5}, scaleRoles: 100, scaleLoadInterval: time.Second, scaleJoins: 2}); err != nil {
 		t.Fatalf("%v\n%s", err, errOut.String())
 	}
 	var members []float64
@@ -90,6 +90,9 @@ func TestScaleSizes(t *testing.T) {
 		}
 		if f := r.Figures["ttl_s"]; f.Max != 10 {
 			t.Errorf("ttl_s %+v", f)
+		}
+		if f := r.Figures["joins"]; f.Max != 2 {
+			t.Errorf("joins %+v", f)
 		}
 		// 3 or 5 members and a newcomer on 1,024 slots: the newcomer
 		// takes slots from every one of them.
