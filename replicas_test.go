@@ -1,0 +1,322 @@
+package rink
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// layoutOf returns a layout of n members (index i named m<i>, in zone
+// zones[i % len(zones)] if zones are given) with primaries dealt round
+// robin over slots.
+func layoutOf(k, n, slots int, zones ...string) *replicaLayout {
+	l := &replicaLayout{K: k, Primary: make([]int32, slots)}
+	for i := range n {
+		l.Members = append(l.Members, fmt.Sprintf("m%d", i))
+		z := ""
+		if len(zones) > 0 {
+			z = zones[i%len(zones)]
+		}
+		l.Zone = append(l.Zone, z)
+	}
+	for s := range slots {
+		l.Primary[s] = int32(s % n)
+	}
+	return l
+}
+
+// checkReplicas fails t unless sec is a valid placement under l: no member
+// twice on a slot, every slot filled, as many distinct zones as allowed.
+func checkReplicas(t testing.TB, l *replicaLayout, sec secondaryTable) {
+	t.Helper()
+	live, zones := 0, map[string]bool{}
+	for i := range l.Members {
+		if l.live(i) {
+			live++
+			zones[l.zone(i)] = true
+		}
+	}
+	want := 0
+	if l.K > 1 && live >= 2 {
+		want = min(l.K-1, live-1)
+	}
+	for s := range l.Primary {
+		p := int(l.Primary[s])
+		seen := map[int32]bool{l.Primary[s]: true}
+		used := map[string]bool{l.zone(p): true}
+		n := 0
+		for r, x := range sec[s] {
+			if x < 0 {
+				if slices.ContainsFunc(sec[s][r:], func(y int32) bool { return y >= 0 }) {
+					t.Fatalf("slot %d: a gap in its secondaries %v", s, sec[s])
+				}
+				break
+			}
+			if !l.live(int(x)) {
+				t.Fatalf("slot %d: secondary %d is not live", s, x)
+			}
+			if seen[x] {
+				t.Fatalf("slot %d: member %d holds two replicas (primary %d, secondaries %v)", s, x, p, sec[s])
+			}
+			seen[x] = true
+			used[l.zone(int(x))] = true
+			n++
+		}
+		if n != want {
+			t.Fatalf("slot %d: %d secondaries, want %d (%v)", s, n, want, sec[s])
+		}
+		if l.live(p) && len(used) < min(n+1, len(zones)) {
+			t.Fatalf("slot %d: replicas in %d zones, want %d (primary %d, secondaries %v, zones %v)", s, len(used), min(n+1, len(zones)), p, sec[s], l.Zone)
+		}
+	}
+}
+
+// secondaryCounts returns each member's secondaries in sec.
+func secondaryCounts(l *replicaLayout, sec secondaryTable) []int {
+	c := make([]int, len(l.Members))
+	for _, row := range sec {
+		for _, x := range row {
+			if x >= 0 {
+				c[x]++
+			}
+		}
+	}
+	return c
+}
+
+// movedSecondaries counts the (slot, member) secondary holdings in b that a lacks.
+func movedSecondaries(a, b secondaryTable) int {
+	n := 0
+	for s := range b {
+		for _, x := range b[s] {
+			if x >= 0 && (s >= len(a) || !slices.Contains(a[s], x)) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestPlaceSecondaries(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		k, n, slots  int
+		zones        []string
+		maxOverShare float64 // most secondaries a member may hold above its share
+	}{
+		{"one replica", 1, 5, 64, nil, 0},
+		{"one member", 3, 1, 64, nil, 0},
+		{"two replicas", 2, 5, 1024, nil, 1},
+		{"three replicas", 3, 7, 1024, nil, 1},
+		{"more replicas than members", 5, 3, 64, nil, 1},
+		{"three zones, three each", 2, 9, 1024, []string{"a", "b", "c"}, 1},
+		{"two zones, three replicas", 3, 6, 256, []string{"a", "b"}, 1},
+		{"three zones, one member short", 3, 8, 256, []string{"a", "b", "c"}, math.Inf(1)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := layoutOf(c.k, c.n, c.slots, c.zones...)
+			sec := placeSecondaries(l, nil)
+			checkReplicas(t, l, sec)
+			if again := placeSecondaries(l, sec); movedSecondaries(sec, again) != 0 || !slices.EqualFunc(sec, again, slices.Equal) {
+				t.Fatalf("placing again moved %d secondaries", movedSecondaries(sec, again))
+			}
+			total := 0
+			for _, x := range secondaryCounts(l, sec) {
+				total += x
+			}
+			live := make([]int, c.n)
+			for i := range live {
+				live[i] = i
+			}
+			shares := secondaryShares(l, live, total)
+			for i, x := range secondaryCounts(l, sec) {
+				if float64(x) > shares[i]+c.maxOverShare {
+					t.Errorf("member %d holds %d secondaries, share %.1f", i, x, shares[i])
+				}
+			}
+		})
+	}
+}
+
+// A departure moves the departed member's secondaries and nothing else,
+// and its primaries go to their oldest secondaries.
+func TestReplicasDeparture(t *testing.T) {
+	l := layoutOf(3, 7, 1024)
+	sec := placeSecondaries(l, nil)
+	held := secondaryCounts(l, sec)[4]
+	var primaries []int
+	for s, p := range l.Primary {
+		if p == 4 {
+			primaries = append(primaries, s)
+		}
+	}
+	oldest := map[int]int32{}
+	for _, s := range primaries {
+		oldest[s] = sec[s][0]
+	}
+
+	l.Members[4] = ""
+	next := sec.clone()
+	promoted := promote(l, next)
+	if !slices.Equal(promoted, primaries) {
+		t.Fatalf("promoted %v, want the departed member's primaries %v", promoted, primaries)
+	}
+	for _, s := range primaries {
+		if l.Primary[s] != oldest[s] {
+			t.Fatalf("slot %d went to %d, not to its oldest secondary %d", s, l.Primary[s], oldest[s])
+		}
+	}
+	next = placeSecondaries(l, next)
+	checkReplicas(t, l, next)
+	if got, want := movedSecondaries(sec, next), held+len(primaries); got != want {
+		t.Fatalf("%d secondaries moved; want the departed member's %d and one for each of its %d promoted primaries", got, held, len(primaries))
+	}
+}
+
+// A newcomer takes its share of the secondaries from the members above
+// theirs, and no more moves.
+func TestReplicasJoin(t *testing.T) {
+	l := layoutOf(2, 6, 1024)
+	sec := placeSecondaries(l, nil)
+	l.Members = append(l.Members, "m6")
+	l.Zone = append(l.Zone, "")
+	next := placeSecondaries(l, sec)
+	checkReplicas(t, l, next)
+	got := secondaryCounts(l, next)[6]
+	if share := 1024.0 / 7; float64(got) < math.Floor(share)-1 {
+		t.Fatalf("the newcomer holds %d secondaries, share %.1f", got, share)
+	}
+	if moved := movedSecondaries(sec, next); moved != got {
+		t.Fatalf("%d secondaries moved; the newcomer took %d", moved, got)
+	}
+}
+
+// Losing a zone moves only what its members held, and every primary it
+// held goes to a secondary in another zone.
+func TestReplicasZoneLoss(t *testing.T) {
+	l := layoutOf(2, 9, 1024, "a", "b", "c")
+	sec := placeSecondaries(l, nil)
+	lost := 0
+	var primaries []int
+	for i := range l.Members {
+		if l.Zone[i] == "c" {
+			lost += secondaryCounts(l, sec)[i]
+			for s, p := range l.Primary {
+				if int(p) == i {
+					primaries = append(primaries, s)
+				}
+			}
+			l.Members[i] = ""
+		}
+	}
+	next := sec.clone()
+	promoted := promote(l, next)
+	slices.Sort(primaries)
+	if !slices.Equal(promoted, primaries) {
+		t.Fatalf("promoted %d slots, want the lost zone's %d primaries", len(promoted), len(primaries))
+	}
+	for _, s := range promoted {
+		if z := l.Zone[l.Primary[s]]; z == "c" {
+			t.Fatalf("slot %d promoted within the lost zone", s)
+		}
+	}
+	next = placeSecondaries(l, next)
+	checkReplicas(t, l, next)
+	if got, want := movedSecondaries(sec, next), lost+len(primaries); got != want {
+		t.Fatalf("%d secondaries moved, want %d (the lost zone's) + %d (promoted primaries')", got, lost, len(primaries))
+	}
+}
+
+// FuzzPlaceSecondaries places secondaries for random layouts and earlier
+// tables, including invalid entries, and checks the rules of
+// placeSecondaries, and that placing again changes nothing.
+func FuzzPlaceSecondaries(f *testing.F) {
+	f.Add(uint64(1), uint8(2), uint8(5), uint8(3))
+	f.Add(uint64(7), uint8(3), uint8(9), uint8(3))
+	f.Add(uint64(9), uint8(4), uint8(3), uint8(1))
+	f.Fuzz(func(t *testing.T, seed uint64, k, n, nz uint8) {
+		rng := rand.New(rand.NewPCG(seed, seed>>1))
+		K, N := 1+int(k%5), 1+int(n%12)
+		slots := 1 + rng.IntN(96)
+		var zones []string
+		for z := range int(nz % 5) {
+			zones = append(zones, string(rune('a'+z)))
+		}
+		l := &replicaLayout{K: K, Primary: make([]int32, slots)}
+		for i := range N {
+			name := fmt.Sprintf("m%d", i)
+			if rng.IntN(6) == 0 {
+				name = "" // vacated
+			}
+			l.Members = append(l.Members, name)
+			z := ""
+			if len(zones) > 0 {
+				z = zones[rng.IntN(len(zones))]
+			}
+			l.Zone = append(l.Zone, z)
+			l.Capacity = append(l.Capacity, float64(1+rng.IntN(3)))
+		}
+		for s := range l.Primary {
+			l.Primary[s] = int32(rng.IntN(N+2) - 1) // -1 and N: out of range
+		}
+		prev := newSecondaryTable(slots, 1+rng.IntN(6))
+		for _, row := range prev {
+			for r := range row {
+				row[r] = int32(rng.IntN(N+2) - 1)
+			}
+		}
+		promote(l, prev)
+		// The primary planner gives every slot a live primary when one lives.
+		var live []int32
+		for i := range l.Members {
+			if l.live(i) {
+				live = append(live, int32(i))
+			}
+		}
+		for s, p := range l.Primary {
+			if !l.live(int(p)) && len(live) > 0 {
+				l.Primary[s] = live[rng.IntN(len(live))]
+			}
+		}
+		// No zones, equal capacities and primaries dealt evenly (as plan
+		// deals them): the secondaries are balanced too.
+		plain := len(zones) == 0 && seed%2 == 0
+		if plain {
+			clear(l.Capacity)
+			for s := range l.Primary {
+				if len(live) > 0 {
+					l.Primary[s] = live[s%len(live)]
+				}
+			}
+		}
+		sec := placeSecondaries(l, prev)
+		checkReplicas(t, l, sec)
+		if plain && len(live) > 1 {
+			got, total := secondaryCounts(l, sec), 0
+			for _, x := range got {
+				total += x
+			}
+			idx := make([]int, len(live))
+			for i, x := range live {
+				idx[i] = int(x)
+			}
+			shares := secondaryShares(l, idx, total)
+			for _, i := range idx {
+				if float64(got[i]) > math.Ceil(shares[i])+1 {
+					t.Fatalf("member %d holds %d secondaries, share %.2f (counts %v)", i, got[i], shares[i], got)
+				}
+			}
+		}
+		if again := placeSecondaries(l, sec); !slices.EqualFunc(sec, again, slices.Equal) {
+			for s := range sec {
+				if !slices.Equal(sec[s], again[s]) {
+					t.Logf("slot %d primary %d (zone %q): %v -> %v", s, l.Primary[s], l.zone(int(l.Primary[s])), sec[s], again[s])
+				}
+			}
+			t.Logf("members %q zones %q caps %v counts %v -> %v", l.Members, l.Zone, l.Capacity, secondaryCounts(l, sec), secondaryCounts(l, again))
+			t.Fatalf("placing again changed %d secondaries", movedSecondaries(sec, again))
+		}
+	})
+}
