@@ -52,55 +52,25 @@ func parseFloor(b []byte) (f ackFloor, ok bool) {
 // a key that only case tells from one of them: encoding/json would set
 // that field.
 func eachField(b []byte, fields []string, value func(key string, field int, start int) (end int, ok bool)) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
-	i = skipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return skipSpace(b, i+1) == len(b)
-	}
 	var seen uint64 // (bit k: fields[k] was set)
-	for {
-		key, next, ok := plainString(b, i)
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, next)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
+	end, ok := eachEntry(b, skipSpace(b, 0), func(key string, start int) (int, bool) {
 		field := -1
 		for k, name := range fields {
 			if name == key {
 				field = k
 			} else if len(name) == len(key) && bytes.EqualFold([]byte(name), []byte(key)) {
-				return false
+				return 0, false
 			}
 		}
 		if field >= 0 {
 			if seen&(1<<field) != 0 {
-				return false
+				return 0, false
 			}
 			seen |= 1 << field
 		}
-		end, ok := value(key, field, skipSpace(b, i+1))
-		if !ok {
-			return false
-		}
-		i = skipSpace(b, end)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			i = skipSpace(b, i+1)
-		case '}':
-			return skipSpace(b, i+1) == len(b)
-		default:
-			return false
-		}
-	}
+		return value(key, field, start)
+	})
+	return ok && skipSpace(b, end) == len(b)
 }
 
 // set sets the scalar field named key to the JSON value v, and reports
