@@ -62,8 +62,8 @@ type applyLog struct {
 	// is: converged answers "not yet" from it without a pass over every
 	// member. (It polls every millisecond while a change spreads, inside
 	// the window whose CPU Run measures: a pass over 10,000 names per poll
-	// was the benchmark's own cost, about a third of a core, and grew with
-	// the rink times the window.)
+	// was the benchmark's own cost, 5 % of the window's CPU in a profile of
+	// a 10,000-member join, and grew with the rink times the window.)
 	at map[int64]int
 }
 
@@ -1090,11 +1090,11 @@ type ScaleConfig struct {
 // ScaleTTL lets the breadth part's members make: a member renews every
 // third of its TTL, and a renewal (clientv3's KeepAliveOnce, a stream of
 // its own) costs, client and etcd together in one process on the 2-core
-// machine the benchmarks run on, about 0.4 ms of CPU (the rink at rest,
-// figure rest_cpu_ms_per_s: 0.2 s a second at 1,000 members renewing 300
-// times a second, 0.55 s at 10,000 renewing 1,000 times). So 1,000 a
-// second take a quarter of the machine, which a member's own host would
-// not pay.
+// machine the benchmarks run on, 0.4 to 1 ms of CPU (the rink at rest,
+// figure rest_cpu_ms_per_s: 0.13 to 0.29 s a second at 1,000 members
+// renewing 300 times a second, 0.40 to 0.66 s at 10,000 renewing 1,000
+// times). So 1,000 a second take a quarter of the machine, which a
+// member's own host would not pay.
 const ScaleRenewalsPerSecond = 1000
 
 // ScaleTTL is the session TTL the scale scenario gives n members: the
