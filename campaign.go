@@ -19,14 +19,16 @@ import (
 // it (a stray), and otherwise waits until it is put or deleted.
 //
 // The key below is found in two steps: a listing of keys alone, sorted by
-// create revision, which etcd answers from its index without reading a
-// value (every election key, 10,000 at 10,000 members, for every joiner);
-// then a read of that one key, whose lease tells a candidate from a stray
-// (a listing of keys alone says no lease).
+// create revision, which etcd answers by reading every election key
+// (10,000 at 10,000 members), then a read of that one key, whose lease
+// tells a candidate from a stray (a listing of keys alone says no lease).
+// A newcomer skips the listing: it reads the key its join found in the
+// tail (see candidacyHint), and lists only if that key no longer holds.
 type campaigner struct {
 	inc      *incarnation
-	key      string // our election key
-	member   string // our member name: the key's value
+	hint     candidacyHint // the join's (see candidacyHint); zero once used
+	key      string        // our election key
+	member   string        // our member name: the key's value
 	k        keys
 	log      *zap.Logger
 	stage    campaignStage
@@ -48,7 +50,28 @@ const (
 )
 
 func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *campaigner {
-	return &campaigner{inc: inc, key: k.electionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
+	return &campaigner{inc: inc, hint: inc.hint, key: k.electionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
+}
+
+// candidacyHint is the newest candidacy before ours, as our join read it
+// from the tail key, which every join names its own election key in, in
+// the transaction that creates it (see joinTxn): that key, and the
+// revision of that join, the key's create revision. A campaign waits for
+// it, once a read shows it still there and made then, instead of listing
+// the election keys to find the one just below its own: etcd answers a
+// listing sorted by create revision by reading every election key, and
+// building a rink of 10,000 made one per member.
+//
+// Waiting for any candidate with a lower create revision than ours is as
+// safe as waiting for the one just below: a campaign is won only by a
+// listing that finds no key below, and the key waited for is below ours
+// while it lasts; once it changes, the campaign lists as etcd's recipe
+// does. It stays live as the recipe does: every key waited for belongs to
+// a candidate, or is listed anew. Joins of releases that do not write the
+// tail key leave it naming an older candidacy, which is no less safe.
+type candidacyHint struct {
+	key string
+	rev int64
 }
 
 // next returns what to do at now: a transaction to send (then replied),
@@ -106,6 +129,10 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 			c.rev = kvs[0].CreateRevision
 		}
 		c.stage = campaignList
+		if h := c.hint; h.key != "" && h.key != c.key && h.rev < c.rev && c.k.isElection(h.key) {
+			c.below, c.stage = &mvccpb.KeyValue{Key: []byte(h.key), CreateRevision: h.rev}, campaignPeek
+		}
+		c.hint = candidacyHint{}
 	case campaignList:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {

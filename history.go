@@ -25,8 +25,8 @@ import (
 // owner of s in the map of seq v (from ≤ v ≤ top) is the name of the last
 // entry whose seq ≤ v; order lists (seq, slot) for every entry added
 // after a slot's first, by rising seq, from the oldest not yet pruned.
-// Entries below from are dropped lazily (see prune), keeping the one in
-// force at from.
+// Entries below from are dropped when a prune passes them in order,
+// keeping the one in force at from.
 type slotHistory struct {
 	from, top int64
 	curTable  slotTable // the newest map's table (shared)
@@ -35,6 +35,9 @@ type slotHistory struct {
 	entries   int          // entries over all slots, for prune
 	order     []slotChange // see the invariants
 	block     []ownerSince // what carve cuts slots' first entries from
+	// pruneWork counts the slots prune's compaction looked at, for the
+	// cost test (see TestSlotHistoryPruneCostFollowsTheChange).
+	pruneWork int
 	// lazy is a whole map added after top and not yet compared with it
 	// (seq 0: none; see settle). Every method settles it first, but
 	// owners for maps up to top, which it does not change: a member that
@@ -217,8 +220,10 @@ func (h *slotHistory) keepingAtMost(n int) int64 {
 // prune forgets the maps below seq low: a later check that needs them
 // fails, which is safe (the caller waits). A slot that has not changed
 // since low goes whole (its owner is the newest map's); of the others,
-// entries are dropped once they are as many again as the slots that
-// moved. Each costs O(1) amortized per entry added.
+// only those with an entry that low passed are looked at, and keep their
+// entries from the one in force at low. It costs O(log) per entry that a
+// prune passes, and each entry is passed once: a floor that rises by one
+// map at a time no longer costs a pass over every slot the history keeps.
 func (h *slotHistory) prune(low int64) {
 	h.settle()
 	if h.top == 0 || low <= h.from {
@@ -232,28 +237,27 @@ func (h *slotHistory) prune(low int64) {
 	n := 0
 	for n < len(h.order) && h.order[n].seq <= low {
 		c := h.order[n]
-		if l := h.changes[c.slot]; len(l) > 0 && l[len(l)-1].seq == c.seq {
+		n++
+		l := h.changes[c.slot]
+		if len(l) == 0 {
+			continue
+		}
+		if l[len(l)-1].seq == c.seq {
 			// Its owner since c.seq ≤ low is the newest map's.
 			h.entries -= len(l)
 			delete(h.changes, c.slot)
+			continue
 		}
-		n++
-	}
-	if n > 0 {
-		h.order = append(h.order[:0], h.order[n:]...)
-	}
-	if h.entries <= 2*len(h.changes) {
-		return
-	}
-	h.entries = 0
-	for s, l := range h.changes {
-		i := sort.Search(len(l), func(i int) bool { return l[i].seq > low }) - 1 // the entry in force at low
+		// Entries before the one in force at low go (at c.seq ≤ low a
+		// later entry exists, so the slot stays).
+		h.pruneWork++
+		i := sort.Search(len(l), func(i int) bool { return l[i].seq > low }) - 1
 		if i > 0 {
-			l = append(l[:0], l[i:]...)
-			h.changes[s] = l
+			h.entries -= i
+			h.changes[c.slot] = append(l[:0], l[i:]...)
 		}
-		h.entries += len(l)
 	}
+	h.order = h.order[n:] // (append moves what is left when it grows: O(1) amortized, where a copy here cost every prune the whole list)
 }
 
 // owners calls f with the owners of slot s in the maps of seq a to g-1,

@@ -49,7 +49,7 @@ func validName(name string, slashes bool) string {
 		switch seg {
 		case "":
 			return "contains '//'"
-		case "members", "election", "map", "acks", "floor", ".load", ".map":
+		case "members", "election", "map", "acks", "floor", ".load", ".map", ".tail":
 			// rink/X/members/... would be rink X's own member keys.
 			return fmt.Sprintf("contains the reserved segment %q", seg)
 		}
@@ -91,6 +91,7 @@ func (k keys) load(name string) string      { return k.prefix + ".load/" + name 
 func (k keys) loads() string                { return k.prefix + ".load/" }
 func (k keys) isLoad(key string) bool       { return strings.HasPrefix(key, k.loads()) }
 func (k keys) loadName(key string) string   { return strings.TrimPrefix(key, k.loads()) }
+func (k keys) tail() string                 { return k.prefix + ".tail" }
 
 // narrowed returns the key range a member follows in the narrow view (see
 // view.go): the floor key and the map key, which sort next to each other.

@@ -87,6 +87,7 @@ func TestBadInput(t *testing.T) {
 		{"reserved segment election", cli, "orders/election/x", nil, ErrInvalidName},
 		{"reserved segment map", cli, "map", nil, ErrInvalidName},
 		{"reserved segment .load", cli, "orders/.load", nil, ErrInvalidName},
+		{"reserved segment .tail", cli, "orders/.tail", nil, ErrInvalidName},
 		{"member with slash", cli, "x", []Option{WithMemberName("a/b")}, ErrInvalidName},
 		{"member with space", cli, "x", []Option{WithMemberName("a b")}, ErrInvalidName},
 		{"short TTL", cli, "x", []Option{WithSessionTTL(time.Second)}, ErrInvalidOption},

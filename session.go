@@ -34,7 +34,11 @@ type incarnation struct {
 	// was created (nil: none, as after a resume): the reporter's first.
 	// Set before the incarnation is handed to the run goroutine.
 	joinLoad *loadReport
-	clock    func() int64 // the simulator's fence clock (nil: fenceClock)
+	// hint is the newest candidacy before ours, as the join that created
+	// the member key read it (zero: none, as after a resume; see
+	// candidacyHint). Set before the incarnation is handed on.
+	hint  candidacyHint
+	clock func() int64 // the simulator's fence clock (nil: fenceClock)
 }
 
 // monoBase anchors a process-wide monotonic clock: durations since it are
@@ -158,7 +162,7 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
 		inc := r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline)
-		inc.joinLoad = &first
+		inc.joinLoad, inc.hint = &first, r.hintOf(resp)
 		return inc, nil
 	}
 }
@@ -186,16 +190,33 @@ func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
 }
 
 // joinTxn creates the member key bound to lease, if the name is free, with
-// its candidacy and its first load summary (returned).
+// its candidacy and its first load summary (returned); it reads the
+// newest candidacy before its own from the tail key, and names its own
+// there (see candidacyHint and hintOf).
 func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, loadReport) {
 	key := r.keys.member(r.opts.member)
 	first := loadReport{Unmeasured: true}
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))},
 		Success: []*etcdserverpb.RequestOp{putOp(key, memberValue(r.opts.capacity), lease), r.candidacy(lease),
-			putOp(r.keys.load(r.opts.member), string(first.encode()), lease)},
+			putOp(r.keys.load(r.opts.member), string(first.encode()), lease),
+			getOp(r.keys.tail()), putOp(r.keys.tail(), r.keys.electionKey(lease), lease)},
 		Failure: []*etcdserverpb.RequestOp{getOp(key)},
 	}, first
+}
+
+// hintOf returns the candidacy that the tail key named when joinTxn's
+// answer resp read it: an election key, and the revision of the join that
+// wrote both (zero: none, or not one a join wrote).
+func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) candidacyHint {
+	if len(resp.Responses) < 4 {
+		return candidacyHint{}
+	}
+	kvs := resp.Responses[3].GetResponseRange().GetKvs()
+	if len(kvs) != 1 || !r.keys.isElection(string(kvs[0].Value)) {
+		return candidacyHint{}
+	}
+	return candidacyHint{key: string(kvs[0].Value), rev: kvs[0].ModRevision}
 }
 
 // resumeTxn rebinds old's member key to lease, if it is still old's (see

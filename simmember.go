@@ -401,7 +401,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 			}
 			inc := m.begin(clientv3.LeaseID(grant.ID), createRev, resp.Header.Revision, sent, deadline)
 			if old == nil {
-				inc.joinLoad = &first
+				inc.joinLoad, inc.hint = &first, r.hintOf(resp)
 			}
 			then(inc)
 		})
