@@ -193,6 +193,24 @@ func TestJoinsListNoCandidates(t *testing.T) {
 	if n := listings.Load(); n > 1 {
 		t.Fatalf("%d listings of the election keys for %d joins, want at most 1", n, len(ms))
 	}
+	// A tail put by hand (not an election key; an election key with the
+	// revision of the put, not of its creation; a key that is not there)
+	// costs the next joiner a listing, and nothing else.
+	k := newKeys(name)
+	resp, err := cli.Get(context.Background(), k.election(), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatal("no election key", err)
+	}
+	for i, val := range []string{"garbage", string(resp.Kvs[0].Key), k.electionKey(0x7777)} {
+		if _, err := cli.Put(context.Background(), k.tail(), val); err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, join(t, cli, name, WithMemberName(fmt.Sprintf("h%d", i))))
+		waitSettled(t, ms...)
+	}
+	if n := listings.Load(); n > 4 {
+		t.Fatalf("%d listings of the election keys after 3 joins that found a tail put by hand, want at most 4", n)
+	}
 	// The leader's successor takes over (it waits for the key its join
 	// found), and the rink goes on.
 	if err := ms[0].Shutdown(context.Background()); err != nil {

@@ -242,6 +242,7 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		}()
 	}
 	wg.Wait()
+	joined := time.Since(began)
 	b.next, b.order = n, nil
 	for i := 0; i < n; i++ {
 		if name := fmt.Sprintf("m%04d", i); b.members[name] != nil {
@@ -258,6 +259,8 @@ func NewBreadth(env Env, n, clients int, cfg BreadthConfig) (*Breadth, error) {
 		return nil, err
 	}
 	b.SetupTime = time.Since(began)
+	fmt.Fprintf(os.Stderr, "%s setup of %d members: every New returned after %.1f s, every member applied one map ranking all after %.1f s\n",
+		time.Now().Format("15:04:05.000"), n, joined.Seconds(), b.SetupTime.Seconds())
 	b.heap0, b.stack0, b.g0 = heap0, stack0, g0
 	return b, nil
 }

@@ -91,7 +91,9 @@ var strayKeys = [][2]string{
 	{"members/x/y", "{}"},  // a name with a slash
 	{"garbage", "garbage"}, // a key rink does not know
 	{"election/zz-garbage", "\xff\x00not a member name"}, // an election key of no lease
-	{"members/zz", "{}"}, // a member key of no lease
+	{"members/zz", "{}"},             // a member key of no lease
+	{".tail", "garbage"},             // a tail (see candidacyHint) that names no election key
+	{".tail", "rink/sim/election/1"}, // one that names a key put now, or none
 }
 
 // Run plays the history of seed: members join, faults are drawn for
