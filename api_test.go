@@ -29,7 +29,10 @@ func TestEventKindString(t *testing.T) {
 		{EventDrained, "drained"},
 		{EventDrainTimedOut, "drain-timed-out"},
 		{EventIncoming, "incoming"},
-		{EventSettled + 1, "EventKind(12)"},
+		{EventSettled, "settled"},
+		{EventSecondaryAcquired, "secondary-acquired"},
+		{EventSecondaryReleased, "secondary-released"},
+		{EventSecondaryReleased + 1, "EventKind(14)"},
 		{-1, "EventKind(-1)"},
 	} {
 		if got := tc.kind.String(); got != tc.want {

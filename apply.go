@@ -123,7 +123,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if inPlace {
 		r.ownersMu.Lock()
 	}
-	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.opts.slots, st.lead == nil, inPlace, rec)
+	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.geometry(), st.lead == nil, inPlace, rec)
 	if inPlace {
 		if err == nil {
 			r.owners.Store(&m) // (with the table written: the old map's members may not cover its entries)
@@ -191,6 +191,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 			e := st.mine.of(s)
 			e.gain, e.gainRev = kv.Version, kv.ModRevision
 		}
+		r.regainReplicas(kv.Version, kv.ModRevision)
 	}
 	began := r.now()
 	st.lineage = kv.CreateRevision

@@ -141,12 +141,15 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	key := r.keys.member(self)
 	cur := d.cur
 	live := deleteName(withGhosts(d.ghosts, speakers(liveByAge(d.members), d.members, cur.Schema), d.members, cur), self)
+	leavers := []string{self}
 	for _, name := range live {
 		if d.members[name].leaving {
 			live = deleteName(live, name) // it is on its way out: no heir
+			leavers = append(leavers, name)
 		}
 	}
-	next := plan(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad})
+	next := planMap(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
+		Replicas: cur.replicas(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol
 	if r.st.lead != nil {
@@ -213,11 +216,11 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 		case r.keys.isMember(k):
 			if name, ok := r.keys.liveMember(kv); ok {
 				protocols, capacity := metaOf(kv.Value)
-				d.members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value)}
+				d.members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value), zone: zoneOf(kv.Value)}
 			}
 			ours = ours || k == key && kv.CreateRevision == d.createRev && clientv3.LeaseID(kv.Lease) == d.lease
 		case r.keys.isMap(k):
-			m, err := readMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.opts.slots)
+			m, err := readMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
 			if kv.ModRevision == prevRev {
 				m, err = d.cur, nil // (the guard failed on the member keys)
 			}

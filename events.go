@@ -50,28 +50,39 @@ const (
 	// EventSettled: the rink came to rest, as this member sees it (see
 	// Rank.Settled). Version (the map's) and Rank are set.
 	EventSettled
+	// EventSecondaryAcquired: this member started holding a slot as a
+	// secondary (see WithReplicas). Slot and Wait are set.
+	EventSecondaryAcquired
+	// EventSecondaryReleased: this member stopped holding a slot as a
+	// secondary: it left the slot's replicas (cause ErrRoleMoved), holds
+	// its primary now (ErrPromoted), was fenced or shut down. Slot and
+	// Cause are set.
+	EventSecondaryReleased
 )
 
 // eventKindNames are the names String gives the kinds of Event.
 var eventKindNames = [...]string{
-	EventAcquired:      "acquired",
-	EventReleased:      "released",
-	EventFenced:        "fenced",
-	EventRejoined:      "rejoined",
-	EventMapApplied:    "map-applied",
-	EventRankChanged:   "rank-changed",
-	EventLoadReported:  "load-reported",
-	EventLoadBalanced:  "load-balanced",
-	EventDrained:       "drained",
-	EventDrainTimedOut: "drain-timed-out",
-	EventIncoming:      "incoming",
-	EventSettled:       "settled",
+	EventAcquired:          "acquired",
+	EventReleased:          "released",
+	EventFenced:            "fenced",
+	EventRejoined:          "rejoined",
+	EventMapApplied:        "map-applied",
+	EventRankChanged:       "rank-changed",
+	EventLoadReported:      "load-reported",
+	EventLoadBalanced:      "load-balanced",
+	EventDrained:           "drained",
+	EventDrainTimedOut:     "drain-timed-out",
+	EventIncoming:          "incoming",
+	EventSettled:           "settled",
+	EventSecondaryAcquired: "secondary-acquired",
+	EventSecondaryReleased: "secondary-released",
 }
 
 // String returns the kind's name in lowercase words, for logs and labels:
 // "acquired", "released", "fenced", "rejoined", "map-applied",
 // "rank-changed", "load-reported", "load-balanced", "drained",
-// "drain-timed-out", "incoming" or "settled". A value that is not one of the kinds prints as
+// "drain-timed-out", "incoming", "settled", "secondary-acquired" or
+// "secondary-released". A value that is not one of the kinds prints as
 // "EventKind(N)".
 func (k EventKind) String() string {
 	if k >= 0 && int(k) < len(eventKindNames) {

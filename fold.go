@@ -48,6 +48,7 @@ type memberInfo struct {
 	protocols []int   // the protocols the member speaks (see protocol.go)
 	capacity  float64 // the member's capacity (see WithCapacity)
 	leaving   bool    // the member is leaving with a warm-up (see warmup.go)
+	zone      string  // the member's failure domain (see WithZone)
 }
 
 // electInfo is an election key in a view.
@@ -289,7 +290,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		old, existed := st.members[name]
 		protocols, capacity := metaOf(kv.Value)
 		leaving := leavingOf(kv.Value)
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving}
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving, zone: zoneOf(kv.Value)}
 		st.touched[name] = true
 		if !existed {
 			delete(st.unlisted, name)

@@ -49,7 +49,7 @@ type slotHistory struct {
 // lazyMap is a whole map that add has not compared yet (see settle).
 type lazyMap struct {
 	seq   int64
-	slots int
+	slots int // the table's entries (see rankMap.tableLen)
 	table slotTable
 	names []string
 }
@@ -129,7 +129,7 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 			}
 		}
 	} else {
-		h.lazy = lazyMap{seq: seq, slots: m.Slots, table: m.Table, names: m.Members}
+		h.lazy = lazyMap{seq: seq, slots: m.tableLen(), table: m.Table, names: m.Members}
 		return
 	}
 	h.top = seq
@@ -147,7 +147,7 @@ func (h *slotHistory) settle() {
 		return
 	}
 	h.lazy = lazyMap{}
-	m := rankMap{Slots: l.slots, Table: l.table, Members: l.names}
+	m := rankMap{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
 	// (A whole map's table is its own: the newest map's, which curTable
 	// holds, was not written over, and gives each slot's owner in it, as
 	// its last entry does.)

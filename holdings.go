@@ -154,6 +154,7 @@ func (r *Rink) dropPending() {
 		st.mine.disown(s)
 	}
 	st.pending.clear()
+	r.dropWaitingReplicas()
 }
 
 // reconcile brings the per-slot ownership in line with the applied map:
@@ -169,9 +170,10 @@ func (r *Rink) reconcileSlots(only []int) {
 	// runs on the path of every handover).
 	S := r.opts.slots
 	idx := -1
-	if mine && len(st.cur.Table) == S {
+	if mine && len(st.cur.Table) == st.cur.tableLen() && st.cur.Slots == S {
 		idx = r.rankedIndex(r.opts.member)
 	}
+	defer r.reconcileReplicas(only, idx) // (after the primaries: only is the record's rows, nil for all)
 	switch {
 	case idx < 0:
 		// Nothing is ours: only the slots that were can change (whatever
@@ -185,7 +187,7 @@ func (r *Rink) reconcileSlots(only []int) {
 		// a pass of integer comparisons over the table, not a lookup per
 		// slot (this runs on the path of a handover).
 		only = []int{}
-		for s, o := range st.cur.Table {
+		for s, o := range st.cur.Table[:S] {
 			if int(o) == idx {
 				only = append(only, s)
 			}
@@ -224,6 +226,7 @@ func (r *Rink) reconcileSlots(only []int) {
 		}
 		if st.mine.isHeld(s) {
 			r.release(s, ErrRoleMoved)
+			st.exposeDue = true // (a secondary, if still among the slot's replicas)
 		}
 		st.mine.disown(s)
 	}
@@ -243,7 +246,13 @@ func (r *Rink) settleHistory() {
 func (r *Rink) tryAcquire() {
 	st := &r.st
 	defer r.settleHistory()
-	if st.pending.n == 0 || st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+	if st.inc == nil || !st.selfSeen || st.incompatible != nil || st.stopping || st.inc.ctx.Err() != nil {
+		return
+	}
+	if st.pending.n == 0 && st.waiting == 0 {
+		if st.exposeDue && !st.inc.expired() {
+			r.exposeSecondaries() // (a primary released, a secondary still)
+		}
 		return
 	}
 	if st.inc.expired() {
@@ -283,12 +292,14 @@ func (r *Rink) tryAcquire() {
 	if !ok && !skip {
 		return
 	}
+	r.startReplicas(others, low, skip)
+	defer r.exposeSecondaries()
 	// Slots somebody awaits first: their roles wait for nobody's else. The
 	// second pass takes every slot left, whether or not somebody began to
 	// await it meanwhile (an acquisition wakes goroutines that may).
 	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (!first || r.slots.load(s) != nil) && (skip || st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
+			if (!first || r.slots.load(s) != nil) && r.mayHoldPrimary(s) && (skip || st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
 				st.pending.del(s)
 				r.acquire(s)
 			}
@@ -302,6 +313,7 @@ func (r *Rink) acquire(s int) {
 	st := &r.st
 	e := st.mine.of(s)
 	token := max(e.gainRev, st.inc.createRev, st.inc.boundRev)
+	r.endSecondary(s, ErrPromoted) // (a secondary of this slot until now: its primary from here)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	e.cancel = cancel
 	now := r.now()

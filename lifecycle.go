@@ -151,6 +151,7 @@ func (r *Rink) shutdown(cause error) {
 // stop for the shortest time before the heirs start.
 func (r *Rink) releaseAll() {
 	st := &r.st
+	r.endAllSecondaries(ErrShutdown)
 	for _, used := range [2]bool{false, true} {
 		for _, s := range slices.Sorted(st.mine.all()) {
 			if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {

@@ -12,18 +12,19 @@ import (
 // and read what it publishes (slot states, the map, the rank) through
 // atomic pointers.
 type core struct {
-	lifecycle    // the incarnation and how the member comes and goes (see lifecycle.go)
-	membership   // the view of member and election keys (see fold.go)
-	mapApplied   // the applied map, its lineage and history (see apply.go)
-	restoreGuard // restores of etcd noticed, and the quiet after them (see restore.go)
-	barrier      // the leader's floor and this member's acknowledgement (see barrier.go)
-	slotHolding  // the slots the applied map gives this member (see holdings.go)
-	strayState   // stray keys (see stray.go)
-	drainState   // slots given away while functions still run on them (see drain.go)
-	warmupState  // warm-up of incoming slots and leaving with a warm-up (see warmup.go)
-	ghostState   // members whose key went while the map still ranks them (see ghosts.go)
-	leadState    // leadership and planning (see leader.go)
-	timers       // the deadlines the core waits for (see timers.go)
+	lifecycle      // the incarnation and how the member comes and goes (see lifecycle.go)
+	membership     // the view of member and election keys (see fold.go)
+	mapApplied     // the applied map, its lineage and history (see apply.go)
+	restoreGuard   // restores of etcd noticed, and the quiet after them (see restore.go)
+	barrier        // the leader's floor and this member's acknowledgement (see barrier.go)
+	slotHolding    // the slots the applied map gives this member (see holdings.go)
+	replicaHolding // the replica sets the applied map names this member in (see secondary.go)
+	strayState     // stray keys (see stray.go)
+	drainState     // slots given away while functions still run on them (see drain.go)
+	warmupState    // warm-up of incoming slots and leaving with a warm-up (see warmup.go)
+	ghostState     // members whose key went while the map still ranks them (see ghosts.go)
+	leadState      // leadership and planning (see leader.go)
+	timers         // the deadlines the core waits for (see timers.go)
 }
 
 // run is the rink's single state-owning goroutine.

@@ -181,7 +181,7 @@ func skipSpace(b []byte, i int) int {
 
 // mapFields are the JSON names of rankMap's fields, which encoding/json
 // matches without regard to case.
-var mapFields = []string{"schema", "version", "slots", "leader", "members", "waiting", "table", "byLoad", "incoming", "leave"}
+var mapFields = []string{"schema", "version", "slots", "leader", "members", "waiting", "table", "byLoad", "incoming", "leave", "replicas"}
 
 // parseMap decodes a whole map in the form leaders write it: an object of
 // integers, plain ASCII strings, the member list and the table, and
@@ -232,15 +232,18 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 			seen |= 1 << field
 		}
 		switch key {
-		case "schema", "slots":
+		case "schema", "slots", "replicas":
 			n, ok := plainInt(v)
 			if !ok || int64(int(n)) != n {
 				return rankMap{}, false
 			}
-			if key == "schema" {
+			switch key {
+			case "schema":
 				m.Schema = int(n)
-			} else {
+			case "slots":
 				m.Slots = int(n)
+			default:
+				m.Replicas = int(n)
 			}
 		case "version":
 			if m.Version, ok = plainInt(v); !ok {

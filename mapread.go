@@ -81,8 +81,8 @@ func (m *rankMap) validateTable(prev *rankMap, c *change) error {
 	if n == 0 {
 		return nil // (applyUnchecked left no table)
 	}
-	if len(m.Table) != m.Slots {
-		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
+	if len(m.Table) != m.tableLen() {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.tableLen())
 	}
 	if n < len(prev.Members) || len(prev.Table) == 0 {
 		for s, idx := range m.Table {
@@ -163,16 +163,17 @@ var errUnderived = fmt.Errorf("%w: a change record without the map it applies to
 // change record makes of prev (the map of seq prevSeq in lineage
 // prevLineage; ok says whether it is usable), or the whole map written
 // with the record in the same transaction (snap, the snapshot key, when
-// at hand). slots is what the map must have (0: what it says).
-func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int) (rankMap, error) {
-	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, slots, false, false, nil)
+// at hand). g is what the map must have (zeros: what it says).
+func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, g geometry) (rankMap, error) {
+	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, g, false, false, nil)
 }
 
 // readMapAs is readMap, applying a record laxly when lax is set (see
 // applyAs), and into prev's table and member list when inPlace is (see
 // applyInPlace). rec is the record kv holds, if the caller decoded it
 // (nil: readMapAs decodes it).
-func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, slots int, lax, inPlace bool, rec *change) (rankMap, error) {
+func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, g geometry, lax, inPlace bool, rec *change) (rankMap, error) {
+	slots := g.slots
 	var c change
 	isRecord := rec != nil
 	if isRecord {
@@ -184,7 +185,7 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevL
 		if slots == 0 {
 			slots = peekSlots(kv.Value)
 		}
-		return decodeMap(kv.Value, slots)
+		return decodeMapFor(kv.Value, geometry{slots, g.replicas})
 	}
 	if !slices.Contains(speaks, c.Schema) {
 		return rankMap{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, c.Schema, speaks)
@@ -193,7 +194,7 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevL
 		if slots == 0 {
 			slots = peekSlots(snap.Value)
 		}
-		m, err := decodeMap(snap.Value, slots)
+		m, err := decodeMapFor(snap.Value, geometry{slots, g.replicas})
 		if err == nil && m.Version != c.Version {
 			err = fmt.Errorf("%w: the whole map (version %d) is not the record's (version %d)", errMapInvalid, m.Version, c.Version)
 		}
@@ -205,6 +206,9 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevL
 	if slots != 0 && prev.Slots != slots {
 		// (Before applying: an in-place apply must not be refused after.)
 		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, prev.Slots, slots)
+	}
+	if err := prev.replicasFit(g.replicas); err != nil {
+		return rankMap{}, err
 	}
 	apply := applyAs
 	if inPlace {

@@ -278,7 +278,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				// Observers take any slot count. A change record
 				// applies to the map before it, or comes with the whole
 				// map in the snapshot key (see readMap).
-				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, 0)
+				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, geometry{})
 				mapRev = kv.ModRevision
 				switch {
 				case errors.Is(err, errUnderived):

@@ -30,6 +30,11 @@ const (
 	MaxSlots = 65536
 	// MaxCapacity is the largest capacity accepted (see WithCapacity).
 	MaxCapacity = 1e9
+	// MaxReplicas is the most replicas per slot accepted (see
+	// WithReplicas).
+	MaxReplicas = 8
+	// MaxZoneLength is the longest zone name accepted (see WithZone).
+	MaxZoneLength = 63
 	// DefaultLoadInterval is how often a member may write its load summary
 	// (see WithLoadInterval).
 	DefaultLoadInterval = 10 * time.Second
@@ -53,6 +58,8 @@ type options struct {
 	delay       time.Duration
 	slots       int
 	capacity    float64
+	replicas    int    // replicas per slot, the primary included (WithReplicas)
+	zone        string // this member's failure domain (WithZone)
 	loadEvery   time.Duration
 	loadWindow  time.Duration
 	drain       time.Duration // how long a given-away slot waits for Run and Watch (WithDrainTimeout)
@@ -171,6 +178,69 @@ func WithCapacity(c float64) Option {
 		}
 		o.capacity = c
 	}
+}
+
+// WithReplicas sets how many members hold each slot (default 1, at most
+// MaxReplicas): its primary, which holds the slot's roles exactly as a
+// rink with one replica does (AwaitRole, Get, Token, Owner, Run and
+// Watch's Assigned), and k-1 secondaries on other members, which keep a
+// warm copy (Handler.Secondary) and of which the one that has held the
+// slot longest takes over when the primary crashes or leaves without an
+// heir. A slot's replicas sit in distinct zones whenever the members'
+// zones allow (see WithZone). At no instant do more than k members hold
+// a slot, nor more than one its primary.
+//
+// It is fixed for the life of a rink: every member must agree, as on the
+// slot count. New refuses a rink of another count with
+// ErrReplicaMismatch, and a running member that meets one leaves until a
+// usable map appears. A rink of one replica keeps the map of earlier
+// releases byte for byte; one of more is proclaimed in protocol 4, which
+// members of earlier releases do not speak (they stay unranked).
+func WithReplicas(k int) Option {
+	return func(o *options) {
+		o.use("WithReplicas")
+		if k < 1 || k > MaxReplicas {
+			o.fail("replicas %d: want 1 to %d", k, MaxReplicas)
+			return
+		}
+		o.replicas = k
+	}
+}
+
+// WithZone sets this member's failure domain (a zone, rack or node pool;
+// default none): the leader places each slot's replicas in as many
+// distinct zones as the live members' zones allow (see WithReplicas), and
+// a lost zone moves only what its members held. Members without a zone
+// count as one zone of their own. A zone is up to MaxZoneLength printable
+// ASCII characters without spaces; it is written into the member key, and
+// fixed for the life of the Rink. In Kubernetes, pass the node's
+// topology.kubernetes.io/zone label through the downward API
+// (docs/kubernetes.md).
+func WithZone(zone string) Option {
+	return func(o *options) {
+		o.use("WithZone")
+		if why := validZone(zone); why != "" {
+			o.fail("zone %q: %s", zone, why)
+			return
+		}
+		o.zone = zone
+	}
+}
+
+// validZone returns why zone is not a usable zone name, or "".
+func validZone(zone string) string {
+	if zone == "" {
+		return "empty"
+	}
+	if len(zone) > MaxZoneLength {
+		return fmt.Sprintf("longer than %d bytes", MaxZoneLength)
+	}
+	for i := 0; i < len(zone); i++ {
+		if c := zone[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return "want printable ASCII without spaces, quotes or backslashes"
+		}
+	}
+	return ""
 }
 
 // WithLoadInterval sets how often this member folds in the load AddLoad
@@ -328,6 +398,7 @@ func parseOptions(opts []Option) (options, error) {
 		delay:      DefaultRebalanceDelay,
 		slots:      DefaultSlots,
 		capacity:   1,
+		replicas:   1,
 		loadEvery:  DefaultLoadInterval,
 		loadWindow: DefaultLoadWindow,
 		byLoad:     true,

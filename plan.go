@@ -21,7 +21,7 @@ func (r *Rink) plan() {
 	}
 	st.dirty = false
 	now := r.now()
-	proto, strangers := rinkProtocol(st.members)
+	proto, strangers := rinkProtocol(st.members, r.opts.replicas)
 	live := withGhosts(st.ghosts, speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
 	var leavers []string
 	for _, name := range live {
@@ -43,7 +43,8 @@ func (r *Rink) plan() {
 	if repeated {
 		from = vacateRepeats(st.cur)
 	}
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members)}
+	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members),
+		Replicas: r.opts.replicas, Zones: zones(st.members), Handed: handed(leavers)}
 	if st.cur.ByLoad && !r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
 		l.modeLogged = true
 		r.log.Warn("the rink's map is balanced by load, and this leader balances by count: proclaiming a map balanced by count (give every member the same WithImbalanceTolerance)")
@@ -93,7 +94,7 @@ func (r *Rink) plan() {
 	}
 	st.setTimer(timerPlan, due) // (zero: unset)
 
-	next := plan(from, in)
+	next := planMap(from, in)
 	bare := st.cur
 	bare.Incoming = nil
 	settling := r.loadPending(in) // a load round would move slots
@@ -119,7 +120,7 @@ func (r *Rink) plan() {
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() rankMap {
 			in.Live = append(slices.Clone(in.Live), leavers...)
-			return plan(from, in)
+			return planMap(from, in)
 		}, now)
 	}
 	next.Schema = proto
@@ -304,7 +305,10 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // It checks the map itself, not its encoding: a map holds only strings,
 // integers and times, and member names are valid UTF-8 (see validName), so
 // what members decode is what the leader planned.
-func (r *Rink) usable(m rankMap) error { return m.usableBy(r.opts.slots) }
+func (r *Rink) usable(m rankMap) error { return m.usableBy(r.geometry()) }
+
+// geometry returns what this member requires of the rink's maps.
+func (r *Rink) geometry() geometry { return geometry{slots: r.opts.slots, replicas: r.opts.replicas} }
 
 // vacateRepeats returns m with every name that an earlier index holds
 // too made empty: planning takes such an index as departed, and gives its

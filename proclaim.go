@@ -198,6 +198,34 @@ func withGhosts(ghosts map[int64]string, live []string, members map[string]membe
 	return live
 }
 
+// zones returns the members' zones, for planInput (nil: none has one).
+func zones(members map[string]memberInfo) map[string]string {
+	var out map[string]string
+	for name, m := range members {
+		if m.zone != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = m.zone
+		}
+	}
+	return out
+}
+
+// handed returns names as a set, for planInput.Handed.
+func handed(names ...[]string) map[string]bool {
+	var out map[string]bool
+	for _, l := range names {
+		for _, name := range l {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[name] = true
+		}
+	}
+	return out
+}
+
 // capacities returns the members' capacities other than 1, for planInput.
 func capacities(members map[string]memberInfo) map[string]float64 {
 	var out map[string]float64

@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,7 +34,19 @@ var errUnknownProtocol = fmt.Errorf("%w: map in an unknown protocol", ErrIncompa
 
 // speaks lists the protocols this build reads and writes, in rising order.
 // A member refuses a map in any other (see decodeMap) rather than guess.
-var speaks = []int{2, schemaVersion}
+var speaks = []int{2, schemaVersion, schemaReplicas}
+
+// offered returns the protocols a leader configured with k replicas per
+// slot may proclaim in: with one, those of earlier releases (so that the
+// map stays as it was, byte for byte, and members of those releases can
+// share the rink), with more, only schema 4 (earlier releases cannot hold
+// a secondary, and would count none in the barrier).
+func offered(k int) []int {
+	if k > 1 {
+		return []int{schemaReplicas}
+	}
+	return slices.DeleteFunc(slices.Clone(speaks), func(p int) bool { return p >= schemaReplicas })
+}
 
 // memberMeta is the JSON value of a member key. Later releases may add
 // fields; members ignore the ones they do not know.
@@ -46,6 +59,9 @@ type memberMeta struct {
 	// warmup.go): the leader moves its slots to heirs, warming them up
 	// first, and ranks it no more.
 	Leaving bool `json:"leaving,omitempty"`
+	// Zone is the member's failure domain (see WithZone), left out when
+	// it has none. Members of earlier releases neither write nor read it.
+	Zone string `json:"zone,omitempty"`
 }
 
 // ownValue is memberValue(1) as this build starts, ownProtocols what it
@@ -59,12 +75,12 @@ var (
 
 // memberValue returns the value of the key of a member of this build with
 // the given capacity.
-func memberValue(capacity float64) string { return memberValueOf(capacity, false) }
+func memberValue(capacity float64) string { return memberValueOf(capacity, "", false) }
 
-// memberValueOf is memberValue, saying also whether the member is leaving
-// with a warm-up.
-func memberValueOf(capacity float64, leaving bool) string {
-	m := memberMeta{Protocols: speaks, Leaving: leaving}
+// memberValueOf is memberValue for a member in zone (see WithZone),
+// saying also whether it is leaving with a warm-up.
+func memberValueOf(capacity float64, zone string, leaving bool) string {
+	m := memberMeta{Protocols: speaks, Leaving: leaving, Zone: zone}
 	if capacity != 1 {
 		m.Capacity = capacity
 	}
@@ -80,6 +96,26 @@ func leavingOf(value []byte) bool {
 	}
 	var m memberMeta
 	return json.Unmarshal(value, &m) == nil && m.Leaving
+}
+
+// ownMemberValue is the value of this member's key (see memberMeta).
+func (r *Rink) ownMemberValue(leaving bool) string {
+	return memberValueOf(r.opts.capacity, r.opts.zone, leaving)
+}
+
+// zoneOf returns the zone a member key's value names, or "" for none (or
+// one that is not a valid zone: see WithZone).
+func zoneOf(value []byte) string {
+	if !bytes.Contains(value, []byte(`"zone"`)) {
+		return ""
+	}
+	var m struct {
+		Zone string `json:"zone"`
+	}
+	if json.Unmarshal(value, &m) != nil || validZone(m.Zone) != "" {
+		return ""
+	}
+	return m.Zone
 }
 
 // protocolsOf returns the protocols a member key's value says its member
@@ -128,13 +164,14 @@ func speakers(live []string, members map[string]memberInfo, proto int) []string 
 	return slices.DeleteFunc(live, func(name string) bool { return !slices.Contains(members[name].protocols, proto) })
 }
 
-// rinkProtocol returns the protocol the leader proclaims in: the highest
-// that this build and every member listed speak. When some member shares
-// none with this build, it returns this build's highest, and those members'
-// names: they would refuse the map, so they are not ranked (see speakers)
-// until a leader that speaks their protocol proclaims one.
-func rinkProtocol(members map[string]memberInfo) (proto int, strangers []string) {
-	common := slices.Clone(speaks)
+// rinkProtocol returns the protocol the leader, configured with k replicas
+// per slot, proclaims in: the highest of those it offers (see offered)
+// that every member listed speaks. When some member shares none with it,
+// it returns its highest, and those members' names: they would refuse the
+// map, so they are not ranked (see speakers) until a leader that speaks
+// their protocol proclaims one.
+func rinkProtocol(members map[string]memberInfo, k int) (proto int, strangers []string) {
+	common := offered(k)
 	for name, m := range members {
 		shared := slices.DeleteFunc(slices.Clone(common), func(p int) bool { return !slices.Contains(m.protocols, p) })
 		if len(shared) == 0 {

@@ -70,12 +70,29 @@ func TestRinkProtocol(t *testing.T) {
 	}{
 		{"empty", nil, 3, nil},
 		{"old and new", map[string]memberInfo{"old": m(2), "new": m(2, 3)}, 2, nil},
-		{"only newer", map[string]memberInfo{"a": m(2, 3), "b": m(2, 3, 4)}, 3, nil}, // this build speaks 2 and 3
+		{"only newer", map[string]memberInfo{"a": m(2, 3), "b": m(2, 3, 4, 5)}, 3, nil}, // with one replica this build offers 2 and 3
 		{"a stranger", map[string]memberInfo{"a": m(2), "future": m(4)}, 2, []string{"future"}},
 	} {
-		got, strangers := rinkProtocol(c.members)
+		got, strangers := rinkProtocol(c.members, 1)
 		if got != c.want || !slices.Equal(strangers, c.strangers) {
 			t.Errorf("%s: rinkProtocol = %d, %v; want %d, %v", c.name, got, strangers, c.want, c.strangers)
+		}
+	}
+	// With replicas, protocol 4 or nothing: members that do not speak it
+	// stay unranked.
+	for _, c := range []struct {
+		name      string
+		members   map[string]memberInfo
+		want      int
+		strangers []string
+	}{
+		{"empty", nil, 4, nil},
+		{"all speak 4", map[string]memberInfo{"a": m(2, 3, 4), "b": m(2, 3, 4, 5)}, 4, nil},
+		{"an earlier release", map[string]memberInfo{"a": m(2, 3, 4), "old": m(2, 3)}, 4, []string{"old"}},
+	} {
+		got, strangers := rinkProtocol(c.members, 2)
+		if got != c.want || !slices.Equal(strangers, c.strangers) {
+			t.Errorf("replicas, %s: rinkProtocol = %d, %v; want %d, %v", c.name, got, strangers, c.want, c.strangers)
 		}
 	}
 }

@@ -67,7 +67,7 @@ func (r *Rink) settled() bool {
 	st := &r.st
 	if !(st.curRev != 0 && !st.stale && st.floor.settled(st.lineage, st.cur.Version, st.curSeq) &&
 		len(st.cur.Waiting) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
-		st.pending.n == 0 && len(st.draining) == 0) {
+		st.pending.n == 0 && st.waiting == 0 && len(st.draining) == 0) {
 		return false
 	}
 	// And every ranked member's key is there: a leader that died said

@@ -25,8 +25,16 @@ import (
 // Schema 2 moved acknowledgements out of the member keys (see acks.go):
 // members of schema 1 and 2 cannot share a rink. Schema 3 writes a change
 // record into the map key, and the whole map beside it (see records.go);
-// its map has the layout of schema 2.
+// its map has the layout of schema 2. Schema 4 (issue 26) is schema 3 with
+// replicas: the table holds a row of Slots entries per replica (see
+// rankMap.Replicas). A rink of one replica stays at schema 3, its map as
+// before byte for byte; one of more needs schema 4, which members of
+// earlier releases do not speak.
 const schemaVersion = 3
+
+// schemaReplicas is the protocol of maps with more than one replica per
+// slot (see rankMap.Replicas).
+const schemaReplicas = 4
 
 // rankMap is the state the leader proclaims: who is ranked at which index,
 // who waits, and which ranked member owns each slot.
@@ -40,8 +48,20 @@ type rankMap struct {
 	Members memberList `json:"members"`
 	Waiting []waiter   `json:"waiting,omitempty"`
 	// Table maps each slot to the index of its owner in Members. It has
-	// Slots entries when Members is non-empty and none otherwise.
+	// Slots entries per replica (see Replicas) when Members is non-empty
+	// and none otherwise.
 	Table slotTable `json:"table,omitempty"`
+	// Replicas is the members that hold each slot, its primary included
+	// (0: one; see WithReplicas); only maps of schema 4 have more than
+	// one. The table then holds one row of Slots entries per replica:
+	// entry r·Slots+s is slot s's replica r, replica 0 its primary (its
+	// owner, as in a map of one replica) and replicas 1 to Replicas-1 its
+	// secondaries. A secondary's entry that is the primary's index, or
+	// that an earlier replica of the slot already names, says that the
+	// slot has no secondary there (fewer live members than replicas).
+	// Each row entry is a slot of its own to the handover history and
+	// the barrier (see secondary.go).
+	Replicas int `json:"replicas,omitempty"`
 	// ByLoad says that the leader balances the table by load (see
 	// loadplan.go), not by slot count: planning keeps every live member's
 	// slots. Members of 636d84c do not know the field, and their leaders
@@ -68,32 +88,63 @@ type waiter struct {
 // errMapInvalid reports a map that decodes but is internally inconsistent.
 var errMapInvalid = fmt.Errorf("%w: invalid rank map", ErrIncompatible)
 
+// geometry is what a member requires of the rink's maps: its slot count
+// and its replicas per slot. Zero in either takes what the map says
+// (observers, tools).
+type geometry struct {
+	slots, replicas int
+}
+
 // decodeMap parses and validates a proclaimed map. slots is the slot count
 // this member was configured with; a map with another count is refused.
+// Any number of replicas is accepted (see decodeMapFor).
 func decodeMap(data []byte, slots int) (rankMap, error) {
+	return decodeMapFor(data, geometry{slots: slots})
+}
+
+// decodeMapFor is decodeMap for a member that requires geometry g.
+func decodeMapFor(data []byte, g geometry) (rankMap, error) {
 	m, ok := parseMap(data)
 	if !ok {
 		if err := json.Unmarshal(data, &m); err != nil {
 			return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
 		}
 	}
-	if err := m.usableBy(slots); err != nil {
+	if err := m.usableBy(g); err != nil {
 		return rankMap{}, err
 	}
 	return m, nil
 }
 
-// usableBy checks that a member configured with slots can use m: a
-// protocol it speaks, its slot count, and validate's invariants.
-func (m rankMap) usableBy(slots int) error {
+// usableBy checks that a member that requires g can use m: a protocol it
+// speaks, its slot count and replicas, and validate's invariants.
+func (m rankMap) usableBy(g geometry) error {
 	if !slices.Contains(speaks, m.Schema) {
 		return fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, m.Schema, speaks)
 	}
-	if m.Slots != slots {
-		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
+	if g.slots != 0 && m.Slots != g.slots {
+		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, g.slots)
+	}
+	if err := m.replicasFit(g.replicas); err != nil {
+		return err
 	}
 	return m.validate()
 }
+
+// replicasFit checks that m has the replicas per slot a member requires
+// (0: any).
+func (m rankMap) replicasFit(k int) error {
+	if k != 0 && m.Replicas >= 0 && m.Replicas <= MaxReplicas && m.replicas() != k {
+		return fmt.Errorf("%w: the rink has %d replicas per slot, this member is configured with %d", ErrReplicaMismatch, m.replicas(), k)
+	}
+	return nil
+}
+
+// replicas returns the replicas per slot, the primary included.
+func (m *rankMap) replicas() int { return max(1, m.Replicas) }
+
+// tableLen returns the entries m's table has when it ranks anybody.
+func (m *rankMap) tableLen() int { return m.Slots * m.replicas() }
 
 // validate checks the structural invariants every proclaimed map keeps.
 func (m rankMap) validate() error {
@@ -113,14 +164,17 @@ func (m rankMap) validate() error {
 		}
 		seen[w.Name] = true
 	}
+	if m.Replicas < 0 || m.Replicas > MaxReplicas || m.Replicas > 1 && m.Schema < schemaReplicas {
+		return fmt.Errorf("%w: %d replicas per slot in a map of schema %d", errMapInvalid, m.Replicas, m.Schema)
+	}
 	if len(m.Members) == 0 {
 		if len(m.Table) != 0 {
 			return fmt.Errorf("%w: slot table without members", errMapInvalid)
 		}
 		return nil
 	}
-	if len(m.Table) != m.Slots {
-		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.Slots)
+	if len(m.Table) != m.tableLen() {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.tableLen())
 	}
 	for s, idx := range m.Table {
 		if idx < 0 || int(idx) >= len(m.Members) {
@@ -140,7 +194,9 @@ func (m rankMap) encode() []byte {
 	return b
 }
 
-// owner returns the member that owns slot s, or "" when nobody is ranked.
+// owner returns the member that owns slot s (an entry of the table: s at
+// or past Slots is a secondary's, see Replicas), or "" when nobody is
+// ranked.
 func (m rankMap) owner(s int) string {
 	if len(m.Members) == 0 || s < 0 || s >= len(m.Table) {
 		return ""
@@ -156,7 +212,7 @@ func (m rankMap) index(name string) int {
 // sameAssignment reports whether two maps rank, order and assign alike and
 // list the same waiting members; versions, leader and times are ignored.
 func (m rankMap) sameAssignment(o rankMap) bool {
-	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad ||
+	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || m.Replicas != o.Replicas || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad ||
 		!maps.EqualFunc(m.Incoming, o.Incoming, slices.Equal) || !slices.Equal(m.Leave, o.Leave) {
 		return false
 	}
@@ -191,6 +247,18 @@ type planInput struct {
 	ByLoad bool
 	// Load is each slot's estimated load, when ByLoad (nil: none known).
 	Load []float64
+	// Replicas is the replicas per slot (0 or 1: one; see WithReplicas
+	// and planMap).
+	Replicas int
+	// Zones gives members' zones (see WithZone); a member it does not name
+	// has none.
+	Zones map[string]string
+	// Handed names departed members that handed their slots over (a
+	// graceful departure, a member leaving with a warm-up): a waiting
+	// member takes each one's index with all its replicas, as in a rink
+	// of one replica. Other departed members' primaries go to their
+	// secondaries first (see planMap).
+	Handed map[string]bool
 }
 
 // plan derives the map that follows cur. It is deterministic, and it moves as

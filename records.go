@@ -355,7 +355,7 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 		if prev.Slots < 1 || prev.Slots > MaxSlots {
 			return rankMap{}, fmt.Errorf("%w: a record ranks members in a map of %d slots", errMapInvalid, prev.Slots)
 		}
-		m.Table = make(slotTable, prev.Slots)
+		m.Table = make(slotTable, prev.tableLen())
 	case len(c.Moves) > 0 && !inPlace:
 		m.Table = slices.Clone(prev.Table)
 	}

@@ -156,7 +156,7 @@ func readWhole(cli *clientv3.Client, name string, slots int) (rankMap, *mvccpb.K
 	if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 		snap = s[0]
 	}
-	m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, slots)
+	m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, geometry{slots: slots})
 	return m, kvs[0], err
 }
 

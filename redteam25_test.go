@@ -148,7 +148,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 		fn()
 	}
 	// The Observer's call (observer.go run): slots 0, prev usable.
-	noPanic("readMap as the Observer calls it", func() { _, _ = readMap(kv, nil, &prev, true, 2, 5, 0) })
+	noPanic("readMap as the Observer calls it", func() { _, _ = readMap(kv, nil, &prev, true, 2, 5, geometry{}) })
 	// The aggregator's path (acks.go ackView.put): shapeOf keeps v.whole,
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {

@@ -312,3 +312,160 @@ func secondaryShares(l *replicaLayout, live []int, total int) []float64 {
 	}
 	return shares
 }
+
+// planMap is plan for a rink of in.Replicas replicas per slot: with one,
+// plan itself; with more, the primaries are planned as plan plans a map of
+// one replica, after promotion, and the secondaries are placed around them
+// (placeSecondaries). The steps, in order:
+//
+//  1. A departed member's index goes to the longest-waiting member, as in
+//     plan, with every replica it held, when it handed its slots over (a
+//     graceful departure, a member leaving with a warm-up: in.Handed). A
+//     rolling deploy so moves each primary once, as with one replica.
+//  2. Every other departed member crashed: each of its primaries goes to
+//     the slot's oldest live secondary (promote). What is left of it (its
+//     secondaries, and primaries with no live secondary) goes to a waiting
+//     member with its index if one waits, and is placed anew otherwise.
+//  3. plan ranks, fills and balances the primaries.
+//  4. placeSecondaries keeps every secondary that is still allowed, fills
+//     the missing ones, and balances them.
+//
+// The returned map has cur's version; the caller numbers it if it differs.
+// It is deterministic, and planning again what it returns changes nothing
+// when the members do not change.
+func planMap(cur rankMap, in planInput) rankMap {
+	k := max(1, in.Replicas)
+	if k == 1 {
+		next := plan(primaryMap(cur), in)
+		next.Replicas = 0
+		return next
+	}
+	S := cur.Slots
+	live := make(map[string]bool, len(in.Live))
+	for _, name := range in.Live {
+		live[name] = true
+	}
+	// Each slot's secondaries by name, oldest first (see
+	// rankMap.Replicas), from the rows of a map of k' replicas (any k').
+	secs := secondaryNames(&cur)
+	// Which departed indexes a waiting member takes (plan's first step).
+	ranked := make(map[string]bool, len(cur.Members))
+	for _, name := range cur.Members {
+		ranked[name] = true
+	}
+	var waiting []string
+	for _, name := range in.Live {
+		if !ranked[name] {
+			waiting = append(waiting, name)
+		}
+	}
+	heir := map[string]string{} // departed name -> the member taking its index
+	for _, name := range cur.Members {
+		if !live[name] && len(waiting) > 0 {
+			heir[name], waiting = waiting[0], waiting[1:]
+		}
+	}
+	// Promote the primaries of crashed members, and of handed-over ones
+	// that no member takes over.
+	base := primaryMap(cur)
+	if len(base.Table) == S && len(base.Members) > 0 {
+		base.Table = slices.Clone(base.Table)
+		for s, p := range base.Table {
+			gone := base.Members[p]
+			if live[gone] || in.Handed[gone] && heir[gone] != "" {
+				continue
+			}
+			for r, x := range secs[s] {
+				if live[x] && ranked[x] {
+					base.Table[s] = int32(base.index(x))
+					secs[s] = slices.Delete(secs[s], r, r+1)
+					break
+				}
+			}
+		}
+	}
+	next := plan(base, in)
+	next.Replicas = k
+	if len(next.Members) == 0 {
+		return next
+	}
+	// The secondaries as indexes of the new map: a departed member's go
+	// to its heir, or nowhere.
+	l := replicaLayout{K: k, Members: next.Members, Primary: next.Table[:S]}
+	l.Zone = make([]string, len(next.Members))
+	l.Capacity = make([]float64, len(next.Members))
+	idx := make(map[string]int32, len(next.Members))
+	for i, name := range next.Members {
+		idx[name] = int32(i)
+		l.Zone[i] = in.Zones[name]
+		l.Capacity[i] = capacityOr1(in.Capacity[name])
+	}
+	prev := newSecondaryTable(S, k)
+	for s, row := range secs {
+		n := 0
+		for _, name := range row {
+			if h, ok := heir[name]; ok && !live[name] {
+				name = h
+			}
+			if i, ok := idx[name]; ok && n < k-1 {
+				prev[s][n] = i
+				n++
+			}
+		}
+	}
+	rows := placeSecondaries(&l, prev)
+	table := make(slotTable, S*k)
+	copy(table, next.Table[:S])
+	for s := range S {
+		for r := 1; r < k; r++ {
+			e := table[s] // (none: the primary's index)
+			if x := rows[s][r-1]; x >= 0 {
+				e = x
+			}
+			table[r*S+s] = e
+		}
+	}
+	next.Table = table
+	return next
+}
+
+// primaryMap returns m as a map of one replica: its primaries' row alone.
+func primaryMap(m rankMap) rankMap {
+	if m.Replicas > 1 && len(m.Table) >= m.Slots {
+		m.Table = m.Table[:m.Slots:m.Slots]
+	}
+	m.Replicas = 0
+	return m
+}
+
+// replicaNames returns the members slot s's replicas name in m, its
+// primary first, then its secondaries oldest first, each once.
+func (m *rankMap) replicaNames(s int) []string {
+	var out []string
+	for v := s; v < len(m.Table) && v < m.tableLen(); v += max(1, m.Slots) {
+		if name := m.owner(v); name != "" && !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// secondaryNames returns each slot's secondaries in m by name, oldest
+// first: the entries of its rows past the primary's that name a member
+// neither the primary nor an earlier row names.
+func secondaryNames(m *rankMap) [][]string {
+	S, k := m.Slots, m.replicas()
+	out := make([][]string, S)
+	if k == 1 || len(m.Table) != S*k || len(m.Members) == 0 {
+		return out
+	}
+	for s := range S {
+		for r := 1; r < k; r++ {
+			name := m.owner(r*S + s)
+			if name != "" && name != m.owner(s) && !slices.Contains(out[s], name) {
+				out[s] = append(out[s], name)
+			}
+		}
+	}
+	return out
+}

@@ -48,6 +48,15 @@ var (
 	ErrRoleMoved = errors.New("rink: role moved to another member")
 	// ErrClientClosed means the etcd client was closed under a running rink.
 	ErrClientClosed = errors.New("rink: etcd client closed")
+	// ErrReplicaMismatch means the rink's map has another number of
+	// replicas per slot than this member was configured with (see
+	// WithReplicas). It wraps ErrIncompatible: New returns it, and a
+	// running member leaves until a usable map appears.
+	ErrReplicaMismatch = fmt.Errorf("%w: replicas per slot differ", ErrIncompatible)
+	// ErrPromoted is the cause of a secondary's context (see
+	// Handler.Secondary) cancelled because this member now holds the
+	// slot's primary: Assigned follows, with the primary's context.
+	ErrPromoted = errors.New("rink: secondary promoted to primary")
 )
 
 // Rink is this process's membership of a sticky ranked ring. Create one with
@@ -67,7 +76,11 @@ type Rink struct {
 
 	// Published state, read by the API without locks. Only the run
 	// goroutine writes it.
-	slots  slotStates
+	slots slotStates
+	// secs publishes the secondaries' states (see secondary.go): a slot's
+	// is set while this member holds it as a secondary. Empty with one
+	// replica per slot.
+	secs   slotStates
 	owners atomic.Pointer[rankMap]
 	// ownersMu guards the table of the map in owners, which the run
 	// goroutine may write in place (see applyInPlace): readers hold it
@@ -212,6 +225,7 @@ func newRink(name string, o options) *Rink {
 		log:       o.log.With(zap.String("rink", name), zap.String("member", o.member)),
 		keys:      newKeys(name),
 		slots:     newSlotStates(o.slots),
+		secs:      newSlotStates(o.slots * min(1, o.replicas-1)), // (none with one replica)
 		stopping:  make(chan struct{}),
 		done:      make(chan struct{}),
 		handoffCh: make(chan input),
@@ -238,7 +252,7 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 		if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 			snap = s[0]
 		}
-		m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.opts.slots)
+		m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.geometry())
 		if err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
 			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
 		}

@@ -182,6 +182,22 @@ func (r *Rink) Owner(role string) (member string, ok bool) {
 	return m.Members[m.Table[slotOf(role, m.Slots)]], true
 }
 
+// Owners returns the members that hold role in the newest map this member
+// has applied: its primary first (Owner's answer), then its secondaries,
+// the one that has held it longest first (see WithReplicas). With one
+// replica per slot it is Owner's answer alone. ok is false while no
+// member is ranked. As with Owner, a member named may not have started
+// its holding yet.
+func (r *Rink) Owners(role string) (members []string, ok bool) {
+	r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
+	defer r.ownersMu.RUnlock()
+	m := r.owners.Load()
+	if m == nil || len(m.Table) == 0 || role == "" {
+		return nil, false
+	}
+	return m.replicaNames(slotOf(role, m.Slots)), true
+}
+
 // Rank is this member's place in the rink as of one map version.
 type Rank struct {
 	// Member is this member's name.
@@ -299,6 +315,9 @@ func newSlotStates(slots int) slotStates {
 
 // load returns slot s's state, or nil.
 func (p *slotStates) load(s int) *slotState {
+	if s < 0 || s/slotChunk >= len(p.chunks) {
+		return nil // (a secondary's, with one replica per slot: none)
+	}
 	if c := p.chunks[s/slotChunk].Load(); c != nil {
 		return c[s%slotChunk].Load()
 	}

@@ -198,7 +198,7 @@ func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, loadReport) {
 	first := loadReport{Unmeasured: true}
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))},
-		Success: []*etcdserverpb.RequestOp{putOp(key, memberValue(r.opts.capacity), lease), r.candidacy(lease),
+		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
 			putOp(r.keys.load(r.opts.member), string(first.encode()), lease),
 			getOp(r.keys.tail()), putOp(r.keys.tail(), r.keys.electionKey(lease), lease)},
 		Failure: []*etcdserverpb.RequestOp{getOp(key)},
@@ -228,7 +228,7 @@ func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest
 			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev)),
 			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)),
 		},
-		Success: []*etcdserverpb.RequestOp{putOp(key, memberValue(r.opts.capacity), lease), r.candidacy(lease)},
+		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease)},
 	}
 }
 

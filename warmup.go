@@ -76,7 +76,7 @@ func (r *Rink) plannedMoves(cur, target rankMap) map[int]string {
 		return nil
 	}
 	var moves map[int]string
-	for s := range target.Table {
+	for s := range min(len(target.Table), target.Slots) { // (primaries: a secondary is the warm-up)
 		from, to := cur.owner(s), target.owner(s)
 		if from == to || from == "" || to == "" {
 			continue
@@ -269,7 +269,7 @@ func (r *Rink) startLeaving() bool {
 	st.leaving = true
 	st.setTimer(timerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
 	inc := st.inc
-	r.rewriteMemberKey(inc, memberValueOf(r.opts.capacity, true),
+	r.rewriteMemberKey(inc, r.ownMemberValue(true),
 		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")
 	r.fx().watchHeirs(inc)
 	r.log.Info("shutdown: leaving once this member's heirs have warmed up", zap.Duration("warmup", r.opts.warmup))
@@ -352,7 +352,7 @@ func (r *Rink) heirsWarm() bool {
 // somebody else wrote into it: the member is not shutting down.
 func (r *Rink) notLeaving(inc *incarnation) {
 	r.log.Warn("own member key says this member is leaving, and it is not: writing it back")
-	r.rewriteMemberKey(inc, memberValue(r.opts.capacity), "writing the member key back failed")
+	r.rewriteMemberKey(inc, r.ownMemberValue(false), "writing the member key back failed")
 }
 
 // rewriteMemberKey puts value into this member's key, on a goroutine,

@@ -37,6 +37,19 @@ type Handler struct {
 	// calls run each on a goroutine of their own; EventIncoming names the
 	// current holder. Optional: without it this member is ready at once.
 	Warm func(ctx context.Context, role string)
+	// Secondary is called, on a goroutine of its own, when this member
+	// starts holding role as a secondary (see WithReplicas): one of the
+	// members that keep a warm copy of the role's state beside its
+	// primary, of which the one that has held it longest takes the role
+	// over when the primary crashes or leaves without an heir. ctx ends
+	// when that holding does: the member leaves the role's replicas
+	// (context.Cause is ErrRoleMoved), holds its primary now (ErrPromoted:
+	// Assigned follows, and the copy kept warm is what the primary serves
+	// from), is fenced or shuts down, or the role is removed from the set,
+	// or the set is closed. Secondaries get no fencing token: only the
+	// primary acts on the role's state. Close waits for Secondary calls to
+	// return. Optional.
+	Secondary func(ctx context.Context, role string)
 }
 
 // RoleSet is a set of roles whose assignments to this member a Handler
@@ -246,6 +259,8 @@ func (s *RoleSet) dispatch() {
 	defer func() { stopWarm(); warming.Wait() }()
 	active := map[int]*slotState{} // holdings counted as running on (see enter)
 	assigned := map[int][]string{} // roles Assigned was called for, by slot
+	sec := newSecondaryCalls(s.h.Secondary)
+	defer sec.stop()
 	revoke := func(slot int, roles []string) {
 		if s.h.Revoked != nil {
 			for _, role := range roles {
@@ -281,6 +296,7 @@ func (s *RoleSet) dispatch() {
 			for slot := range active {
 				end(slot)
 			}
+			sec.stop()
 			if warm != nil {
 				// Counted among the sets to warm up: answer, with nothing
 				// to warm.
@@ -299,6 +315,7 @@ func (s *RoleSet) dispatch() {
 			s.mu.Lock()
 			want := slices.Clone(s.bySlot[slot])
 			s.mu.Unlock()
+			sec.update(slot, r.secs.load(slot), want)
 			if !held {
 				if len(want) > 0 && cur == nil {
 					// Awaited: the run goroutine starts it among the first.
@@ -335,6 +352,76 @@ func (s *RoleSet) dispatch() {
 			}
 		}
 	}
+}
+
+// secondaryCalls runs a RoleSet's Handler.Secondary: one call per role
+// held as a secondary, on a goroutine of its own, with a context of its
+// own derived from the holding's (dispatch goroutine only).
+type secondaryCalls struct {
+	f      func(ctx context.Context, role string)
+	wg     sync.WaitGroup
+	active map[int]*slotState                    // the secondary holding calls run for, by slot
+	calls  map[int]map[string]context.CancelFunc // by slot, by role
+}
+
+func newSecondaryCalls(f func(ctx context.Context, role string)) *secondaryCalls {
+	return &secondaryCalls{f: f, active: map[int]*slotState{}, calls: map[int]map[string]context.CancelFunc{}}
+}
+
+// update brings slot's calls in line with its published secondary state
+// cur and the set's roles in it, want.
+func (c *secondaryCalls) update(slot int, cur *slotState, want []string) {
+	if c.f == nil {
+		return
+	}
+	held := cur != nil && cur.ctx != nil && cur.ctx.Err() == nil
+	if a := c.active[slot]; a != nil && (a != cur || !held || len(want) == 0) {
+		c.end(slot)
+	}
+	if !held || len(want) == 0 {
+		return
+	}
+	c.active[slot] = cur
+	calls := c.calls[slot]
+	if calls == nil {
+		calls = map[string]context.CancelFunc{}
+		c.calls[slot] = calls
+	}
+	for role, cancel := range calls {
+		if !slices.Contains(want, role) {
+			cancel() // removed from the set
+			delete(calls, role)
+		}
+	}
+	for _, role := range want {
+		if _, ok := calls[role]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(cur.ctx)
+		calls[role] = cancel
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.f(ctx, role)
+		}()
+	}
+}
+
+// end cancels slot's calls.
+func (c *secondaryCalls) end(slot int) {
+	for _, cancel := range c.calls[slot] {
+		cancel()
+	}
+	delete(c.calls, slot)
+	delete(c.active, slot)
+}
+
+// stop cancels every call and waits for them to return.
+func (c *secondaryCalls) stop() {
+	for slot := range c.active {
+		c.end(slot)
+	}
+	c.wg.Wait()
 }
 
 // publishSets publishes r.sets for the run goroutine (setsMu held).
