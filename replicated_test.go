@@ -1,0 +1,346 @@
+package rink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Replicas and zones on the real etcd (issue 26): every acquisition and
+// release of primaries and secondaries is recorded, and the history checked
+// for the promise with replicas: never two primaries of a slot, tokens
+// rising, never more than k members holding a slot, never a member holding
+// a slot twice.
+
+// checkReplicaHistory checks events for the promise with k replicas per
+// slot: checkHistory's for the primaries, and at every instant at most k
+// members holding each slot, as primary or secondary, each at most once.
+func checkReplicaHistory(events []Event, k int) error {
+	events = slices.Clone(events)
+	sort.SliceStable(events, func(i, j int) bool { return events[i].Time.Before(events[j].Time) })
+	var primaries []Event
+	type hold struct {
+		slot   int
+		member string
+	}
+	holds := map[hold]int{} // 1: primary, 2: secondary
+	count := map[int]int{}
+	take := func(e Event, kind int) error {
+		h := hold{e.Slot, e.Member}
+		if holds[h] != 0 {
+			return fmt.Errorf("twice: %s acquired slot %d (kind %d) at %v holding it already (kind %d)", e.Member, e.Slot, kind, e.Time.Format(time.StampMicro), holds[h])
+		}
+		holds[h] = kind
+		if count[e.Slot]++; count[e.Slot] > k {
+			return fmt.Errorf("more than %d: %s acquired slot %d at %v beside %d holders", k, e.Member, e.Slot, e.Time.Format(time.StampMicro), count[e.Slot]-1)
+		}
+		return nil
+	}
+	drop := func(e Event, kind int) {
+		h := hold{e.Slot, e.Member}
+		if holds[h] == kind {
+			delete(holds, h)
+			count[e.Slot]--
+		}
+	}
+	for _, e := range events {
+		var err error
+		switch e.Kind {
+		case EventAcquired:
+			primaries = append(primaries, e)
+			err = take(e, 1)
+		case EventSecondaryAcquired:
+			err = take(e, 2)
+		case EventReleased:
+			primaries = append(primaries, e)
+			drop(e, 1)
+		case EventSecondaryReleased:
+			drop(e, 2)
+		case EventFenced:
+			primaries = append(primaries, e)
+			for h := range holds {
+				if h.member == e.Member {
+					delete(holds, h)
+					count[h.slot]--
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return checkHistory(primaries)
+}
+
+// TestReplicaCheckerCatchesViolations shows the replica checker can fail.
+func TestReplicaCheckerCatchesViolations(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for name, c := range map[string]struct {
+		events []Event
+		k      int
+	}{
+		"three holders of two": {[]Event{
+			{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+			{Kind: EventSecondaryAcquired, Member: "b", Slot: 1, Time: at(1)},
+			{Kind: EventSecondaryAcquired, Member: "c", Slot: 1, Time: at(2)},
+		}, 2},
+		"a member twice": {[]Event{
+			{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+			{Kind: EventSecondaryAcquired, Member: "a", Slot: 1, Time: at(1)},
+		}, 3},
+		"two primaries": {[]Event{
+			{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+			{Kind: EventAcquired, Member: "b", Slot: 1, Token: 6, Time: at(1)},
+		}, 3},
+	} {
+		if checkReplicaHistory(c.events, c.k) == nil {
+			t.Errorf("%s: not caught", name)
+		}
+	}
+	ok := []Event{
+		{Kind: EventAcquired, Member: "a", Slot: 1, Token: 5, Time: at(0)},
+		{Kind: EventSecondaryAcquired, Member: "b", Slot: 1, Time: at(1)},
+		{Kind: EventSecondaryReleased, Member: "b", Slot: 1, Time: at(2)},
+		{Kind: EventSecondaryAcquired, Member: "c", Slot: 1, Time: at(3)},
+		{Kind: EventFenced, Member: "a", Time: at(4)},
+		{Kind: EventSecondaryReleased, Member: "c", Slot: 1, Time: at(5)},
+		{Kind: EventAcquired, Member: "c", Slot: 1, Token: 9, Time: at(5)},
+	}
+	if err := checkReplicaHistory(ok, 2); err != nil {
+		t.Errorf("a valid history refused: %v", err)
+	}
+}
+
+// replicaHolders returns, per slot, the members holding it at the end of
+// the history as primary and as secondary.
+func replicaHolders(events []Event) (primary, secondary map[int][]string) {
+	type hold struct {
+		slot   int
+		member string
+	}
+	open := map[hold]int{}
+	for _, e := range events {
+		switch e.Kind {
+		case EventAcquired:
+			open[hold{e.Slot, e.Member}] = 1
+		case EventSecondaryAcquired:
+			open[hold{e.Slot, e.Member}] = 2
+		case EventReleased:
+			if open[hold{e.Slot, e.Member}] == 1 {
+				delete(open, hold{e.Slot, e.Member})
+			}
+		case EventSecondaryReleased:
+			if open[hold{e.Slot, e.Member}] == 2 {
+				delete(open, hold{e.Slot, e.Member})
+			}
+		case EventFenced:
+			for h := range open {
+				if h.member == e.Member {
+					delete(open, h)
+				}
+			}
+		}
+	}
+	primary, secondary = map[int][]string{}, map[int][]string{}
+	for h, kind := range open {
+		if kind == 1 {
+			primary[h.slot] = append(primary[h.slot], h.member)
+		} else {
+			secondary[h.slot] = append(secondary[h.slot], h.member)
+		}
+	}
+	for _, m := range []map[int][]string{primary, secondary} {
+		for s := range m {
+			slices.Sort(m[s])
+		}
+	}
+	return primary, secondary
+}
+
+// heldAsReplicated reports whether every slot of m is held as m says at
+// the end of the history: its primary by its primary, its secondaries by
+// its secondaries.
+func heldAsReplicated(events []Event, m *rankMap) bool {
+	if m == nil || len(m.Members) == 0 {
+		return false
+	}
+	primary, secondary := replicaHolders(events)
+	for s := 0; s < m.Slots; s++ {
+		names := m.replicaNames(s)
+		if got := primary[s]; len(got) != 1 || got[0] != names[0] {
+			return false
+		}
+		want := slices.Sorted(slices.Values(names[1:]))
+		if !slices.Equal(secondary[s], want) {
+			return false
+		}
+	}
+	return true
+}
+
+// replicated starts n members with k replicas per slot, member i in
+// zones[i%len(zones)] (none when zones is empty), and waits until every
+// slot is held as the map says.
+func replicated(t *testing.T, h *history, n, k int, zones []string, opts ...Option) (string, []*Rink) {
+	t.Helper()
+	name := rinkName(t)
+	var ms []*Rink
+	for i := range n {
+		o := append([]Option{WithMemberName(fmt.Sprintf("m%d", i)), WithReplicas(k), WithSlots(64), h.hook()}, opts...)
+		if len(zones) > 0 {
+			o = append(o, WithZone(zones[i%len(zones)]))
+		}
+		ms = append(ms, join(t, newClient(t), name, o...))
+	}
+	settleReplicated(t, h, ms...)
+	return name, ms
+}
+
+// settleReplicated waits until every member applied one map and every
+// slot is held as it says.
+func settleReplicated(t *testing.T, h *history, ms ...*Rink) {
+	t.Helper()
+	eventually(t, 20*time.Second, "every replica held as mapped", func() bool {
+		m := ms[0].ownersNow()
+		if m == nil || len(m.Members) != len(ms) {
+			return false
+		}
+		for _, r := range ms[1:] {
+			if r.Rank().Version != m.Version {
+				return false
+			}
+		}
+		return heldAsReplicated(h.snapshot(), m)
+	})
+}
+
+// A rink of three members in three zones with two replicas per slot: every
+// slot has a primary and a secondary held on distinct members in distinct
+// zones, Owners names them, Handler.Secondary runs for the secondaries,
+// and a crashed member's primaries go to their secondaries, which held them
+// warm; never more than two holders of a slot.
+func TestReplicasCrashPromotesSecondaries(t *testing.T) {
+	h := &history{}
+	name := rinkName(t)
+	zones := []string{"a", "b", "c"}
+	var ms []*Rink
+	cs := newClient(t) // (m0's, to crash)
+	for i := range 3 {
+		cli := cs
+		if i > 0 {
+			cli = newClient(t)
+		}
+		ms = append(ms, join(t, cli, name, WithMemberName(fmt.Sprintf("m%d", i)), WithReplicas(2), WithSlots(64), WithZone(zones[i]), h.hook()))
+	}
+	settleReplicated(t, h, ms...)
+	m := ms[1].ownersNow()
+	if m.Schema != schemaReplicas || m.Replicas != 2 {
+		t.Fatalf("map of schema %d, %d replicas; want 4, 2", m.Schema, m.Replicas)
+	}
+	zoneOf := map[string]string{"m0": "a", "m1": "b", "m2": "c"}
+	for s := range m.Slots {
+		names := m.replicaNames(s)
+		if len(names) != 2 || zoneOf[names[0]] == zoneOf[names[1]] {
+			t.Fatalf("slot %d: replicas %v", s, names)
+		}
+	}
+	// Owners and Handler.Secondary on the member that is a secondary of
+	// a role.
+	role := ""
+	var secondary *Rink
+	for j := 0; role == ""; j++ {
+		r := fmt.Sprint("role-", j)
+		if owners, _ := ms[1].Owners(r); owners[0] == "m0" {
+			role = r
+			secondary = ms[slices.Index([]string{"m0", "m1", "m2"}, owners[1])]
+		}
+	}
+	warm := make(chan context.Context, 4)
+	var mu sync.Mutex
+	var assigned []string
+	set, err := secondary.Watch(Handler{
+		Assigned: func(ctx context.Context, r string) {
+			mu.Lock()
+			assigned = append(assigned, r)
+			mu.Unlock()
+		},
+		Secondary: func(ctx context.Context, r string) {
+			warm <- ctx
+			<-ctx.Done()
+		},
+	}, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	var secCtx context.Context
+	select {
+	case secCtx = <-warm:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Handler.Secondary not called for a role held as a secondary")
+	}
+	before := *ms[1].ownersNow()
+	mark := time.Now()
+	cs.Close() // m0 crashes: its lease is left to expire
+	settleReplicated(t, h, ms[1:]...)
+	after := ms[1].ownersNow()
+	// Every primary of m0 went to the member that was its secondary.
+	for s := range before.Slots {
+		if before.owner(s) != "m0" {
+			if after.owner(s) != before.owner(s) {
+				t.Errorf("slot %d: primary moved from %s to %s", s, before.owner(s), after.owner(s))
+			}
+			continue
+		}
+		if want := before.replicaNames(s)[1]; after.owner(s) != want {
+			t.Errorf("slot %d: m0's primary went to %s, not to its secondary %s", s, after.owner(s), want)
+		}
+	}
+	select {
+	case <-secCtx.Done():
+		if !errors.Is(context.Cause(secCtx), ErrPromoted) {
+			t.Errorf("the secondary's context ended with %v, want ErrPromoted", context.Cause(secCtx))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the promoted secondary's context did not end")
+	}
+	eventually(t, 10*time.Second, "the promoted member assigned the role", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(assigned, role)
+	})
+	// Each primary of m0 was taken by a member that held it warm.
+	warmSlots := map[string]map[int]bool{}
+	for _, e := range h.snapshot() {
+		if e.Kind == EventSecondaryAcquired {
+			if warmSlots[e.Member] == nil {
+				warmSlots[e.Member] = map[int]bool{}
+			}
+			warmSlots[e.Member][e.Slot] = true
+		}
+		if e.Kind == EventAcquired && e.Time.After(mark) && !warmSlots[e.Member][e.Slot] {
+			t.Errorf("%s took slot %d cold", e.Member, e.Slot)
+		}
+	}
+	if err := checkReplicaHistory(h.snapshot(), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// New refuses a rink of another number of replicas per slot.
+func TestReplicaMismatch(t *testing.T) {
+	h := &history{}
+	name, _ := replicated(t, h, 1, 2, nil)
+	for _, k := range []int{1, 3} {
+		_, err := New(newClient(t), name, WithReplicas(k), WithSlots(64), WithSessionTTL(2*time.Second))
+		if !errors.Is(err, ErrReplicaMismatch) || !errors.Is(err, ErrIncompatible) {
+			t.Errorf("New with %d replicas in a rink of 2: %v, want ErrReplicaMismatch", k, err)
+		}
+	}
+}
