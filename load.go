@@ -384,7 +384,7 @@ func (r *Rink) reportLoad() {
 				i = m.index(r.opts.member)
 			}
 			if i >= 0 {
-				for s, o := range m.Table {
+				for s, o := range primaryMap(*m).Table {
 					if int(o) == i {
 						owned = append(owned, s)
 					}

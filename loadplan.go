@@ -55,6 +55,7 @@ func imbalance(m rankMap, load []float64, capacity map[string]float64) float64 {
 	if len(m.Members) == 0 {
 		return 1
 	}
+	m = primaryMap(m) // (load is the primaries')
 	loads := memberLoads(m.Table, len(m.Members), load)
 	total, caps, worst := 0.0, 0.0, 0.0
 	for i, name := range m.Members {
@@ -109,6 +110,7 @@ func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) floa
 // Frozen slots, and slots without load, do not move.
 func rebalanceLoad(cur rankMap, in loadPlanInput) (table slotTable, moved []int) {
 	n := len(cur.Members)
+	cur = primaryMap(cur) // (load is the primaries': the caller places secondaries around them)
 	table = slices.Clone(cur.Table)
 	if n < 2 || len(in.Load) != len(table) || in.Budget < 1 {
 		return table, nil

@@ -123,7 +123,7 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 	if !r.allReported(*next, l.estRate) {
 		return // some member's load is unknown yet
 	}
-	frozen := make([]bool, len(next.Table))
+	frozen := make([]bool, next.Slots)
 	for s, at := range l.movedAt {
 		if l.round-at < loadFreeze {
 			frozen[s] = true
@@ -132,7 +132,7 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 		}
 	}
 	before := imbalance(*next, in.Load, in.Capacity)
-	budget := max(1, len(next.Table)*loadBudgetPercent/100)
+	budget := max(1, next.Slots*loadBudgetPercent/100)
 	table, moved := rebalanceLoad(*next, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
 	l.round++
 	l.more = len(moved) >= budget
@@ -140,7 +140,7 @@ func (r *Rink) loadRound(next *rankMap, in planInput) {
 		r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: before})
 		return
 	}
-	next.Table = table
+	*next = withPrimaries(*next, table, in)
 	r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: imbalance(*next, in.Load, in.Capacity), Moved: len(moved)})
 	for _, s := range moved {
 		l.movedAt[s] = l.round

@@ -240,7 +240,7 @@ func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
 // pending.
 func (r *Rink) loadPending(in planInput) bool {
 	l := r.st.lead
-	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(r.st.cur.Table) {
+	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(primaryMap(r.st.cur).Table) {
 		return false
 	}
 	if l.more {
@@ -273,7 +273,7 @@ func (r *Rink) setRest(rest int64, round bool, in planInput, wake bool) {
 		return // (a leadership made by hand in a test)
 	}
 	info := restInfo{lineage: st.lineage, seq: st.curSeq, rest: rest, round: round}
-	if in.ByLoad && len(in.Load) == len(st.cur.Table) && len(st.cur.Members) > 0 {
+	if in.ByLoad && len(in.Load) == len(primaryMap(st.cur).Table) && len(st.cur.Members) > 0 {
 		info.imbalance = math.Round(imbalance(st.cur, in.Load, in.Capacity)*100) / 100
 		info.tolerance = r.opts.tolerance
 	}

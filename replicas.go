@@ -385,12 +385,40 @@ func planMap(cur rankMap, in planInput) rankMap {
 		}
 	}
 	next := plan(base, in)
-	next.Replicas = k
-	if len(next.Members) == 0 {
+	rename := map[string]string{}
+	for gone, h := range heir {
+		if !live[gone] {
+			rename[gone] = h // (a departed member's secondaries go to its heir)
+		}
+	}
+	return placeAround(next, secs, rename, in)
+}
+
+// withPrimaries returns next with table (a load round's) as its
+// primaries, and its secondaries placed anew around them (placeAround):
+// a secondary that became the primary of its slot is replaced.
+func withPrimaries(next rankMap, table slotTable, in planInput) rankMap {
+	if next.replicas() == 1 {
+		next.Table = table
 		return next
 	}
-	// The secondaries as indexes of the new map: a departed member's go
-	// to its heir, or nowhere.
+	secs := secondaryNames(&next)
+	next.Table = table
+	return placeAround(next, secs, nil, in)
+}
+
+// placeAround returns next, whose table holds its primaries' row at least,
+// with in.Replicas replicas per slot: its secondaries placed by
+// placeSecondaries from secs (each slot's secondaries by name, oldest
+// first, as the map before had them; rename maps a departed member's name
+// to its heir's, and any other name next does not rank is dropped).
+func placeAround(next rankMap, secs [][]string, rename map[string]string, in planInput) rankMap {
+	S, k := next.Slots, max(1, in.Replicas)
+	next.Replicas = k
+	if len(next.Members) == 0 || len(next.Table) < S {
+		next.Table = nil
+		return next
+	}
 	l := replicaLayout{K: k, Members: next.Members, Primary: next.Table[:S]}
 	l.Zone = make([]string, len(next.Members))
 	l.Capacity = make([]float64, len(next.Members))
@@ -402,9 +430,12 @@ func planMap(cur rankMap, in planInput) rankMap {
 	}
 	prev := newSecondaryTable(S, k)
 	for s, row := range secs {
+		if s >= S {
+			break
+		}
 		n := 0
 		for _, name := range row {
-			if h, ok := heir[name]; ok && !live[name] {
+			if h, ok := rename[name]; ok {
 				name = h
 			}
 			if i, ok := idx[name]; ok && n < k-1 {
