@@ -253,6 +253,9 @@ type planInput struct {
 	// Zones gives members' zones (see WithZone); a member it does not name
 	// has none.
 	Zones map[string]string
+	// balance, when set, balances the table in balance's stead (see
+	// planMap: with replicas, moves go first where they keep roles warm).
+	balance func(owners []string, members []string, capacity map[string]float64) slotTable
 	// Handed names departed members that handed their slots over (a
 	// graceful departure, a member leaving with a warm-up): a waiting
 	// member takes each one's index with all its replicas, as in a rink
@@ -359,6 +362,8 @@ func plan(cur rankMap, in planInput) rankMap {
 		next.Table = placeOrphans(owners, members, in.Capacity, in.Load)
 		fillNewcomers(next.Table, members, in.Capacity, in.Load)
 		next.ByLoad = true
+	case in.balance != nil:
+		next.Table = in.balance(owners, members, in.Capacity)
 	default:
 		next.Table = balance(owners, members, in.Capacity)
 	}

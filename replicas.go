@@ -368,6 +368,7 @@ func planMap(cur rankMap, in planInput) rankMap {
 	// Promote the primaries of crashed members, and of handed-over ones
 	// that no member takes over.
 	base := primaryMap(cur)
+	promoted := map[int]bool{}
 	if len(base.Table) == S && len(base.Members) > 0 {
 		base.Table = slices.Clone(base.Table)
 		for s, p := range base.Table {
@@ -379,10 +380,14 @@ func planMap(cur rankMap, in planInput) rankMap {
 				if live[x] && ranked[x] {
 					base.Table[s] = int32(base.index(x))
 					secs[s] = slices.Delete(secs[s], r, r+1)
+					promoted[s] = true
 					break
 				}
 			}
 		}
+	}
+	in.balance = func(owners, members []string, capacity map[string]float64) slotTable {
+		return balanceWarm(owners, members, capacity, secs, promoted)
 	}
 	next := plan(base, in)
 	rename := map[string]string{}
@@ -415,6 +420,7 @@ func withPrimaries(next rankMap, table slotTable, in planInput) rankMap {
 func placeAround(next rankMap, secs [][]string, rename map[string]string, in planInput) rankMap {
 	S, k := next.Slots, max(1, in.Replicas)
 	next.Replicas = k
+	next.Schema = max(next.Schema, schemaReplicas)
 	if len(next.Members) == 0 || len(next.Table) < S {
 		next.Table = nil
 		return next
@@ -499,4 +505,104 @@ func secondaryNames(m *rankMap) [][]string {
 		}
 	}
 	return out
+}
+
+// balanceWarm is balance for a rink of replicas: the same counts per
+// member, the same number of moves (orphans, and the excess of over-full
+// members), but the moves chosen to keep roles warm. An orphan goes
+// first to a member below its share that holds it as a secondary (secs:
+// each slot's secondaries by name); an over-full member gives up first the
+// slots whose secondary is a member below its share, to that member (the
+// roles stay warm: their new primary held them), then those it did not
+// just take by promotion (promoted), highest first, then the rest: a role
+// promoted after a crash stays where it is rather than move twice. The
+// slots given up and not placed on a secondary go, lowest first, to the
+// members below their share, lowest index first, as balance does.
+func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) slotTable {
+	n, S := len(members), len(owners)
+	idx := make(map[string]int, n)
+	for i, name := range members {
+		idx[name] = i
+	}
+	count := make([]int, n)
+	for _, o := range owners {
+		if i, ok := idx[o]; ok {
+			count[i]++
+		}
+	}
+	caps := make([]float64, n)
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
+	}
+	target := shares(S, caps, count)
+	table := make(slotTable, S)
+	keep := slices.Clone(count)
+	// room returns a member below its share that holds slot s as a
+	// secondary, or -1.
+	room := func(s int) int {
+		if s >= len(secs) {
+			return -1
+		}
+		for _, name := range secs[s] {
+			if j, ok := idx[name]; ok && keep[j] < target[j] {
+				return j
+			}
+		}
+		return -1
+	}
+	var free []int
+	owner := make([]int, S)
+	for s := range S {
+		i, ok := idx[owners[s]]
+		if !ok {
+			i = -1
+		}
+		owner[s] = i
+	}
+	// Orphans first: to a secondary with room, else to the pool.
+	for s := range S {
+		if owner[s] >= 0 {
+			continue
+		}
+		if j := room(s); j >= 0 {
+			owner[s] = j
+			keep[j]++
+			continue
+		}
+		free = append(free, s)
+	}
+	// The excess of over-full members, in four passes of preference: to a
+	// secondary with room, the slots not just promoted, then the promoted
+	// ones (to a younger secondary: warm still); then cold, likewise.
+	for pass := range 4 {
+		for s := S - 1; s >= 0; s-- {
+			i := owner[s]
+			if i < 0 || keep[i] <= target[i] || promoted[s] != (pass%2 == 1) {
+				continue
+			}
+			if pass < 2 {
+				if j := room(s); j >= 0 {
+					owner[s] = j
+					keep[i]--
+					keep[j]++
+				}
+				continue
+			}
+			owner[s] = -1
+			keep[i]--
+			free = append(free, s)
+		}
+	}
+	slices.Sort(free)
+	f := 0
+	for i := range n {
+		for ; keep[i] < target[i] && f < len(free); keep[i]++ {
+			owner[free[f]] = i
+			f++
+		}
+	}
+	for s, i := range owner {
+		table[s] = int32(max(i, 0))
+	}
+	return table
 }

@@ -320,3 +320,286 @@ func FuzzPlaceSecondaries(f *testing.F) {
 		}
 	})
 }
+
+// planReplicated plans a first map of members names (zones by index, if
+// given) with k replicas per slot over slots slots.
+func planReplicated(k, slots int, names []string, zones map[string]string) rankMap {
+	cur := rankMap{Schema: schemaReplicas, Slots: slots}
+	ready := map[string]bool{}
+	for _, n := range names {
+		ready[n] = true
+	}
+	next := planMap(cur, planInput{Live: names, Ready: ready, Replicas: k, Zones: zones})
+	next.Schema, next.Version = schemaReplicas, 1
+	return next
+}
+
+// checkPlanned fails t unless m is a valid map of k replicas per slot: it
+// validates, every slot's replicas name min(k, members) distinct members,
+// in as many distinct zones as the members' zones allow.
+func checkPlanned(t testing.TB, m rankMap, k int, zones map[string]string) {
+	t.Helper()
+	if err := m.usableBy(geometry{m.Slots, k}); err != nil {
+		t.Fatalf("planned map unusable: %v", err)
+	}
+	distinct := map[string]bool{}
+	for _, name := range m.Members {
+		distinct[zones[name]] = true
+	}
+	for s := range m.Slots {
+		names := m.replicaNames(s)
+		if len(names) != min(k, len(m.Members)) {
+			t.Fatalf("slot %d: replicas %v, want %d", s, names, min(k, len(m.Members)))
+		}
+		used := map[string]bool{}
+		for _, n := range names {
+			used[zones[n]] = true
+		}
+		if len(used) < min(len(names), len(distinct)) {
+			t.Fatalf("slot %d: replicas %v in %d zones, want %d", s, names, len(used), min(len(names), len(distinct)))
+		}
+	}
+}
+
+// primaryMoves counts the slots whose primary differs between a and b.
+func primaryMoves(a, b rankMap) int {
+	n := 0
+	for s := range a.Slots {
+		if a.owner(s) != b.owner(s) {
+			n++
+		}
+	}
+	return n
+}
+
+// planMap: a crash promotes each of the crashed member's primaries to the
+// slot's oldest live secondary (balanced by load, nothing else moves; by
+// count, the members it left above their share give primaries to the
+// members below theirs that hold them as secondaries first); a graceful
+// departure with a waiting member hands its index and every replica to
+// it; without one it promotes; a join takes its share and nothing else;
+// planning again what planMap returned changes nothing.
+func TestPlanMap(t *testing.T) {
+	const S = 240
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	zones := map[string]string{"a": "z1", "b": "z2", "c": "z3", "d": "z1", "e": "z2", "f": "z3", "g": "z3"} // (g takes c's place: the same zone)
+	for _, k := range []int{2, 3} {
+		for _, byLoad := range []bool{false, true} {
+			name := fmt.Sprintf("k=%d byLoad=%v", k, byLoad)
+			cur := planReplicated(k, S, names, zones)
+			cur.ByLoad = byLoad
+			checkPlanned(t, cur, k, zones)
+			input := func(live []string, handed ...string) planInput {
+				in := planInput{Live: live, Replicas: k, Zones: zones, ByLoad: byLoad, Ready: map[string]bool{}}
+				for _, h := range handed {
+					if in.Handed == nil {
+						in.Handed = map[string]bool{}
+					}
+					in.Handed[h] = true
+				}
+				return in
+			}
+			again := planMap(cur, input(names))
+			if !again.sameAssignment(cur) {
+				t.Fatalf("%s: planning again changed the map", name)
+			}
+			without := func(gone string) []string {
+				return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == gone })
+			}
+			warm := func(next rankMap, what string) {
+				t.Helper()
+				for s := range S {
+					was, now := cur.owner(s), next.owner(s)
+					if was == "c" && now != cur.replicaNames(s)[1] && (byLoad || !slices.Contains(cur.replicaNames(s)[1:], now)) {
+						// (By count, a member the promotions left above its
+						// share may pass one on to a younger secondary.)
+						t.Fatalf("%s %s: slot %d went to %s, not to its oldest secondary (replicas were %v)", name, what, s, now, cur.replicaNames(s))
+					}
+					if was != now && !slices.Contains(cur.replicaNames(s), now) {
+						t.Fatalf("%s %s: slot %d moved cold from %s to %s (replicas were %v)", name, what, s, was, now, cur.replicaNames(s))
+					}
+					if byLoad && was != "c" && was != now {
+						t.Fatalf("%s %s: slot %d moved from %s to %s", name, what, s, was, now)
+					}
+				}
+			}
+
+			// A crash of c: its primaries go to their oldest secondary.
+			next := planMap(cur, input(without("c")))
+			checkPlanned(t, next, k, zones)
+			warm(next, "crash")
+			if again := planMap(next, input(without("c"))); !again.sameAssignment(next) {
+				t.Fatalf("%s crash: planning again changed the map", name)
+			}
+
+			// A graceful departure of c with g waiting: g takes c's index
+			// and every replica c held, nothing else moves.
+			next = planMap(cur, input(append(without("c"), "g"), "c"))
+			checkPlanned(t, next, k, zones)
+			if next.index("g") != cur.index("c") {
+				t.Fatalf("%s rolling: g at index %d, c was at %d", name, next.index("g"), cur.index("c"))
+			}
+			for v := range cur.Table {
+				want := cur.owner(v)
+				if want == "c" {
+					want = "g"
+				}
+				if next.owner(v) != want {
+					t.Fatalf("%s rolling: entry %d is %s, want %s", name, v, next.owner(v), want)
+				}
+			}
+
+			// A graceful departure with nobody waiting promotes.
+			next = planMap(cur, input(without("c"), "c"))
+			checkPlanned(t, next, k, zones)
+			warm(next, "leave")
+
+			// A join: the newcomer takes its share of primaries, and moves
+			// no primary between others.
+			in := input(append(slices.Clone(names), "g"))
+			in.Ready["g"] = true
+			next = planMap(cur, in)
+			checkPlanned(t, next, k, zones)
+			for s := range S {
+				if next.owner(s) != cur.owner(s) && next.owner(s) != "g" {
+					t.Fatalf("%s join: slot %d moved from %s to %s", name, s, cur.owner(s), next.owner(s))
+				}
+			}
+			if n := countOwned(next, "g"); !byLoad && (n < S/7 || n > S/7+1) || byLoad && n == 0 {
+				t.Fatalf("%s join: newcomer owns %d primaries, want about %d", name, n, S/7)
+			}
+		}
+	}
+}
+
+// countOwned counts the primaries of name in m.
+func countOwned(m rankMap, name string) int {
+	n := 0
+	for s := range m.Slots {
+		if m.owner(s) == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPlanMapZoneLoss: losing a zone moves only what its members held
+// (balanced by load: by count, as much as the shares allow, warm), and
+// each of their primaries goes to a secondary in another zone.
+func TestPlanMapZoneLoss(t *testing.T) {
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}
+	zones := map[string]string{}
+	for i, n := range names {
+		zones[n] = fmt.Sprint("z", i%3)
+	}
+	for _, byLoad := range []bool{false, true} {
+		cur := planReplicated(2, 1024, names, zones)
+		cur.ByLoad = byLoad
+		checkPlanned(t, cur, 2, zones)
+		var live []string
+		for _, n := range names {
+			if zones[n] != "z0" {
+				live = append(live, n)
+			}
+		}
+		next := planMap(cur, planInput{Live: live, Replicas: 2, Zones: zones, ByLoad: byLoad})
+		checkPlanned(t, next, 2, zones)
+		others := 0
+		for s := range cur.Slots {
+			was, now := cur.owner(s), next.owner(s)
+			if zones[was] != "z0" {
+				if now != was {
+					others++
+					if !slices.Contains(cur.replicaNames(s), now) {
+						t.Fatalf("byLoad=%v slot %d: moved cold from %s to %s", byLoad, s, was, now)
+					}
+				}
+				continue
+			}
+			if sec := cur.replicaNames(s)[1]; now != sec || zones[sec] == "z0" {
+				t.Fatalf("byLoad=%v slot %d: the lost zone's primary went to %s, not to its secondary %s in another zone", byLoad, s, now, sec)
+			}
+		}
+		if byLoad && others > 0 {
+			t.Fatalf("balanced by load: %d primaries of live zones moved", others)
+		}
+		t.Logf("byLoad=%v: %d primaries of live zones moved (warm)", byLoad, others)
+	}
+}
+
+// FuzzPlanMap plans random histories of joins, crashes, graceful leaves
+// and zones with 1 to 4 replicas: every map is valid with distinct
+// replicas in as many zones as allowed, a crash moves only the primaries
+// of the crashed, and planning again changes nothing.
+func FuzzPlanMap(f *testing.F) {
+	f.Add(uint64(1), uint64(2))
+	f.Add(uint64(7), uint64(9))
+	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
+		rng := rand.New(rand.NewPCG(s1, s2))
+		k := 1 + rng.IntN(4)
+		S := 1 + rng.IntN(64)
+		zones := map[string]string{}
+		nz := rng.IntN(4)
+		var live []string
+		cur := rankMap{Schema: schemaReplicas, Slots: S, Version: 1}
+		next := 0
+		for step := 0; step < 30; step++ {
+			switch r := rng.IntN(10); {
+			case r < 4 || len(live) == 0:
+				name := fmt.Sprint("m", next)
+				next++
+				live = append(live, name)
+				if nz > 0 {
+					zones[name] = fmt.Sprint("z", rng.IntN(nz))
+				}
+			default:
+				i := rng.IntN(len(live))
+				live = slices.Delete(live, i, i+1)
+			}
+			handed := map[string]bool{}
+			for _, n := range cur.Members {
+				if !slices.Contains(live, n) && rng.IntN(2) == 0 {
+					handed[n] = true
+				}
+			}
+			ready := map[string]bool{}
+			for _, n := range live {
+				ready[n] = rng.IntN(3) > 0
+			}
+			in := planInput{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed}
+			m := planMap(cur, in)
+			m.Schema, m.Version = schemaReplicas, cur.Version+1
+			if k == 1 {
+				m.Schema = schemaVersion
+			}
+			if len(m.Members) > 0 {
+				checkPlanned(t, m, k, zones)
+			}
+			// A crashed member's primary goes to its oldest live
+			// secondary, which keeps it.
+			if len(handed) == 0 && len(m.Members) == len(live) && len(cur.Members) > 0 && k > 1 {
+				for s := range S {
+					o := cur.owner(s)
+					if slices.Contains(live, o) {
+						continue
+					}
+					for _, sec := range cur.replicaNames(s)[1:] {
+						if slices.Contains(live, sec) {
+							if m.owner(s) != sec {
+								t.Fatalf("slot %d: crashed %s's primary went to %s, not its oldest live secondary %s", s, o, m.owner(s), sec)
+							}
+							break
+						}
+					}
+				}
+			}
+			again := in
+			again.Handed = nil
+			stable := planMap(m, again)
+			if len(m.Members) > 0 && !stable.sameAssignment(m) {
+				t.Fatalf("planning again moved: %v -> %v", m.Table, stable.Table)
+			}
+			cur = m
+		}
+	})
+}
