@@ -292,7 +292,7 @@ func (r *Rink) tryAcquire() {
 	if !ok && !skip {
 		return
 	}
-	r.startReplicas(others, low, skip)
+	r.startReplicas(others, low, skip || r.planted(plantSkipReplicaBarrier))
 	defer r.exposeSecondaries()
 	// Slots somebody awaits first: their roles wait for nobody's else. The
 	// second pass takes every slot left, whether or not somebody began to

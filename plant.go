@@ -8,10 +8,15 @@ const (
 	plantEarlyAck     = "early-ack"     // acknowledge a map before releasing the slots it takes
 	plantIgnoreFence  = "ignore-fence"  // act on after the lease's deadline has passed
 	plantForgetGhosts = "forget-ghosts" // find no ghosts from election keys (see noteCandidates)
+	// plantSkipReplicaBarrier starts memberships of replica sets without
+	// the barrier that keeps at most k members holding a slot (see
+	// secondary.go); the primary's own barrier stays. It can fail only in
+	// a rink of more than one replica per slot.
+	plantSkipReplicaBarrier = "skip-replica-barrier"
 )
 
 // plants lists the bugs a simulator may plant.
-var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts}
+var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts, plantSkipReplicaBarrier}
 
 // planted reports whether bug p is planted in this member (never outside
 // the simulator).
