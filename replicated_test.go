@@ -344,3 +344,129 @@ func TestReplicaMismatch(t *testing.T) {
 		}
 	}
 }
+
+// A rolling deploy of a replicated rink: each member is replaced by a
+// newcomer in its zone that waits, then the old member shuts down. Each
+// slot's primary moves once (the newcomer takes the index with every
+// replica), its secondaries likewise, and never more than k hold a slot.
+func TestReplicasRollingDeploy(t *testing.T) {
+	h := &history{}
+	const k = 2
+	zones := []string{"a", "b", "c"}
+	name, old := replicated(t, h, 3, k, zones, WithRebalanceDelay(2*time.Second))
+	mark := time.Now()
+	all := slices.Clone(old)
+	for i, o := range old {
+		n := join(t, newClient(t), name, WithMemberName(fmt.Sprintf("new%d", i)), WithReplicas(k), WithSlots(64),
+			WithZone(zones[i]), WithRebalanceDelay(2*time.Second), h.hook())
+		all = append(all, n)
+		eventually(t, 10*time.Second, "newcomer listed as waiting", func() bool { return n.Rank().Waiting })
+		if err := o.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		all = slices.DeleteFunc(all, func(r *Rink) bool { return r == o })
+		eventually(t, 10*time.Second, "newcomer ranked", func() bool { return n.Rank().Index == i })
+		settleReplicated(t, h, all...)
+	}
+	primaries, secondaries := map[int]int{}, map[int]int{}
+	for _, e := range h.snapshot() {
+		if e.Time.After(mark) {
+			switch e.Kind {
+			case EventAcquired:
+				primaries[e.Slot]++
+			case EventSecondaryAcquired:
+				secondaries[e.Slot]++
+			}
+		}
+	}
+	for s := range 64 {
+		if primaries[s] != 1 || secondaries[s] != k-1 {
+			t.Errorf("slot %d: primary acquired %d times, secondaries %d times during the deploy; want 1 and %d", s, primaries[s], secondaries[s], k-1)
+		}
+	}
+	if err := checkReplicaHistory(h.snapshot(), k); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A graceful leave with nobody waiting promotes the leaver's secondaries,
+// and hands its secondaries over without moving any other primary.
+func TestReplicasGracefulLeavePromotes(t *testing.T) {
+	h := &history{}
+	_, ms := replicated(t, h, 4, 2, nil)
+	before := *ms[0].ownersNow()
+	if err := ms[3].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	settleReplicated(t, h, ms[:3]...)
+	after := ms[0].ownersNow()
+	for s := range before.Slots {
+		was := before.owner(s)
+		switch {
+		case was == "m3" && after.owner(s) != before.replicaNames(s)[1]:
+			t.Errorf("slot %d: the leaver's primary went to %s, not to its secondary %s", s, after.owner(s), before.replicaNames(s)[1])
+		case was != "m3" && after.owner(s) != was && !slices.Contains(before.replicaNames(s), after.owner(s)):
+			t.Errorf("slot %d: primary moved cold from %s to %s", s, was, after.owner(s))
+		}
+	}
+	if err := checkReplicaHistory(h.snapshot(), 2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A replicated rink at rest moves nothing, with the default options: no
+// primary and no secondary is acquired for three load intervals once it
+// says it is at rest, with roles in use on every member.
+func TestReplicasAtRestMoveNothing(t *testing.T) {
+	h := &history{}
+	roles := partitions(settleRoles)
+	loops := newRoleLoops(t, roles)
+	name := rinkName(t)
+	var ms []*Rink
+	for i := range 4 {
+		m := join(t, newClient(t), name, append(settleOpts(), WithMemberName(fmt.Sprintf("m%d", i)), WithReplicas(3),
+			WithZone([]string{"a", "b"}[i%2]), h.hook())...)
+		loops.start(m)
+		if i == 0 {
+			eventually(t, 10*time.Second, "m0 ranked", func() bool { return m.Rank().Index == 0 })
+		}
+		ms = append(ms, m)
+	}
+	m, mark := waitRest(t, h, ms...)
+	if !heldAsReplicated(h.snapshot(), m) {
+		t.Fatal("at rest with replicas not held as mapped")
+	}
+	watchQuiet(t, h, mark, mark.Add(quietIntervals*settleLoad), nil)
+	if err := checkReplicaHistory(h.snapshot(), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A member cut off from etcd holds its primaries and secondaries until it
+// fences; others take them only after, and never more than k hold a slot.
+func TestReplicasPartition(t *testing.T) {
+	h := &history{}
+	p := newProxy(t)
+	name := rinkName(t)
+	var ms []*Rink
+	for i := range 3 {
+		cli := newClient(t)
+		if i == 2 {
+			cli = proxyClient(t, p)
+		}
+		ms = append(ms, join(t, cli, name, WithMemberName(fmt.Sprintf("m%d", i)), WithReplicas(2), WithSlots(64), h.hook()))
+	}
+	settleReplicated(t, h, ms...)
+	p.BlackholeTx()
+	p.BlackholeRx()
+	eventually(t, 15*time.Second, "the others took over", func() bool {
+		m := ms[0].ownersNow()
+		return m.index("m2") < 0 && heldAsReplicated(h.snapshot(), m)
+	})
+	p.UnblackholeTx()
+	p.UnblackholeRx()
+	settleReplicated(t, h, ms...)
+	if err := checkReplicaHistory(h.snapshot(), 2); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -236,7 +236,7 @@ func logLoad(t *testing.T, h *history, mark time.Time) {
 func moves(h *history, mark time.Time, allowed func(Event) bool) []Event {
 	var out []Event
 	for _, e := range h.snapshot() {
-		if e.Kind == EventAcquired && e.Time.After(mark) && (allowed == nil || !allowed(e)) {
+		if (e.Kind == EventAcquired || e.Kind == EventSecondaryAcquired) && e.Time.After(mark) && (allowed == nil || !allowed(e)) {
 			out = append(out, e)
 		}
 	}
