@@ -148,6 +148,7 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 	wantZones := min(k, len(zones))      // distinct zones per slot, primary included
 	count := make([]int, len(l.Members)) // secondaries held, by index
 	shares := secondaryShares(l, live, slots*want)
+	pairs := pairCounts{} // secondaries held, by primary and secondary
 
 	// Keep what prev placed that is still allowed, oldest first; then, if
 	// the slot would lack distinct zones the rink has, drop its newest
@@ -174,6 +175,7 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 		}
 		for _, x := range row[:n] {
 			count[x]++
+			pairs.add(l.Primary[s], x, 1)
 		}
 	}
 
@@ -187,12 +189,13 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 			if n < 0 || n >= want {
 				break
 			}
-			i := pickSecondary(l, live, row[:n], int(l.Primary[s]), count, shares)
+			i := pickSecondary(l, live, row[:n], int(l.Primary[s]), count, shares, pairs)
 			if i < 0 {
 				break
 			}
 			row[n] = int32(i)
 			count[i]++
+			pairs.add(l.Primary[s], int32(i), 1)
 		}
 	}
 
@@ -216,8 +219,10 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 					n = len(rest)
 				}
 				count[i]--
-				j := pickSecondary(l, live, rest[:n], int(l.Primary[s]), count, shares)
+				pairs.add(l.Primary[s], int32(i), -1)
+				j := pickSecondary(l, live, rest[:n], int(l.Primary[s]), count, shares, pairs)
 				count[i]++
+				pairs.add(l.Primary[s], int32(i), 1)
 				if j == i || j < 0 || !narrows(l, count, shares, i, j) {
 					continue
 				}
@@ -225,6 +230,8 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 				row[n] = int32(j)
 				count[i]--
 				count[j]++
+				pairs.add(l.Primary[s], int32(i), -1)
+				pairs.add(l.Primary[s], int32(j), 1)
 				moved = true
 			}
 		}
@@ -262,9 +269,28 @@ func (l *replicaLayout) zoneTaken(s int, row []int32, r int) bool {
 	return slices.ContainsFunc(row[:r], func(x int32) bool { return l.zone(int(x)) == z })
 }
 
+// pairCounts counts, per primary and secondary member, the slots whose
+// primary is the one and a secondary the other.
+type pairCounts map[[2]int32]int
+
+func (c pairCounts) add(p, x int32, d int) {
+	if n := c[[2]int32{p, x}] + d; n != 0 {
+		c[[2]int32{p, x}] = n
+	} else {
+		delete(c, [2]int32{p, x})
+	}
+}
+
 // pickSecondary returns the member to add as a secondary of a slot whose
-// primary is p and whose secondaries are row, or -1 when none can be.
-func pickSecondary(l *replicaLayout, live []int, row []int32, p int, count []int, shares []float64) int {
+// primary is p and whose secondaries are row, or -1 when none can be: a
+// member in a zone the slot does not use yet, if any; of those, one that
+// is a whole secondary below its share, if any (so that no move is needed
+// later to balance); of those, the one that is a secondary of the fewest
+// of p's slots (pairs), so that when p fails its primaries are promoted
+// evenly over the members that can take them (a zone's loss then leaves
+// the survivors balanced, and moves no other primary); then the one with
+// the most room below its share; then the lowest index.
+func pickSecondary(l *replicaLayout, live []int, row []int32, p int, count []int, shares []float64, pairs pairCounts) int {
 	used := map[string]bool{}
 	if l.live(p) {
 		used[l.zone(p)] = true
@@ -283,6 +309,12 @@ func pickSecondary(l *replicaLayout, live []int, row []int32, p int, count []int
 		// The member with the most room below its share, relative to it.
 		ri := (shares[i] - float64(count[i])) / l.capacity(i)
 		rj := (shares[j] - float64(count[j])) / l.capacity(j)
+		if fi, fj := shares[i]-float64(count[i]) >= 1, shares[j]-float64(count[j]) >= 1; fi != fj {
+			return fi // (below its share by a whole secondary: no move later to balance)
+		}
+		if pi, pj := pairs[[2]int32{int32(p), int32(i)}], pairs[[2]int32{int32(p), int32(j)}]; pi != pj && l.capacity(i) == l.capacity(j) {
+			return pi < pj
+		}
 		if c := cmp.Compare(ri, rj); c != 0 {
 			return c > 0
 		}
