@@ -81,16 +81,19 @@ func (r *Rink) estimate() []float64 {
 // carries load (a rate, or an awaited role). With none, it balances by
 // count, as without WithImbalanceTolerance, so that a rink whose members
 // use only ranks and slots keeps even slot counts. A map balanced by load
-// stays so until every member owning slots has reported none: a leader
-// just elected keeps its predecessor's load moves while the summaries
-// come in.
+// stays so until every member owning slots has reported none over a load
+// interval: a leader just elected keeps its predecessor's load moves while
+// the summaries come in. (A summary written as its member joined, before
+// it owned a slot, lists no role: taken for "none", it made a leader
+// elected in a rink's first load interval rebalance by count, and move
+// slots a rolling deploy had just handed over.)
 func (r *Rink) loadSeen(est []float64) bool {
 	for _, v := range est {
 		if v > 0 {
 			return true
 		}
 	}
-	return r.st.cur.ByLoad && !r.allReported(r.st.cur, false)
+	return r.st.cur.ByLoad && !r.allReported(r.st.cur, true)
 }
 
 // allReported reports whether every member owning slots in m has

@@ -127,7 +127,7 @@ func (r *Rink) plan() {
 	if s := strings.Join(strangers, ","); s != l.strangers {
 		l.strangers = s
 		if s != "" {
-			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", speaks))
+			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", offered(r.opts.replicas)))
 		}
 	}
 	// A change record this member cannot apply (see underived) is written

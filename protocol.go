@@ -69,18 +69,21 @@ type memberMeta struct {
 // (Tests that change speaks do not change these.)
 var (
 	ownValue     = memberValue(1)
-	ownProtocols = slices.Clone(speaks)
+	ownProtocols = offered(1)
 	onlyTwo      = []int{2}
 )
 
 // memberValue returns the value of the key of a member of this build with
-// the given capacity.
-func memberValue(capacity float64) string { return memberValueOf(capacity, "", false) }
+// the given capacity and one replica per slot.
+func memberValue(capacity float64) string { return memberValueOf(capacity, "", false, 1) }
 
-// memberValueOf is memberValue for a member in zone (see WithZone),
-// saying also whether it is leaving with a warm-up.
-func memberValueOf(capacity float64, zone string, leaving bool) string {
-	m := memberMeta{Protocols: speaks, Leaving: leaving, Zone: zone}
+// memberValueOf is memberValue for a member in zone (see WithZone) of a
+// rink of k replicas per slot, saying also whether it is leaving with a
+// warm-up. The protocols it names are those of the maps it can hold slots
+// in (offered): with one replica those of earlier releases, so that its
+// key reads as theirs, byte for byte; with more, protocol 4 alone.
+func memberValueOf(capacity float64, zone string, leaving bool, k int) string {
+	m := memberMeta{Protocols: offered(k), Leaving: leaving, Zone: zone}
 	if capacity != 1 {
 		m.Capacity = capacity
 	}
@@ -100,7 +103,7 @@ func leavingOf(value []byte) bool {
 
 // ownMemberValue is the value of this member's key (see memberMeta).
 func (r *Rink) ownMemberValue(leaving bool) string {
-	return memberValueOf(r.opts.capacity, r.opts.zone, leaving)
+	return memberValueOf(r.opts.capacity, r.opts.zone, leaving, r.opts.replicas)
 }
 
 // zoneOf returns the zone a member key's value names, or "" for none (or

@@ -21,7 +21,9 @@ func TestProtocolsOf(t *testing.T) {
 		{`{"protocols":[]}`, []int{2}},
 		{`{"protocols":[3,2,3]}`, []int{2, 3}},
 		{`{"protocols":[2],"later":{"field":1}}`, []int{2}}, // unknown fields are ignored
-		{memberValue(1), speaks},
+		{memberValue(1), []int{2, 3}},                       // one replica: the key reads as an earlier release's
+		{memberValueOf(1, "z", false, 2), []int{4}},         // replicas: protocol 4 alone
+		{`{"protocols":[2,3,4],"zone":"a"}`, []int{2, 3, 4}},
 	} {
 		if got := protocolsOf([]byte(c.value)); !slices.Equal(got, c.want) {
 			t.Errorf("protocolsOf(%q) = %v, want %v", c.value, got, c.want)
@@ -131,7 +133,7 @@ func TestProtocolNegotiation(t *testing.T) {
 			return false
 		}
 		for _, m := range s.Members {
-			want := map[string][]int{"a": speaks, "later": {2, 3}, "old": {2}}[m.Name]
+			want := map[string][]int{"a": offered(1), "later": {2, 3}, "old": {2}}[m.Name]
 			if !slices.Equal(m.Protocols, want) {
 				return false
 			}

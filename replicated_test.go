@@ -350,15 +350,38 @@ func TestReplicaMismatch(t *testing.T) {
 // slot's primary moves once (the newcomer takes the index with every
 // replica), its secondaries likewise, and never more than k hold a slot.
 func TestReplicasRollingDeploy(t *testing.T) {
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprint("roles watched ", watched), func(t *testing.T) { replicasRollingDeploy(t, watched) })
+	}
+}
+
+// replicasRollingDeploy is TestReplicasRollingDeploy, with every member
+// watching 64 roles (a service's: balanced by load) when watched.
+func replicasRollingDeploy(t *testing.T, watched bool) {
 	h := &history{}
 	const k = 2
 	zones := []string{"a", "b", "c"}
+	watch := func(m *Rink) {
+		if !watched {
+			return
+		}
+		set, err := m.Watch(Handler{Assigned: func(context.Context, string) {}, Secondary: func(ctx context.Context, _ string) { <-ctx.Done() }}, partitions(64)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+	}
 	name, old := replicated(t, h, 3, k, zones, WithRebalanceDelay(2*time.Second))
+	for _, m := range old {
+		watch(m)
+	}
+	settleReplicated(t, h, old...)
 	mark := time.Now()
 	all := slices.Clone(old)
 	for i, o := range old {
 		n := join(t, newClient(t), name, WithMemberName(fmt.Sprintf("new%d", i)), WithReplicas(k), WithSlots(64),
 			WithZone(zones[i]), WithRebalanceDelay(2*time.Second), h.hook())
+		watch(n)
 		all = append(all, n)
 		eventually(t, 10*time.Second, "newcomer listed as waiting", func() bool { return n.Rank().Waiting })
 		if err := o.Shutdown(context.Background()); err != nil {
@@ -468,5 +491,57 @@ func TestReplicasPartition(t *testing.T) {
 	settleReplicated(t, h, ms...)
 	if err := checkReplicaHistory(h.snapshot(), 2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A leader elected in a rink balanced by load, before its members have
+// reported their load over a whole interval (their first summaries, as they
+// join, say no role yet), keeps the map balanced by load: the leader that
+// left gracefully handed its index and slots to a waiting member, and no
+// other slot moves. (A leader that took the empty first summaries for "no
+// load" rebalanced by count, and moved slots a rolling deploy had just
+// handed over: rinkbench replicas moved 6 of 1,024 roles three times.)
+func TestNewLeaderKeepsLoadBalance(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprint("replicas ", k), func(t *testing.T) {
+			h := &history{}
+			name := rinkName(t)
+			var ms []*Rink
+			watch := func(m *Rink) {
+				set, err := m.Watch(Handler{Assigned: func(context.Context, string) {}, Secondary: func(ctx context.Context, _ string) { <-ctx.Done() }}, partitions(1024)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(set.Close)
+			}
+			for i := range 9 {
+				m := join(t, newClient(t), name, WithMemberName(fmt.Sprintf("m%d", i)), WithReplicas(k), WithRebalanceDelay(2*time.Second), h.hook())
+				watch(m)
+				ms = append(ms, m)
+			}
+			waitSettled(t, ms...)
+			if !ms[0].ownersNow().ByLoad {
+				t.Fatal("the rink is not balanced by load")
+			}
+			n := join(t, newClient(t), name, WithMemberName("new0"), WithReplicas(k), WithRebalanceDelay(2*time.Second), h.hook())
+			watch(n)
+			eventually(t, 10*time.Second, "new0 waiting", func() bool { return n.Rank().Waiting })
+			before := *ms[1].ownersNow()
+			if err := ms[0].Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			all := append(slices.Clone(ms[1:]), n)
+			waitSettled(t, all...)
+			after := ms[1].ownersNow()
+			for v := range before.Table {
+				want := before.owner(v)
+				if want == "m0" {
+					want = "new0"
+				}
+				if after.owner(v) != want {
+					t.Fatalf("entry %d of the table went from %s to %s (the new leader balanced by count: %v)", v, before.owner(v), after.owner(v), !after.ByLoad)
+				}
+			}
+		})
 	}
 }
