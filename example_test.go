@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"slices"
 	"time"
 
 	"github.com/rink-go/rink"
@@ -475,4 +476,44 @@ func ExampleRank_settled() {
 	}
 	fmt.Println("at rest with", ms[0].Rank().Size, "members")
 	// Output: at rest with 3 members
+}
+
+func ExampleObserver_Owners() {
+	cli, name := exampleClient("replicated")
+	defer cli.Close()
+	// Two replicas per slot, in two zones: each role has a primary, which
+	// serves it, and a secondary, which keeps its state warm and takes
+	// over if the primary crashes.
+	for i, zone := range []string{"zone-a", "zone-b"} {
+		r, err := rink.New(cli, name, rink.WithMemberName(fmt.Sprint("kv-", i)),
+			rink.WithReplicas(2), rink.WithZone(zone), rink.WithRebalanceDelay(0))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer r.Shutdown(context.Background())
+	}
+
+	ob, err := rink.NewObserver(cli, name)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ob.Close()
+	st := ob.State()
+	for owners, _ := st.Owners("tenant:acme"); len(owners) < 2; owners, _ = st.Owners("tenant:acme") {
+		<-st.Changed() // until both members are ranked
+		st = ob.State()
+	}
+	owners, _ := st.Owners("tenant:acme")
+	primary, _ := st.Owner("tenant:acme")
+	zone := map[string]string{}
+	for _, m := range st.Members {
+		zone[m.Name] = m.Zone
+	}
+	fmt.Println("replicas per slot:", st.Replicas)
+	fmt.Println("the primary first:", owners[0] == primary)
+	fmt.Println("zones:", slices.Sorted(slices.Values([]string{zone[owners[0]], zone[owners[1]]})))
+	// Output:
+	// replicas per slot: 2
+	// the primary first: true
+	// zones: [zone-a zone-b]
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,6 +40,11 @@ type State struct {
 	Version, Lineage int64
 	// Slots is the rink's slot count (0 before any map).
 	Slots int
+	// Replicas is how many members hold each slot, its primary included
+	// (see WithReplicas): 1 in a rink of one replica per slot, 0 before
+	// any map. With more than one, Owners names a role's secondaries
+	// after its primary, and MemberState.Secondaries counts them.
+	Replicas int
 	// Protocol is the protocol (map schema) the rink's map is in (0 before
 	// any map); the leader proclaims in the highest protocol that every
 	// live member speaks.
@@ -84,7 +90,8 @@ type State struct {
 	// a round that ran out of budget.
 	Imbalance, Tolerance float64
 
-	table   slotTable
+	table   slotTable  // the map's table: a row of Slots entries per replica
+	names   memberList // the map's members by index, as table names them
 	changed chan struct{}
 }
 
@@ -92,8 +99,18 @@ type State struct {
 type MemberState struct {
 	Name  string
 	Index int
-	// Slots is how many slots the member owns.
+	// Slots is how many slots the member owns: those whose primary it is,
+	// the only ones in a rink of one replica per slot. Secondaries counts
+	// the others.
 	Slots int
+	// Secondaries is how many slots the member holds as a secondary (see
+	// WithReplicas): it keeps their roles warm while another member is
+	// their primary. It is 0 in a rink of one replica per slot.
+	Secondaries int
+	// Zone is the member's failure domain (see WithZone), as its member
+	// key says ("" when it names none, or the member is gone). The leader
+	// places a slot's replicas in distinct zones whenever it can.
+	Zone string
 	// Ack is the newest map version it has acknowledged (in this lineage;
 	// -1 if it acknowledged another lineage's map or none), or, when it is
 	// higher, the version the leader's floor counts it at: a member writes
@@ -131,17 +148,39 @@ type WaitingState struct {
 	Protocols []int
 	// Capacity is the member's capacity (0 when it is gone).
 	Capacity float64
+	// Zone is the member's failure domain (see WithZone; "" when it
+	// names none, or is gone).
+	Zone string
 }
 
 // Changed returns a channel that is closed once a newer State is available.
 func (s State) Changed() <-chan struct{} { return s.changed }
 
-// Owner returns the member that owns role in this state.
+// Owner returns the member that owns role in this state: the primary of
+// its slot when the rink has more than one replica per slot (see Owners).
 func (s State) Owner(role string) (string, bool) {
 	if len(s.table) == 0 || role == "" || s.MapError != "" {
 		return "", false
 	}
 	return s.Members[s.table[slotOf(role, s.Slots)]].Name, true
+}
+
+// Owners returns the members that hold role in this state, as Rink.Owners
+// does: its primary first (Owner's answer), then its secondaries, the one
+// that has held it longest first (see WithReplicas). With one replica per
+// slot it is Owner's answer alone. ok is false when Owner's is.
+func (s State) Owners(role string) (members []string, ok bool) {
+	if len(s.table) == 0 || role == "" || s.MapError != "" {
+		return nil, false
+	}
+	m := s.rankMap()
+	return m.replicaNames(slotOf(role, s.Slots)), true
+}
+
+// rankMap returns the part of the state's map that says who holds which
+// slot, so that the state answers as members do from their maps.
+func (s State) rankMap() rankMap {
+	return rankMap{Slots: s.Slots, Replicas: s.Replicas, Members: s.names, Table: s.table}
 }
 
 type observed struct{ s State }
@@ -155,7 +194,8 @@ type observed struct{ s State }
 // (WithMemberName, WithSessionTTL, WithRebalanceDelay, WithSlots,
 // WithEvents) configures a member, not an Observer: NewObserver refuses it
 // with an error wrapping ErrInvalidOption that names it, rather than
-// ignore it. An Observer reads maps of any slot count.
+// ignore it. An Observer reads maps of any slot count and any number of
+// replicas per slot.
 func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
 	o, err := checkArgs(cli, name, opts)
 	if err = errors.Join(err, o.refuse("an Observer", "WithLogger", "WithJoinTimeout")); err != nil {
@@ -235,7 +275,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					return
 				}
 				protocols, capacity := metaOf(kvVal)
-				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity}
+				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity, zone: zoneOf(kvVal)}
 			case ob.keys.isAck(key):
 				name := ob.keys.ackName(key)
 				if deleted {
@@ -338,16 +378,13 @@ type memberLoad struct {
 }
 
 func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
-	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, changed: make(chan struct{})}
+	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, names: cur.Members, changed: make(chan struct{})}
 	if cur.Version > 0 {
-		s.Protocol = cur.Schema
+		s.Protocol, s.Replicas = cur.Schema, cur.replicas()
 	}
 	s.ByLoad = cur.ByLoad
 	s.Leader = elect[lowestKey(elect)].value
-	count := make([]int, len(cur.Members))
-	for _, i := range cur.Table {
-		count[i]++
-	}
+	count, secondaries := slotCounts(&cur)
 	listed := map[string]bool{}
 	for i, name := range cur.Members {
 		m, live := members[name]
@@ -363,7 +400,7 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 				ack = b
 			}
 		}
-		ms := MemberState{Name: name, Index: i, Slots: count[i], Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
+		ms := MemberState{Name: name, Index: i, Slots: count[i], Secondaries: secondaries[i], Zone: m.zone, Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
 		if l, ok := loads[name]; live && ok && l.lease == m.lease {
 			for _, sl := range l.report.Slots {
 				if sl.Slot < cur.Slots {
@@ -376,7 +413,8 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 		listed[name] = true
 	}
 	for _, w := range cur.Waiting {
-		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: members[w.Name].protocols, Capacity: members[w.Name].capacity})
+		m := members[w.Name]
+		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: m.protocols, Capacity: m.capacity, Zone: m.zone})
 		listed[w.Name] = true
 	}
 	for _, name := range liveByAge(members) {
@@ -389,12 +427,39 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 	close(old.s.changed)
 }
 
+// slotCounts counts, per index of m's members, the slots each owns (as
+// primary) and those it holds as a secondary. A secondary's entry that
+// repeats the slot's primary or an earlier secondary names no secondary
+// (see rankMap.Replicas), and so counts for nobody: counting every entry
+// of the table, as before replicas, would count such entries, and every
+// secondary, as slots owned.
+func slotCounts(m *rankMap) (primaries, secondaries []int) {
+	primaries, secondaries = make([]int, len(m.Members)), make([]int, len(m.Members))
+	S, k := m.Slots, m.replicas()
+	if len(m.Members) == 0 || len(m.Table) < S*k {
+		return primaries, secondaries
+	}
+	for s := range S {
+		primaries[m.Table[s]]++
+		for r := 1; r < k; r++ {
+			e, fresh := m.Table[r*S+s], true
+			for q := range r {
+				fresh = fresh && m.Table[q*S+s] != e
+			}
+			if fresh {
+				secondaries[e]++
+			}
+		}
+	}
+	return primaries, secondaries
+}
+
 // settleState adds to a state what the leader says of the
 // moves it plans (see ackFloor.Rest).
 func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
 	for _, slots := range cur.Incoming {
 		for _, x := range slots {
-			if x >= 0 && x < len(cur.Table) {
+			if x >= 0 && x < cur.Slots && len(cur.Table) > 0 { // (a primary's move: see plannedMoves)
 				s.Announced++
 			}
 		}
@@ -413,8 +478,17 @@ func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
 // State returns the rink's state as last seen.
 func (ob *Observer) State() State { return ob.state.Load().s }
 
-// Owner returns the member that owns role in the newest map seen.
+// Owner returns the member that owns role in the newest map seen: the
+// primary of its slot when the rink has more than one replica per slot.
 func (ob *Observer) Owner(role string) (string, bool) { return ob.State().Owner(role) }
+
+// Owners returns the members that hold role in the newest map seen, its
+// primary first, then its secondaries, the one that has held it longest
+// first: State.Owners of the current State. A router that cannot reach a
+// role's primary can tell which members keep its roles warm.
+func (ob *Observer) Owners(role string) (members []string, ok bool) {
+	return ob.State().Owners(role)
+}
 
 // Done is closed when the observer is closed. State().Changed() is not:
 // a loop that waits for changes should select on both.
@@ -434,7 +508,12 @@ type Change struct {
 	// "promoted" (took a departed member's Index and slots), "ranked" (added
 	// at Index by a rebalance), "moved" (from From to Index), "unranked"
 	// (ranked before, waiting now: it rejoined), "left", "left-waiting",
-	// "lineage" (the map key was re-created: Lineage), "slots" (Slots moved).
+	// "lineage" (the map key was re-created: Lineage), "slots" (the
+	// primaries of Slots slots moved). With more than one replica per slot
+	// (see WithReplicas), also "slots-promoted" (Slots of the slots that
+	// moved went to a member that held them as a secondary: their roles
+	// stayed warm) and "secondaries" (Slots secondaries moved: a member
+	// became a slot's secondary).
 	Kind    string `json:"kind"`
 	Member  string `json:"member,omitempty"`
 	Index   int    `json:"index"`
@@ -466,6 +545,10 @@ func (c Change) String() string {
 		return fmt.Sprintf("map re-created (lineage %d)", c.Lineage)
 	case "slots":
 		return fmt.Sprintf("%d slots moved", c.Slots)
+	case "slots-promoted":
+		return fmt.Sprintf("%d slots promoted from secondaries", c.Slots)
+	case "secondaries":
+		return fmt.Sprintf("%d secondaries moved", c.Slots)
 	}
 	return c.Kind
 }
@@ -474,7 +557,9 @@ func (c Change) String() string {
 // were ranked (promoted into a departed member's index, or added by a
 // rebalance), moved index, fell back to waiting, or left; a new leader of
 // the rink (State.Leader, the member that coordinates it); a re-created
-// map; how many slots moved.
+// map; how many slots moved (their primaries), and, with more than one
+// replica per slot, how many of them went to a secondary and how many
+// secondaries moved.
 func Diff(prev, next State) []Change {
 	var out []Change
 	ranked := func(s State) map[string]MemberState {
@@ -547,23 +632,52 @@ func Diff(prev, next State) []Change {
 			gone[n] = true
 		}
 	}
-	if moved := slotsMoved(prev, next); moved > 0 {
+	moved, warm, secondaries := slotsMoved(prev, next)
+	if moved > 0 {
 		out = append(out, Change{Kind: "slots", Slots: moved})
+	}
+	if warm > 0 {
+		out = append(out, Change{Kind: "slots-promoted", Slots: warm})
+	}
+	if secondaries > 0 {
+		out = append(out, Change{Kind: "secondaries", Slots: secondaries})
 	}
 	return out
 }
 
-// slotsMoved counts slots whose owner differs between two states of the
-// same rink.
-func slotsMoved(a, b State) int {
-	if len(a.table) == 0 || len(a.table) != len(b.table) {
-		return 0
+// slotsMoved compares two states of the same rink slot by slot: it counts
+// the slots whose owner (primary) differs, those of them whose new owner
+// a named as a secondary, and the secondaries b names that a did not (a
+// member that became a slot's secondary). Only the primaries' rows count
+// as slots: each entry of a secondary's row would otherwise count as a
+// slot of its own.
+func slotsMoved(a, b State) (moved, warm, secondaries int) {
+	S := a.Slots
+	if len(a.table) == 0 || b.Slots != S || len(a.table) < S || len(b.table) < S {
+		return 0, 0, 0
 	}
-	n := 0
-	for s := range a.table {
-		if a.Members[a.table[s]].Name != b.Members[b.table[s]].Name {
-			n++
+	am, bm := a.rankMap(), b.rankMap()
+	replicated := a.Replicas > 1 || b.Replicas > 1
+	for s := range S {
+		was, is := a.Members[a.table[s]].Name, b.Members[b.table[s]].Name
+		if was != is {
+			moved++
+		}
+		if !replicated {
+			continue
+		}
+		before, after := am.replicaNames(s), bm.replicaNames(s)
+		if len(before) == 0 || len(after) == 0 {
+			continue
+		}
+		if was != is && slices.Contains(before[1:], is) {
+			warm++
+		}
+		for _, name := range after[1:] {
+			if !slices.Contains(before[1:], name) {
+				secondaries++
+			}
 		}
 	}
-	return n
+	return moved, warm, secondaries
 }

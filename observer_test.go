@@ -3,6 +3,8 @@ package rink
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,10 +55,17 @@ func TestObserver(t *testing.T) {
 	if s.Members[0].Slots != DefaultSlots || s.Slots != DefaultSlots || !s.Members[0].Live {
 		t.Fatalf("member a: %+v of %d slots", s.Members[0], s.Slots)
 	}
+	// One replica per slot: no secondaries, no zone.
+	if s.Replicas != 1 || s.Members[0].Secondaries != 0 || s.Members[0].Zone != "" || s.Waiting[0].Zone != "" {
+		t.Fatalf("a rink of one replica: %d replicas, member a %+v, waiting %+v", s.Replicas, s.Members[0], s.Waiting[0])
+	}
 	// The observer agrees with members on every owner.
 	for _, role := range []string{"leader", "BTC/ETH", "partition:42"} {
 		if o, _ := ob.Owner(role); o != "a" {
 			t.Errorf("observer: owner of %s = %q", role, o)
+		}
+		if o, ok := ob.Owners(role); !ok || !slices.Equal(o, []string{"a"}) {
+			t.Errorf("observer: owners of %s = %v", role, o)
 		}
 	}
 	prev := ob.State()
@@ -234,5 +243,184 @@ func TestSettleState(t *testing.T) {
 	}
 	if s := at(ackFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *rankMap) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
 		t.Errorf("announced %d slots, want 1 (entries naming no slot are ignored)", s.Announced)
+	}
+}
+
+// observedReplicas waits until the observer and every member of ms agree
+// on one map, which every member has acknowledged, and returns the
+// observer's state and a member's copy of that map.
+func observedReplicas(t *testing.T, ob *Observer, ms ...*Rink) (State, *rankMap) {
+	t.Helper()
+	var m *rankMap
+	s := awaitState(t, ob, fmt.Sprintf("%d members on one acknowledged map", len(ms)), func(s State) bool {
+		if len(s.Members) != len(ms) || s.MapError != "" {
+			return false
+		}
+		for _, x := range s.Members {
+			if !x.Live || x.Ack != s.Version {
+				return false
+			}
+		}
+		for _, r := range ms {
+			if r.Rank().Version != s.Version {
+				return false
+			}
+		}
+		m = ms[0].ownersNow()
+		return m != nil && m.Version == s.Version
+	})
+	return s, m
+}
+
+// An observer of a rink of two replicas per slot in three zones shows
+// what its members hold: the replicas per slot, each member's zone, its
+// primaries (Slots) and secondaries counted apart, and every role's owners
+// as members name them, primary first; Diff counts a departure's moves
+// by replica.
+func TestObserverReplicas(t *testing.T) {
+	name := rinkName(t)
+	ob, err := NewObserver(newClient(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	zones := map[string]string{"m0": "zone-a", "m1": "zone-b", "m2": "zone-c"}
+	var ms []*Rink
+	for _, n := range []string{"m0", "m1", "m2"} {
+		ms = append(ms, join(t, newClient(t), name, WithMemberName(n), WithReplicas(2), WithSlots(64), WithZone(zones[n])))
+	}
+	s, m := observedReplicas(t, ob, ms...)
+	if s.Replicas != 2 || s.Protocol != schemaReplicas || s.Slots != 64 {
+		t.Fatalf("state of %d replicas, protocol %d, %d slots; want 2, %d, 64", s.Replicas, s.Protocol, s.Slots, schemaReplicas)
+	}
+	// Each member's counts, as the member's own map gives them.
+	primaries, secondaries := map[string]int{}, map[string]int{}
+	for slot := range m.Slots {
+		names := m.replicaNames(slot)
+		if len(names) != 2 {
+			t.Fatalf("slot %d: replicas %v, want 2", slot, names)
+		}
+		primaries[names[0]]++
+		for _, n := range names[1:] {
+			secondaries[n]++
+		}
+	}
+	for _, x := range s.Members {
+		if x.Zone != zones[x.Name] || x.Slots != primaries[x.Name] || x.Secondaries != secondaries[x.Name] || x.Secondaries == 0 {
+			t.Errorf("%s: zone %q, %d slots, %d secondaries; want %q, %d, %d", x.Name, x.Zone, x.Slots, x.Secondaries, zones[x.Name], primaries[x.Name], secondaries[x.Name])
+		}
+	}
+	// Owners agrees with every member's, primary first, and names
+	// replicas in distinct zones.
+	for i := range 200 {
+		role := fmt.Sprint("role-", i)
+		owners, ok := ob.Owners(role)
+		owner, _ := ob.Owner(role)
+		if !ok || len(owners) != 2 || owners[0] != owner || zones[owners[0]] == zones[owners[1]] {
+			t.Fatalf("%s: owners %v (%v), owner %q", role, owners, ok, owner)
+		}
+		for _, r := range ms {
+			if theirs, _ := r.Owners(role); !slices.Equal(theirs, owners) {
+				t.Fatalf("%s: the observer says %v, %s says %v", role, owners, r.Member(), theirs)
+			}
+		}
+	}
+	if owners, ok := ob.Owners(""); ok || owners != nil {
+		t.Errorf("owners of the empty role: %v, %v", owners, ok)
+	}
+
+	// m0 leaves: Diff counts the primaries that moved, those that went to
+	// their secondary, and the secondaries placed, as the maps say.
+	if err := ms[0].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next, after := observedReplicas(t, ob, ms[1:]...)
+	var moved, warm, placed int
+	for slot := range m.Slots {
+		was, is := m.replicaNames(slot), after.replicaNames(slot)
+		if was[0] != is[0] {
+			moved++
+			if slices.Contains(was[1:], is[0]) {
+				warm++
+			}
+		}
+		for _, n := range is[1:] {
+			if !slices.Contains(was[1:], n) {
+				placed++
+			}
+		}
+	}
+	if moved < primaries["m0"] || warm == 0 {
+		t.Fatalf("m0 owned %d slots; %d moved, %d of them to a secondary", primaries["m0"], moved, warm)
+	}
+	want := []string{fmt.Sprintf("%d slots moved", moved), fmt.Sprintf("%d slots promoted from secondaries", warm)}
+	if placed > 0 {
+		want = append(want, fmt.Sprintf("%d secondaries moved", placed))
+	}
+	diff := changes(Diff(s, next))
+	t.Logf("m0 left: %s", diff)
+	for _, w := range want {
+		if !strings.Contains(diff, w) {
+			t.Errorf("diff %q lacks %q", diff, w)
+		}
+	}
+	if placed == 0 && strings.Contains(diff, "secondaries moved") {
+		t.Errorf("diff %q counts secondaries, none moved", diff)
+	}
+	total := 0
+	for _, x := range next.Members {
+		total += x.Secondaries
+	}
+	if total != next.Slots { // (two members: each slot's other member is its secondary)
+		t.Errorf("%d secondaries held of %d slots", total, next.Slots)
+	}
+}
+
+// A state counts each slot once per member that holds it: a secondary's
+// entry that repeats the primary or an earlier secondary (fewer members
+// than replicas) holds nothing, and only the primaries' row counts as
+// slots owned. Diff counts moves by replica, and with one replica per
+// slot as it always has.
+func TestStateReplicaCounts(t *testing.T) {
+	// Two members, three replicas per slot of four: each slot's third
+	// replica is "none".
+	m := rankMap{Schema: schemaReplicas, Version: 3, Slots: 4, Replicas: 3, Members: memberList{"a", "b"},
+		Table: slotTable{0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0}}
+	p, sec := slotCounts(&m)
+	if !slices.Equal(p, []int{2, 2}) || !slices.Equal(sec, []int{2, 2}) {
+		t.Fatalf("slot counts %v, secondaries %v; want [2 2] and [2 2]", p, sec)
+	}
+	state := func(m rankMap) State {
+		p, sec := slotCounts(&m)
+		s := State{Version: m.Version, Slots: m.Slots, Replicas: m.replicas(), table: m.Table, names: m.Members}
+		for i, n := range m.Members {
+			s.Members = append(s.Members, MemberState{Name: n, Index: i, Slots: p[i], Secondaries: sec[i]})
+		}
+		return s
+	}
+	s := state(m)
+	if o, _ := s.Owners("x"); len(o) != 2 {
+		t.Fatalf("owners %v, want two members", o)
+	}
+	// Three members of two replicas: slot 0's primary goes to its
+	// secondary (b), which c replaces; slot 1's primary goes to c, which
+	// was not its secondary; slot 2's secondary moves; slot 3 stays.
+	a := rankMap{Schema: schemaReplicas, Version: 1, Slots: 4, Replicas: 2, Members: memberList{"a", "b", "c"},
+		Table: slotTable{0, 0, 1, 2, 1, 1, 0, 0}}
+	b := a
+	b.Table = slotTable{1, 2, 1, 2, 2, 1, 2, 0}
+	d := changes(Diff(state(a), state(b)))
+	if d != "2 slots moved; 1 slots promoted from secondaries; 2 secondaries moved" {
+		t.Errorf("diff = %q", d)
+	}
+	// One replica per slot: slots only, as before replicas.
+	one := rankMap{Schema: 3, Version: 1, Slots: 4, Members: memberList{"a", "b"}, Table: slotTable{0, 0, 1, 1}}
+	two := one
+	two.Table = slotTable{0, 1, 1, 0}
+	if d := changes(Diff(state(one), state(two))); d != "2 slots moved" {
+		t.Errorf("diff with one replica = %q", d)
+	}
+	if s := state(one); s.Replicas != 1 || s.Members[0].Slots != 2 || s.Members[0].Secondaries != 0 {
+		t.Errorf("one replica: %+v", s)
 	}
 }

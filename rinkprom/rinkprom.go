@@ -14,9 +14,13 @@
 // | rink_size | gauge | ranked members in the newest map this member applied |
 // | rink_member_waiting | gauge | 1 while the map lists this member as waiting to be ranked |
 // | rink_member_leader | gauge | 1 while this member is the rink's leader: the member that coordinates the rink (Rank().Leader), not the holder of a role named "leader" |
-// | rink_slots_held | gauge | slots this member holds (a role is held with its slot) |
-// | rink_acquisitions_total | counter | slots this member started holding |
-// | rink_releases_total | counter | slots this member stopped holding |
+// | rink_slots_held | gauge | slots this member holds (a role is held with its slot); with more than one replica per slot (rink.WithReplicas), those it holds as primary |
+// | rink_acquisitions_total | counter | slots this member started holding (as primary) |
+// | rink_releases_total | counter | slots this member stopped holding (as primary) |
+// | rink_secondary_slots_held | gauge | slots this member holds as a secondary, keeping their roles warm for their primary on another member (0 with one replica per slot) |
+// | rink_secondary_acquisitions_total | counter | slots this member started holding as a secondary |
+// | rink_secondary_releases_total | counter | slots this member stopped holding as a secondary, promotions included |
+// | rink_promotions_total | counter | slots this member held as a secondary and then took as primary (rink.ErrPromoted): a failover or a move that found the roles warm |
 // | rink_handovers_total | counter | acquisitions of a slot another member owned before |
 // | rink_fences_total | counter | times this member dropped every holding at once (session lost, or left the rink) |
 // | rink_rejoins_total | counter | times this member joined again with a new session |
@@ -34,6 +38,7 @@
 package rinkprom
 
 import (
+	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,9 +50,10 @@ import (
 // method to rink.WithEvents and register it with a Prometheus registry.
 type Metrics struct {
 	index, size, waiting, leader, held, load, roles, imbalance  *prometheus.GaugeVec
-	settled                                                     *prometheus.GaugeVec
+	settled, secondaries                                        *prometheus.GaugeVec
 	acquisitions, releases, handovers, fences, rejoins, applied *prometheus.CounterVec
 	rounds, moves, drainTimeouts                                *prometheus.CounterVec
+	secAcquisitions, secReleases, promotions                    *prometheus.CounterVec
 	handoverWait, mapApply, drain                               *prometheus.HistogramVec
 
 	seen sync.Map // member label pairs whose series exist
@@ -83,6 +89,12 @@ func New() *Metrics {
 		rejoins:       counter("rejoins_total", "Times this member joined again with a new session."),
 		applied:       counter("maps_applied_total", "Map versions this member applied."),
 		drainTimeouts: counter("drain_timeouts_total", "Drains that ran out of time, handing a slot over with work still running on it."),
+
+		// Replicas (rink.WithReplicas): the secondaries this member holds.
+		secondaries:     gauge("secondary_slots_held", "Slots this member holds as a secondary, keeping their roles warm for their primary on another member."),
+		secAcquisitions: counter("secondary_acquisitions_total", "Slots this member started holding as a secondary."),
+		secReleases:     counter("secondary_releases_total", "Slots this member stopped holding as a secondary, promotions included."),
+		promotions:      counter("promotions_total", "Slots this member held as a secondary and then took as primary."),
 		drain: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "rink", Name: "drain_seconds",
 			Help:    "Time a given-away slot waited for the functions Run and Watch ran on it.",
@@ -104,7 +116,8 @@ func New() *Metrics {
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.index, m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles, m.imbalance,
 		m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
-		m.handoverWait, m.mapApply, m.drainTimeouts, m.drain}
+		m.handoverWait, m.mapApply, m.drainTimeouts, m.drain,
+		m.secondaries, m.secAcquisitions, m.secReleases, m.promotions}
 }
 
 // Describe implements prometheus.Collector.
@@ -127,10 +140,11 @@ func (m *Metrics) Observe(e rink.Event) {
 	if _, loaded := m.seen.LoadOrStore([2]string{e.Rink, e.Member}, true); !loaded {
 		// Every series of a member exists from its first event on, at 0,
 		// so that rates and alerts see zeros rather than gaps.
-		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves} {
+		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
+			m.secAcquisitions, m.secReleases, m.promotions} {
 			c.With(l)
 		}
-		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles} {
+		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles, m.secondaries} {
 			g.With(l)
 		}
 		m.handoverWait.With(l)
@@ -148,6 +162,17 @@ func (m *Metrics) Observe(e rink.Event) {
 	case rink.EventReleased:
 		m.releases.With(l).Inc()
 		m.held.With(l).Dec()
+	case rink.EventSecondaryAcquired:
+		m.secAcquisitions.With(l).Inc()
+		m.secondaries.With(l).Inc()
+	case rink.EventSecondaryReleased:
+		// Every secondary holding ends with this event, a fence's and a
+		// promotion's included, so the gauge returns to what is held.
+		m.secReleases.With(l).Inc()
+		m.secondaries.With(l).Dec()
+		if errors.Is(e.Cause, rink.ErrPromoted) {
+			m.promotions.With(l).Inc()
+		}
 	case rink.EventFenced:
 		m.fences.With(l).Inc()
 	case rink.EventRejoined:

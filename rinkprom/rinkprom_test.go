@@ -2,6 +2,7 @@ package rinkprom_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,11 @@ func TestMetricsAfterHandover(t *testing.T) {
 		{"rink_fences_total", "b", 0},
 		{"rink_acquisitions_total", "a", rink.DefaultSlots},
 		{"rink_releases_total", "a", rink.DefaultSlots},
+		// One replica per slot: the replicas' series exist, at 0.
+		{"rink_secondary_slots_held", "b", 0},
+		{"rink_secondary_acquisitions_total", "a", 0},
+		{"rink_secondary_releases_total", "a", 0},
+		{"rink_promotions_total", "b", 0},
 	}
 	for _, c := range checks {
 		if got := gauge(t, reg, c.metric, c.member); got != c.want {
@@ -186,4 +192,104 @@ func TestDrainMetrics(t *testing.T) {
 		}
 	}
 	t.Error("no rink_drain_seconds")
+}
+
+// TestReplicaMetrics: with two replicas per slot and two members, each
+// holds as a secondary what the other holds as primary; when one leaves,
+// the other is promoted to every slot it held as a secondary, and the
+// leaver's secondaries are released.
+func TestReplicaMetrics(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	m := rinkprom.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	const slots = 64
+	members := map[string]*rink.Rink{}
+	for i, name := range []string{"a", "b"} {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		r, err := rink.New(cli, "replicated", rink.WithMemberName(name), rink.WithReplicas(2), rink.WithSlots(slots),
+			rink.WithZone(fmt.Sprint("zone-", i)), rink.WithEvents(m.Observe), rink.WithRebalanceDelay(0), rink.WithSessionTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Shutdown(context.Background())
+		members[name] = r
+	}
+	rtest.Eventually(t, 10*time.Second, "at rest, each slot held by both, once as primary", func() bool {
+		ra, rb := members["a"].Rank(), members["b"].Rank()
+		return ra.Settled && rb.Settled && ra.Version == rb.Version && gauge(t, reg, "rink_slots_held", "a")+gauge(t, reg, "rink_slots_held", "b") == slots &&
+			gauge(t, reg, "rink_secondary_slots_held", "a") == gauge(t, reg, "rink_slots_held", "b") &&
+			gauge(t, reg, "rink_secondary_slots_held", "b") == gauge(t, reg, "rink_slots_held", "a") &&
+			gauge(t, reg, "rink_slots_held", "a") > 0 && gauge(t, reg, "rink_slots_held", "b") > 0
+	})
+	// (b may have been promoted already, when it was ranked: a slot it held
+	// as a secondary a moment before moved to it warm.)
+	warm, promoted := gauge(t, reg, "rink_secondary_slots_held", "b"), gauge(t, reg, "rink_promotions_total", "b")
+	if got := gauge(t, reg, "rink_secondary_acquisitions_total", "b"); got < warm+promoted {
+		t.Errorf("b holds %v secondaries and was promoted to %v, acquired %v", warm, promoted, got)
+	}
+	if err := members["a"].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rtest.Eventually(t, 10*time.Second, "b holds every slot, as primary", func() bool {
+		return gauge(t, reg, "rink_slots_held", "b") == slots && gauge(t, reg, "rink_secondary_slots_held", "b") == 0
+	})
+	for _, c := range []struct {
+		metric, member string
+		want           float64
+	}{
+		{"rink_promotions_total", "b", promoted + warm}, // every slot b held warm
+		{"rink_secondary_slots_held", "a", 0},
+		{"rink_secondary_releases_total", "a", gauge(t, reg, "rink_secondary_acquisitions_total", "a")},
+		{"rink_secondary_releases_total", "b", gauge(t, reg, "rink_secondary_acquisitions_total", "b")},
+	} {
+		if got := gauge(t, reg, c.metric, c.member); got != c.want {
+			t.Errorf("%s{member=%q} = %v, want %v", c.metric, c.member, got, c.want)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP rink_secondary_slots_held Slots this member holds as a secondary, keeping their roles warm for their primary on another member.
+# TYPE rink_secondary_slots_held gauge
+rink_secondary_slots_held{member="a",rink="replicated"} 0
+rink_secondary_slots_held{member="b",rink="replicated"} 0
+`), "rink_secondary_slots_held"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestSecondaryEvents: the replicas' metrics follow the events alone.
+func TestSecondaryEvents(t *testing.T) {
+	m := rinkprom.New()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	for s := range 3 {
+		m.Observe(rink.Event{Kind: rink.EventSecondaryAcquired, Rink: "r", Member: "a", Slot: s})
+	}
+	m.Observe(rink.Event{Kind: rink.EventSecondaryReleased, Rink: "r", Member: "a", Slot: 0, Cause: rink.ErrRoleMoved})
+	m.Observe(rink.Event{Kind: rink.EventSecondaryReleased, Rink: "r", Member: "a", Slot: 1, Cause: rink.ErrPromoted})
+	m.Observe(rink.Event{Kind: rink.EventAcquired, Rink: "r", Member: "a", Slot: 1, Token: 9})
+	for _, c := range []struct {
+		metric string
+		want   float64
+	}{
+		{"rink_secondary_slots_held", 1},
+		{"rink_secondary_acquisitions_total", 3},
+		{"rink_secondary_releases_total", 2},
+		{"rink_promotions_total", 1},
+		{"rink_slots_held", 1},
+		{"rink_acquisitions_total", 1},
+	} {
+		if got := gauge(t, reg, c.metric, "a"); got != c.want {
+			t.Errorf("%s = %v, want %v", c.metric, got, c.want)
+		}
+	}
 }

@@ -1,7 +1,9 @@
 // Command rinkctl inspects rinks from a terminal: who is ranked, who waits,
-// who leads, who owns a role, and what changes. It only reads; it never
-// joins a rink. Flags follow etcdctl: --endpoints (or ETCDCTL_ENDPOINTS),
-// --cacert/--cert/--key, --user, --dial-timeout, -w table|json.
+// who leads, who owns a role (with replicas, who holds it as a secondary,
+// and in which zones the members are), and what changes. It only reads; it
+// never joins a rink. Flags follow etcdctl: --endpoints (or
+// ETCDCTL_ENDPOINTS), --cacert/--cert/--key, --user, --dial-timeout,
+// -w table|json.
 //
 //	rinkctl list
 //	rinkctl status orders
@@ -324,6 +326,7 @@ type statusJSON struct {
 	Revision int64         `json:"revision"`
 	Leader   string        `json:"leader"`
 	Slots    int           `json:"slots"`
+	Replicas int           `json:"replicas,omitempty"` // members holding each slot (rink.WithReplicas), left out when 1
 	Protocol int           `json:"protocol"`
 	ByLoad   bool          `json:"byLoad"`
 	Members  []memberJSON  `json:"members"`
@@ -354,6 +357,12 @@ type memberJSON struct {
 	// Roles the roles it awaits in its slots.
 	Load  float64 `json:"load"`
 	Roles int     `json:"roles"`
+	// Zone is the member's failure domain (rink.WithZone), left out when
+	// it names none. Secondaries counts the slots it holds as a secondary
+	// (rink.WithReplicas; Slots and Share count those it owns, as
+	// primary), left out when there are none.
+	Zone        string `json:"zone,omitempty"`
+	Secondaries int    `json:"secondaries,omitempty"`
 }
 
 type waitingJSON struct {
@@ -361,17 +370,23 @@ type waitingJSON struct {
 	Since     time.Time `json:"since"`
 	Protocols []int     `json:"protocols"`
 	Capacity  float64   `json:"capacity"`
+	Zone      string    `json:"zone,omitempty"` // (rink.WithZone)
 }
 
 func toJSON(s rink.State) statusJSON {
 	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, ByLoad: s.ByLoad, MapError: s.MapError,
 		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...),
 		Settled: s.Settled, Announced: s.Announced, LoadRound: s.LoadRound, Imbalance: s.Imbalance, Tolerance: s.Tolerance}
+	if s.Replicas > 1 {
+		j.Replicas = s.Replicas
+	}
 	for _, m := range s.Members {
-		j.Members = append(j.Members, memberJSON{m.Name, m.Index, m.Slots, float64(m.Slots) / float64(max(s.Slots, 1)), m.Ack, m.Live, append([]int{}, m.Protocols...), m.Capacity, m.Load, m.Roles})
+		j.Members = append(j.Members, memberJSON{Name: m.Name, Index: m.Index, Zone: m.Zone, Slots: m.Slots, Secondaries: m.Secondaries,
+			Share: float64(m.Slots) / float64(max(s.Slots, 1)), Ack: m.Ack, Live: m.Live, Protocols: append([]int{}, m.Protocols...),
+			Capacity: m.Capacity, Load: m.Load, Roles: m.Roles})
 	}
 	for _, w := range s.Waiting {
-		j.Waiting = append(j.Waiting, waitingJSON{w.Name, w.Since, append([]int{}, w.Protocols...), w.Capacity})
+		j.Waiting = append(j.Waiting, waitingJSON{Name: w.Name, Zone: w.Zone, Since: w.Since, Protocols: append([]int{}, w.Protocols...), Capacity: w.Capacity})
 	}
 	return j
 }
@@ -391,41 +406,79 @@ func statusCmd(g *globals) *cobra.Command {
 			if g.output == "json" {
 				return g.json(cmd.OutOrStdout(), toJSON(s))
 			}
-			w := cmd.OutOrStdout()
-			balance := "by count"
-			if s.ByLoad {
-				balance = "by load"
-			}
-			fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %d slots balanced %s\n",
-				s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), s.Slots, balance)
-			fmt.Fprintln(w, settledLine(s))
-			if s.MapError != "" {
-				fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
-			}
-			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "INDEX\tMEMBER\tSLOTS\tSHARE\tCAPACITY\tLOAD/S\tROLES\tACK\tPROTOCOLS\tSTATE")
-			for _, m := range s.Members {
-				state := "live"
-				switch {
-				case !m.Live:
-					state = "gone (being replaced)"
-				case m.Ack != s.Version:
-					state = fmt.Sprintf("live, applying (ack %d)", m.Ack)
-				}
-				if m.Name == s.Leader {
-					state += ", leader"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%d\t%.1f%%\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Index, m.Name, m.Slots, 100*float64(m.Slots)/float64(max(s.Slots, 1)), capacity(m.Capacity), strconv.FormatFloat(m.Load, 'g', 4, 64), m.Roles, m.Ack, protocols(m.Protocols), state)
-			}
-			for _, wt := range s.Waiting {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t%s\t-\t-\t-\t%s\twaiting since %s\n", wt.Name, capacity(wt.Capacity), protocols(wt.Protocols), wt.Since.UTC().Format(time.RFC3339))
-			}
-			for _, name := range s.Joining {
-				fmt.Fprintf(tw, "-\t%s\t0\t0.0%%\t-\t-\t-\t-\t-\tjoining\n", name)
-			}
-			return tw.Flush()
+			return printStatus(cmd.OutOrStdout(), s)
 		},
 	}
+}
+
+// printStatus writes a rink's state as the status command's table. A rink
+// of more than one replica per slot says so in its first line, and its
+// table has a column of each member's secondaries (SLOTS and SHARE count
+// the slots it owns, as primary); a ZONE column appears when the rink has
+// replicas or any member names a zone. A rink of one replica with no
+// zones prints as it did before replicas, so that scripts reading the
+// table are not broken by a release that adds them.
+func printStatus(w io.Writer, s rink.State) error {
+	balance := "by count"
+	if s.ByLoad {
+		balance = "by load"
+	}
+	replicated := s.Replicas > 1
+	slots := fmt.Sprintf("%d slots", s.Slots)
+	if replicated {
+		slots += fmt.Sprintf(" (%d replicas each)", s.Replicas)
+	}
+	fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %s balanced %s\n",
+		s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), slots, balance)
+	fmt.Fprintln(w, settledLine(s))
+	if s.MapError != "" {
+		fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
+	}
+	zoned := replicated
+	for _, m := range s.Members {
+		zoned = zoned || m.Zone != ""
+	}
+	for _, wt := range s.Waiting {
+		zoned = zoned || wt.Zone != ""
+	}
+	// cells returns a row's cells, the replicas' columns (zone after the
+	// member, secondaries after its slots) only when the rink shows them.
+	cells := func(index, name, zone, slots, secondaries string, rest ...string) string {
+		row := []string{index, name}
+		if zoned {
+			row = append(row, zone)
+		}
+		row = append(row, slots)
+		if replicated {
+			row = append(row, secondaries)
+		}
+		return strings.Join(append(row, rest...), "\t") + "\n"
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprint(tw, cells("INDEX", "MEMBER", "ZONE", "SLOTS", "SECONDARIES", "SHARE", "CAPACITY", "LOAD/S", "ROLES", "ACK", "PROTOCOLS", "STATE"))
+	for _, m := range s.Members {
+		state := "live"
+		switch {
+		case !m.Live:
+			state = "gone (being replaced)"
+		case m.Ack != s.Version:
+			state = fmt.Sprintf("live, applying (ack %d)", m.Ack)
+		}
+		if m.Name == s.Leader {
+			state += ", leader"
+		}
+		fmt.Fprint(tw, cells(strconv.Itoa(m.Index), m.Name, orDash(m.Zone), strconv.Itoa(m.Slots), strconv.Itoa(m.Secondaries),
+			fmt.Sprintf("%.1f%%", 100*float64(m.Slots)/float64(max(s.Slots, 1))), capacity(m.Capacity), strconv.FormatFloat(m.Load, 'g', 4, 64),
+			strconv.Itoa(m.Roles), strconv.FormatInt(m.Ack, 10), protocols(m.Protocols), state))
+	}
+	for _, wt := range s.Waiting {
+		fmt.Fprint(tw, cells("-", wt.Name, orDash(wt.Zone), "0", "0", "0.0%", capacity(wt.Capacity), "-", "-", "-", protocols(wt.Protocols),
+			"waiting since "+wt.Since.UTC().Format(time.RFC3339)))
+	}
+	for _, name := range s.Joining {
+		fmt.Fprint(tw, cells("-", name, "-", "0", "0", "0.0%", "-", "-", "-", "-", "-", "joining"))
+	}
+	return tw.Flush()
 }
 
 // settledLine says whether the rink is at rest, and if not, what moves
@@ -481,10 +534,18 @@ func orNone(s string) string {
 	return s
 }
 
+// orDash prints s, or "-" when it is empty (a member that names no zone).
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func ownerCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "owner NAME ROLE...",
-		Short: "Show which member owns each role",
+		Short: "Show which member owns each role, and with replicas which members hold it as secondaries",
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, role := range args[1:] {
@@ -498,22 +559,42 @@ func ownerCmd(g *globals) *cobra.Command {
 			}
 			defer closeAll()
 			s := ob.State()
+			// With replicas, Owners lists every member holding the
+			// role, its owner (the primary) first; a rink of one
+			// replica prints, and encodes, as it did before them.
 			type owned struct {
-				Role  string `json:"role"`
-				Owner string `json:"owner"`
+				Role   string   `json:"role"`
+				Owner  string   `json:"owner"`
+				Owners []string `json:"owners,omitempty"`
 			}
+			replicated := s.Replicas > 1
 			var list []owned
 			for _, role := range args[1:] {
 				o, _ := s.Owner(role)
-				list = append(list, owned{role, o})
+				e := owned{Role: role, Owner: o}
+				if replicated {
+					e.Owners, _ = s.Owners(role)
+				}
+				list = append(list, e)
 			}
 			if g.output == "json" {
 				return g.json(cmd.OutOrStdout(), list)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ROLE\tOWNER")
+			if !replicated {
+				fmt.Fprintln(tw, "ROLE\tOWNER")
+				for _, o := range list {
+					fmt.Fprintf(tw, "%s\t%s\n", o.Role, orNone(o.Owner))
+				}
+				return tw.Flush()
+			}
+			fmt.Fprintln(tw, "ROLE\tOWNER\tSECONDARIES")
 			for _, o := range list {
-				fmt.Fprintf(tw, "%s\t%s\n", o.Role, orNone(o.Owner))
+				secondaries := "-"
+				if len(o.Owners) > 1 {
+					secondaries = strings.Join(o.Owners[1:], ",") // the one that has held it longest first
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Role, orNone(o.Owner), secondaries)
 			}
 			return tw.Flush()
 		},

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"flag"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -303,4 +304,134 @@ func TestSplitRinkKey(t *testing.T) {
 			t.Errorf("splitRinkKey(%q) accepted", bad)
 		}
 	}
+}
+
+// TestReplicas: for a rink of two replicas per slot in three zones,
+// status shows the replicas per slot and each member's zone, primaries and
+// secondaries, owner shows every member holding a role, its owner (the
+// primary) first, as members name them, and watch counts a departure's
+// moves by replica.
+func TestReplicas(t *testing.T) {
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ep := srv.Endpoint()
+	const slots = 64
+	// One at a time, each at rest before the next joins: the placement is
+	// then the same on every run, and so is the golden output.
+	var ms []*rink.Rink
+	for i, zone := range []string{"zone-a", "zone-b", "zone-c"} {
+		ms = append(ms, member(t, ep, "replicated", fmt.Sprint("kv-", i), rink.WithReplicas(2), rink.WithSlots(slots), rink.WithZone(zone), rink.WithRebalanceDelay(0)))
+		testutil.Eventually(t, 10*time.Second, "the rink at rest", func() bool {
+			for _, r := range ms {
+				if rk := r.Rank(); !rk.Settled || rk.Size != len(ms) || rk.Version != ms[0].Rank().Version {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	ocli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ocli.Close()
+	ob, err := rink.NewObserver(ocli, "replicated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ob.Close()
+	var st rink.State
+	testutil.Eventually(t, 10*time.Second, "the observer sees the rink at rest", func() bool {
+		st = ob.State()
+		return st.Settled && len(st.Members) == 3 && st.Version == ms[0].Rank().Version
+	})
+
+	code, out, errOut := rinkctl(t, "status", "replicated", "--endpoints", ep)
+	if code != 0 {
+		t.Fatalf("status: %d %s", code, errOut)
+	}
+	// The rink is at rest: the command shows the state the observer has.
+	var b strings.Builder
+	if err := printStatus(&b, st); err != nil || out != b.String() {
+		t.Fatalf("status printed\n%s\nthe observer's state prints as\n%s", out, b.String())
+	}
+	// The golden output, with the version, which depends on how many maps
+	// the joins took, set to 9.
+	norm := st
+	norm.Members = slices.Clone(st.Members)
+	for i := range norm.Members {
+		if norm.Members[i].Ack == st.Version {
+			norm.Members[i].Ack = 9
+		}
+	}
+	norm.Version = 9
+	b.Reset()
+	if err := printStatus(&b, norm); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "status_replicas", b.String())
+
+	code, out, _ = rinkctl(t, "status", "replicated", "--endpoints", ep, "-w", "json")
+	var sj statusJSON
+	if code != 0 || json.Unmarshal([]byte(out), &sj) != nil || sj.Replicas != 2 || sj.Protocol != 4 || len(sj.Members) != 3 {
+		t.Fatalf("status -w json: %d %s", code, out)
+	}
+	primaries, secondaries := 0, 0
+	zones := map[string]string{"kv-0": "zone-a", "kv-1": "zone-b", "kv-2": "zone-c"}
+	for _, m := range sj.Members {
+		if m.Zone != zones[m.Name] {
+			t.Errorf("status -w json: %s in zone %q, want %q", m.Name, m.Zone, zones[m.Name])
+		}
+		primaries += m.Slots
+		secondaries += m.Secondaries
+	}
+	if primaries != slots || secondaries != slots {
+		t.Errorf("status -w json: %d slots owned, %d held as secondaries; want %d and %d", primaries, secondaries, slots, slots)
+	}
+
+	roles := []string{"BTC/ETH", "partition:42", "tenant:acme"}
+	code, out, errOut = rinkctl(t, append([]string{"owner", "replicated", "--endpoints", ep}, roles...)...)
+	if code != 0 {
+		t.Fatalf("owner: %d %s", code, errOut)
+	}
+	golden(t, "owner_replicas", out)
+	code, out, _ = rinkctl(t, append([]string{"owner", "replicated", "--endpoints", ep, "-w", "json"}, roles...)...)
+	var owned []struct {
+		Role   string   `json:"role"`
+		Owner  string   `json:"owner"`
+		Owners []string `json:"owners"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &owned) != nil || len(owned) != len(roles) {
+		t.Fatalf("owner -w json: %d %s", code, out)
+	}
+	for i, o := range owned {
+		want, _ := ms[0].Owners(roles[i])
+		if o.Role != roles[i] || !slices.Equal(o.Owners, want) || len(want) != 2 || o.Owner != want[0] {
+			t.Errorf("owner -w json: %+v; the members say %v", o, want)
+		}
+	}
+
+	// watch: kv-2 leaves; its primaries go to their secondaries.
+	var wout testutil.Buffer
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- run(wctx, []string{"watch", "replicated", "--endpoints", ep}, &wout, &bytes.Buffer{}) }()
+	defer func() {
+		stop()
+		if code := <-done; code != 0 {
+			t.Errorf("watch: exit %d\n%s", code, wout.String())
+		}
+	}()
+	testutil.Eventually(t, 10*time.Second, "watch started", func() bool { return strings.Contains(wout.String(), "watching: 3 ranked") })
+	if err := ms[2].Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "watch shows the departure by replica", func() bool {
+		w := wout.String()
+		return strings.Contains(w, "kv-2 left") && strings.Contains(w, "slots promoted from secondaries") && strings.Contains(w, "secondaries moved")
+	})
+	t.Logf("watch:\n%s", wout.String())
 }
