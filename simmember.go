@@ -296,6 +296,22 @@ func (m *simMember) Holding() map[int]int64 {
 	return held
 }
 
+// HoldingSecondaries returns the slots the member holds as a secondary
+// whose holdings' contexts have not ended (see Holding; none with one
+// replica per slot).
+func (m *simMember) HoldingSecondaries() map[int]bool {
+	held := map[int]bool{}
+	if m.dead {
+		return held
+	}
+	m.r.secs.each(func(s int, st *slotState) {
+		if st.ctx != nil && st.ctx.Err() == nil {
+			held[s] = true
+		}
+	})
+	return held
+}
+
 // Describe tells what the member's core knows, for a failing history.
 func (m *simMember) Describe() string {
 	r := m.r
@@ -330,16 +346,32 @@ func (m *simMember) Holds(s int) bool {
 	if m.dead {
 		return false
 	}
-	st := m.r.slots.load(s)
+	return holdingActs(m.r, m.r.slots.load(s))
+}
+
+// holdingActs reports whether a published holding (a primary's or a
+// secondary's) acts now: its context has not ended and, as rc.Err says
+// without its fence, its lease's deadline has not passed (unless the
+// fence is planted away).
+func holdingActs(r *Rink, st *slotState) bool {
 	if st == nil || st.ctx == nil {
 		return false
 	}
 	if rc, ok := st.ctx.(*roleContext); ok {
-		// As rc.Err says, without its fence: past the deadline, nothing
-		// (unless the fence is planted away).
-		return rc.Context.Err() == nil && (!rc.inc.expired() || m.r.planted(plantIgnoreFence))
+		return rc.Context.Err() == nil && (!rc.inc.expired() || r.planted(plantIgnoreFence))
 	}
 	return st.ctx.Err() == nil
+}
+
+// HoldsSecondary reports whether the member acts on slot s as a secondary
+// now, as Holds does for its primary: the published secondary state's
+// context (see startSecondary) has not ended, and the lease's deadline has
+// not passed.
+func (m *simMember) HoldsSecondary(s int) bool {
+	if m.dead {
+		return false
+	}
+	return holdingActs(m.r, m.r.secs.load(s))
 }
 
 // Steps counts the inputs the core handled.

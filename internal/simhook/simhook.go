@@ -80,6 +80,12 @@ type Member interface {
 	// not passed (a paused process that resumes past it acts on nothing).
 	// It changes nothing in the member.
 	Holds(s int) bool
+	// HoldingSecondaries returns the slots the member acts on now as a
+	// secondary (see rink.WithReplicas), as Holding does for primaries.
+	HoldingSecondaries() map[int]bool
+	// HoldsSecondary reports whether the member acts on slot s as a
+	// secondary now, as Holds does for a primary.
+	HoldsSecondary(s int) bool
 	// Steps counts the inputs the member's core has handled.
 	Steps() int
 	// Ranked reports whether the member's last applied map ranks it.

@@ -4,7 +4,7 @@
 // the member-steps per minute of wall time, the faults of each kind, and
 // the violations, each with the seed that replays it.
 //
-//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-seed S] [-json]
+//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-seed S] [-json]
 package main
 
 import (
@@ -32,6 +32,8 @@ func main() {
 	faults := flag.Duration("faults", sim.DefaultConfig().Faults, "how long each history draws faults for (virtual time)")
 	kindsFlag := flag.String("kinds", "", "the fault kinds to draw from, comma-separated (default: drawn per seed)")
 	shrink := flag.Bool("shrink", false, "shrink the first failing history (fewer members, faults, kinds) and print the command that replays it")
+	replicas := flag.Int("replicas", 1, "replicas per slot, the primary included (rink.WithReplicas)")
+	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -54,16 +56,24 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rink-sim: -members must be at least 1")
 		os.Exit(2)
 	}
+	if *replicas < 1 || *zones < 0 {
+		fmt.Fprintln(os.Stderr, "rink-sim: -replicas must be at least 1, -zones at least 0")
+		os.Exit(2)
+	}
 	cfg := sim.DefaultConfig()
 	cfg.Members = *members
 	cfg.Slots = max(cfg.Slots, 2**members)
 	cfg.Plant = *plant
 	cfg.Faults = *faults
+	cfg.Replicas, cfg.Zones = *replicas, *zones
 	if *kindsFlag != "" {
 		cfg.Kinds = strings.Split(*kindsFlag, ",")
 	}
 	replay := func(c sim.Config, s uint64) string {
 		cmd := fmt.Sprintf("go run ./tools/cmd/rink-sim -members %d -faults %v -seed %d", c.Members, c.Faults, s)
+		if c.Replicas > 1 || c.Zones > 0 {
+			cmd += fmt.Sprintf(" -replicas %d -zones %d", max(1, c.Replicas), c.Zones)
+		}
 		if c.Kinds != nil {
 			cmd += " -kinds " + strings.Join(c.Kinds, ",")
 		}
@@ -128,7 +138,8 @@ func main() {
 	}
 	if *asJSON {
 		out := map[string]any{"histories": histories, "member_steps": steps, "member_steps_per_min": perMin,
-			"violations": violations, "ops": ops, "members": *members, "first_seed": *first}
+			"violations": violations, "ops": ops, "members": *members, "first_seed": *first,
+			"replicas": *replicas, "zones": *zones}
 		if firstViolation >= 0 {
 			out["first_violation_s"] = firstViolation
 		}

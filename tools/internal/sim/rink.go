@@ -29,12 +29,22 @@ type Config struct {
 	Kinds    []string      // the fault kinds to draw from (nil: drawn per seed, see Run)
 	Swarm    []string      // the kinds a seed draws its own from (nil: FaultKinds)
 	MaxSteps int           // stop a history after this many events (0: no bound)
+	// Replicas is the members' replicas per slot (rink.WithReplicas; 0
+	// counts as 1, which plays the histories of a rink without replicas).
+	Replicas int
+	// Zones is how many zones the members sit in (rink.WithZone): member
+	// i (the process called "m<i>", and every restart under that name)
+	// is in zone "z<i mod Zones>". 0: no zones, and no zone-loss fault.
+	Zones int
 }
+
+// replicas is the replicas per slot that cfg gives the members.
+func (cfg Config) replicas() int { return max(1, cfg.Replicas) }
 
 // DefaultConfig is a small rink with short timings.
 func DefaultConfig() Config {
 	return Config{Members: 5, Slots: 16, TTL: 2 * time.Second, Delay: 500 * time.Millisecond,
-		Faults: 20 * time.Second, Quiet: 12 * time.Second}
+		Faults: 20 * time.Second, Quiet: 12 * time.Second, Replicas: 1}
 }
 
 // Result is what one history did.
@@ -52,10 +62,13 @@ type Result struct {
 // simMember is one member process of a history.
 type simMember struct {
 	name  string
+	idx   int    // the i of its name, "m<i>"
+	zone  string // its zone ("": none)
 	c     *Client
 	m     simhook.Member
 	alive bool
 	held  map[int]bool // the slots it holds, as its events say
+	secs  map[int]bool // the slots it holds as a secondary, as its events say
 	env   *memberEnv
 }
 
@@ -74,13 +87,23 @@ type history struct {
 	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
 	// startsFrom: no process starts before it (one TTL after a restore).
 	startsFrom time.Duration
+	// zoneDown: no process of a zone starts before its time here (see
+	// zone-loss; looked up by zone, never ranged over).
+	zoneDown map[string]time.Duration
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
-// the network's and etcd's; the rest are an operator's hands on the
-// rink's keys and on etcd.
+// the network's and etcd's; the next eight an operator's hands on the
+// rink's keys and on etcd; the last, zone-loss (every member of one zone
+// crashes at once, and comes back later), is drawn only in a history
+// with zones (Config.Zones): without, a seed draws, and plays, what it
+// did before zone-loss was added.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
-	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore"}
+	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
+	"zone-loss"}
+
+// zonal reports whether fault kind k needs zones.
+func zonal(k string) bool { return k == "zone-loss" }
 
 // strayKeys are the odd keys stray-key puts under the rink's prefix,
 // without a lease, as rink-chaos's storm does: members ignore them all,
@@ -102,7 +125,8 @@ var strayKeys = [][2]string{
 func Run(seed uint64, cfg Config) Result {
 	w := NewWorld(seed, 1)
 	w.Quiet = !cfg.Trace
-	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand()}
+	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
+		zoneDown: map[string]time.Duration{}}
 	// Swarm testing: each seed draws the fault kinds it uses (unless
 	// told: see Shrink).
 	swarm := cfg.Swarm
@@ -110,6 +134,9 @@ func Run(seed uint64, cfg Config) Result {
 		swarm = FaultKinds
 	}
 	for _, k := range swarm {
+		if zonal(k) && cfg.Zones == 0 {
+			continue // (drawing nothing: the other kinds' draws stay as they were)
+		}
 		if h.rng.IntN(3) > 0 {
 			h.fault = append(h.fault, k)
 		}
@@ -118,7 +145,11 @@ func Run(seed uint64, cfg Config) Result {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
 	h.res.Kinds = h.fault
-	w.Tracef("seed %d: %d members, faults %s", seed, cfg.Members, strings.Join(h.fault, ","))
+	var replicas string // (none in a rink without replicas or zones: its trace stays as it was)
+	if cfg.replicas() > 1 || cfg.Zones > 0 {
+		replicas = fmt.Sprintf(", %d replicas, %d zones", cfg.replicas(), cfg.Zones)
+	}
+	w.Tracef("seed %d: %d members%s, faults %s", seed, cfg.Members, replicas, strings.Join(h.fault, ","))
 	for range cfg.Members {
 		h.spawn(w.Between(0, 200*time.Millisecond))
 	}
@@ -146,20 +177,27 @@ func Run(seed uint64, cfg Config) Result {
 
 // spawn starts a new member after d.
 func (h *history) spawn(d time.Duration) *simMember {
-	name := fmt.Sprintf("m%d", h.next)
+	i := h.next
 	h.next++
-	return h.start(name, d)
+	return h.start(i, d)
 }
 
-// start starts a member process called name after d.
-func (h *history) start(name string, d time.Duration) *simMember {
+// start starts the process of member i (called "m<i>") after d.
+func (h *history) start(i int, d time.Duration) *simMember {
 	w := h.w
+	name := fmt.Sprintf("m%d", i)
 	c := w.NewClient(name)
 	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
-	sm := &simMember{name: name, c: c, held: map[int]bool{}, env: env}
+	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, env: env}
+	opts := []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
+		rink.WithReplicas(h.cfg.replicas())}
+	if h.cfg.Zones > 0 {
+		sm.zone = fmt.Sprintf("z%d", i%h.cfg.Zones)
+		opts = append(opts, rink.WithZone(sm.zone))
+	}
 	m, err := simhook.NewMember(simhook.Config{
 		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant,
-		Options: []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
+		Options: append(opts,
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
 				if w.Quiet {
@@ -170,12 +208,16 @@ func (h *history) start(name string, d time.Duration) *simMember {
 					w.Tracef("%s: acquired slot %d, token %d", name, e.Slot, e.Token)
 				case rink.EventReleased:
 					w.Tracef("%s: released slot %d (%v)", name, e.Slot, e.Cause)
+				case rink.EventSecondaryAcquired:
+					w.Tracef("%s: acquired slot %d as a secondary", name, e.Slot)
+				case rink.EventSecondaryReleased:
+					w.Tracef("%s: released slot %d as a secondary (%v)", name, e.Slot, e.Cause)
 				case rink.EventMapApplied:
 					w.Tracef("%s: applied map version %d", name, e.Version)
 				case rink.EventFenced, rink.EventRejoined:
 					w.Tracef("%s: %s", name, e.Kind)
 				}
-			})},
+			})),
 		Trace: func(format string, args ...any) {
 			if !w.Quiet {
 				w.Tracef("%s: %s", name, fmt.Sprintf(format, args...))
@@ -194,6 +236,12 @@ func (h *history) start(name string, d time.Duration) *simMember {
 			// process joins within a TTL of it. One new to the rink has
 			// no history to notice the restore from.
 			w.After(h.startsFrom-w.now, begin)
+			return
+		}
+		if until := h.zoneDown[sm.zone]; sm.zone != "" && w.now < until {
+			// The member's zone is lost (see zone-loss): its machines
+			// start nothing until it is back.
+			w.After(until-w.now, begin)
 			return
 		}
 		sm.alive = true
@@ -248,7 +296,7 @@ func (h *history) injectFault(k string) {
 		w.Tracef("fault: %s %s", k, m.name)
 		if k == "restart" {
 			// The process comes back under its name, as a restarted pod.
-			h.start(m.name, w.Between(0, h.cfg.TTL))
+			h.start(m.idx, w.Between(0, h.cfg.TTL))
 		} else if len(live) < h.cfg.Members {
 			h.spawn(w.Between(0, 2*h.cfg.TTL))
 		}
@@ -343,8 +391,50 @@ func (h *history) injectFault(k string) {
 		if !h.operate(k) {
 			return
 		}
+	case "zone-loss":
+		if !h.loseZone(live) {
+			return
+		}
 	}
 	h.res.Ops[k]++
+}
+
+// loseZone loses a zone, as an outage of a data centre or of a rack's
+// switch does: every live member of one zone crashes at the same instant,
+// and no process of the zone starts until it comes back, between half a
+// TTL and two TTLs later; then each of them starts again under its name.
+// It reports whether it did anything: it needs two zones with live
+// members (one would be the whole rink).
+func (h *history) loseZone(live []*simMember) bool {
+	w := h.w
+	if h.cfg.Zones == 0 {
+		return false
+	}
+	var zones []string
+	for _, m := range live {
+		if !slices.Contains(zones, m.zone) {
+			zones = append(zones, m.zone)
+		}
+	}
+	if len(zones) < 2 {
+		return false
+	}
+	slices.Sort(zones)
+	z := zones[h.rng.IntN(len(zones))]
+	down := w.Between(h.cfg.TTL/2, 2*h.cfg.TTL)
+	h.zoneDown[z] = max(h.zoneDown[z], w.now+down)
+	w.Tracef("fault: zone %s lost for %v", z, down)
+	for _, m := range live {
+		if m.zone != z {
+			continue
+		}
+		m.alive = false
+		m.m.Crash()
+		h.forget(m)
+		w.Tracef("fault: %s crashes with its zone", m.name)
+		h.start(m.idx, down+w.Between(0, h.cfg.TTL/2))
+	}
+	return true
 }
 
 // get returns the key's value and mod revision (nil: absent).
@@ -469,7 +559,7 @@ func (h *history) operate(k string) bool {
 				m.m.Crash()
 				h.forget(m)
 				w.Tracef("fault: %s, still joining, stopped until a TTL after the restore", m.name)
-				h.start(m.name, 0)
+				h.start(m.idx, 0)
 			}
 		}
 		w.pump()
@@ -478,8 +568,11 @@ func (h *history) operate(k string) bool {
 }
 
 // observe checks, as each acquisition happens, that nobody else holds the
-// slot and that its token exceeds every earlier one; releases and deaths
-// (see forget) free the slot.
+// slot's primary and that its token exceeds every earlier one; and, as
+// each acquisition of a primary or a secondary happens, that at most k
+// members hold the slot and that the acquiring member does not hold it in
+// the other kind (see checkReplicas). Releases and deaths (see forget)
+// free the slot.
 func (h *history) observe(m *simMember, e rink.Event) {
 	switch e.Kind {
 	case rink.EventAcquired:
@@ -489,6 +582,7 @@ func (h *history) observe(m *simMember, e rink.Event) {
 		if e.Token <= h.top[e.Slot] {
 			h.violate(fmt.Sprintf("slot %d: %s holds it with token %d, not above %d", e.Slot, m.name, e.Token, h.top[e.Slot]))
 		}
+		h.checkReplicas(m, e.Slot, true)
 		h.top[e.Slot] = max(h.top[e.Slot], e.Token)
 		h.holder[e.Slot] = m
 		m.held[e.Slot] = true
@@ -497,6 +591,43 @@ func (h *history) observe(m *simMember, e rink.Event) {
 			delete(h.holder, e.Slot)
 		}
 		delete(m.held, e.Slot)
+	case rink.EventSecondaryAcquired:
+		h.checkReplicas(m, e.Slot, false)
+		m.secs[e.Slot] = true
+	case rink.EventSecondaryReleased:
+		delete(m.secs, e.Slot)
+	}
+}
+
+// checkReplicas checks an acquisition of slot s by m, as its primary or as
+// a secondary: the members whose holdings of s still act, m included,
+// number at most k, and m does not hold s in the other kind (a secondary
+// promoted ends its secondary holding before its primary starts). A
+// holding acts while its process has not ended and its context is live
+// with its lease's deadline not passed (Holds, HoldsSecondary): a release
+// ends its context before its event, a death (see forget) the process,
+// and a member that leaves (no longer alive here) counts until it has
+// released what it held (see rink's simMember.Leave: in the narrow view,
+// it lists the rink first).
+func (h *history) checkReplicas(m *simMember, s int, primary bool) {
+	switch {
+	case primary && m.m.HoldsSecondary(s):
+		h.violate(fmt.Sprintf("slot %d: %s acquires its primary while holding it as a secondary", s, m.name))
+	case !primary && m.m.Holds(s):
+		h.violate(fmt.Sprintf("slot %d: %s acquires it as a secondary while holding its primary", s, m.name))
+	}
+	holders := []string{m.name}
+	for _, o := range h.members {
+		if o != m && (o.m.Holds(s) || o.m.HoldsSecondary(s)) {
+			holders = append(holders, o.name)
+		}
+	}
+	if k := h.cfg.replicas(); len(holders) > k {
+		kind := "a secondary"
+		if primary {
+			kind = "its primary"
+		}
+		h.violate(fmt.Sprintf("slot %d held by %d members at once, %v (%s acquires %s), more than %d replicas", s, len(holders), holders, m.name, kind, k))
 	}
 }
 
@@ -509,22 +640,50 @@ func (h *history) forget(m *simMember) {
 		}
 	}
 	clear(m.held)
+	clear(m.secs)
 }
 
 // live checks, after the quiet time, that every slot has one holder and
-// every live member is ranked.
+// every live member is ranked; with k > 1 replicas, that every live
+// member's secondary holdings are what its events say, that every slot
+// has min(k-1, ranked live members - 1) secondaries on members other than
+// its primary's, and that its holders sit in min(k, zones of ranked live
+// members) distinct zones (with zones: when there are at least k zones
+// and each has a ranked live member, k distinct zones).
 func (h *history) live() {
+	k := h.cfg.replicas()
 	held := map[int]bool{}
-	var unranked []string
+	primaries := make([][]*simMember, h.cfg.Slots) // each slot's holders, in h.members' order
+	secondaries := make([][]*simMember, h.cfg.Slots)
+	var unranked, zones []string
+	var eventsMismatch string
+	ranked := 0
 	for _, m := range h.members {
 		if !m.alive {
 			continue
 		}
 		for s := range m.m.Holding() {
 			held[s] = true
+			if s >= 0 && s < h.cfg.Slots {
+				primaries[s] = append(primaries[s], m)
+			}
+		}
+		secs := m.m.HoldingSecondaries()
+		for s := range secs {
+			if s >= 0 && s < h.cfg.Slots {
+				secondaries[s] = append(secondaries[s], m)
+			}
+		}
+		if a, b := slices.Sorted(maps.Keys(secs)), slices.Sorted(maps.Keys(m.secs)); !slices.Equal(a, b) && eventsMismatch == "" {
+			eventsMismatch = fmt.Sprintf("%s holds secondaries %v, its events say %v", m.name, a, b)
 		}
 		if !m.m.Ranked() {
 			unranked = append(unranked, m.name)
+			continue
+		}
+		ranked++
+		if !slices.Contains(zones, m.zone) {
+			zones = append(zones, m.zone)
 		}
 	}
 	var missing []int
@@ -534,10 +693,46 @@ func (h *history) live() {
 		}
 	}
 	sort.Strings(unranked)
-	if len(missing) > 0 || len(unranked) > 0 {
+	// The replicas: a slot's secondaries on members other than its
+	// primary's, how many of them, and in how many zones its holders sit.
+	replicas := eventsMismatch
+	wantSecs, wantZones := min(k-1, ranked-1), min(k, len(zones))
+	for s := 0; k > 1 && replicas == "" && s < h.cfg.Slots; s++ {
+		var secs, all []string
+		inZones := map[string]bool{} // (only counted)
+		for _, m := range primaries[s] {
+			all = append(all, m.name)
+			inZones[m.zone] = true
+		}
+		for _, m := range secondaries[s] {
+			if slices.Contains(primaries[s], m) {
+				replicas = fmt.Sprintf("slot %d: %s holds it as its primary and as a secondary", s, m.name)
+				break
+			}
+			secs = append(secs, m.name)
+			all = append(all, m.name)
+			inZones[m.zone] = true
+		}
+		switch {
+		case replicas != "":
+		case len(secs) != wantSecs:
+			replicas = fmt.Sprintf("slot %d has %d secondaries %v, not %d (%d ranked members)", s, len(secs), secs, wantSecs, ranked)
+		case h.cfg.Zones > 0 && len(inZones) < wantZones:
+			var zs []string
+			for _, m := range slices.Concat(primaries[s], secondaries[s]) {
+				zs = append(zs, m.zone)
+			}
+			replicas = fmt.Sprintf("slot %d held by %v in zones %v, %d distinct, not %d (ranked members in zones %v)", s, all, zs, len(inZones), wantZones, slices.Sorted(slices.Values(zones)))
+		}
+	}
+	if len(missing) > 0 || len(unranked) > 0 || replicas != "" {
 		for _, m := range h.members {
 			if m.alive {
 				h.w.Tracef("%s: %s", m.name, m.m.Describe())
+				if k > 1 {
+					h.w.Tracef("%s: zone %q, primaries %v, secondaries %v", m.name, m.zone,
+						slices.Sorted(maps.Keys(m.m.Holding())), slices.Sorted(maps.Keys(m.m.HoldingSecondaries())))
+				}
 			}
 		}
 	}
@@ -546,6 +741,8 @@ func (h *history) live() {
 		h.violate(fmt.Sprintf("liveness: slots %v held by nobody %v after the faults stopped", missing, h.cfg.Quiet))
 	case len(unranked) > 0:
 		h.violate(fmt.Sprintf("liveness: members %v not ranked %v after the faults stopped", unranked, h.cfg.Quiet))
+	case replicas != "":
+		h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", replicas, h.cfg.Quiet))
 	}
 }
 

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"flag"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,17 +96,41 @@ func TestRinkReplaysBySeed(t *testing.T) {
 	}
 }
 
+// TestRinkReplaysBySeedWithReplicas: so does a seed of a rink with
+// replicas and zones, every fault kind drawn.
+func TestRinkReplaysBySeedWithReplicas(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Trace = true
+	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 3, 3, FaultKinds
+	for _, seed := range []uint64{1, 2, 3} {
+		a, b := Run(seed, cfg), Run(seed, cfg)
+		if a.Trace != b.Trace || a.Events != b.Events || a.MemberSteps != b.MemberSteps {
+			t.Fatalf("seed %d played two histories: %d and %d events, traces equal %v", seed, a.Events, b.Events, a.Trace == b.Trace)
+		}
+		if !strings.Contains(a.Trace, "as a secondary") {
+			t.Fatalf("seed %d: no secondary in the trace", seed)
+		}
+	}
+}
+
 // TestPlantedBugsAreFound: the simulator can fail. Each bug planted in the
 // members' cores (simhook.Plants) is found within the first 2,000 seeds.
-// forget-ghosts is the slowest (seed 706): it needs an operator to delete
+// forget-ghosts is the slowest (seed 295): it needs an operator to delete
 // a live member's key at the right time, one fault kind of eighteen.
+// skip-replica-barrier can fail only with replicas: it is looked for in a
+// rink of six members in three zones with two replicas per slot (found at
+// seed 1, as the first members join: a third member starts holding a slot
+// beside its primary and its secondary).
 func TestPlantedBugsAreFound(t *testing.T) {
-	if len(simhook.Plants) < 4 {
+	if len(simhook.Plants) < 5 || !slices.Contains(simhook.Plants, "skip-replica-barrier") {
 		t.Fatalf("plants: %v", simhook.Plants)
 	}
 	for _, plant := range simhook.Plants {
 		cfg := DefaultConfig()
 		cfg.Plant = plant
+		if plant == "skip-replica-barrier" {
+			cfg.Members, cfg.Replicas, cfg.Zones = 6, 2, 3
+		}
 		found := uint64(0)
 		for seed := uint64(1); seed <= 2000 && found == 0; seed++ {
 			if res := Run(seed, cfg); res.Violation != "" {
@@ -115,6 +141,72 @@ func TestPlantedBugsAreFound(t *testing.T) {
 		if found == 0 {
 			t.Errorf("%s: no violation in 2,000 seeds", plant)
 		}
+	}
+}
+
+// TestRinkReplicaHistories plays histories of a rink with two replicas per
+// slot, six members in three zones, every fault kind (zone-loss included)
+// in every history, and requires no violation: at most two members hold a
+// slot at any acquisition, none as primary and secondary at once, and at
+// the end every slot has its primary and a secondary, in distinct zones.
+func TestRinkReplicaHistories(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 2, 3, FaultKinds
+	seeds := uint64(200)
+	if testing.Short() {
+		seeds = 20
+	}
+	if *rinkSeed != 0 {
+		seeds = 0
+		if res := Run(*rinkSeed, cfg); res.Violation != "" {
+			cfg.Trace = true
+			t.Fatalf("seed %d: %s\n%s", *rinkSeed, res.Violation, Run(*rinkSeed, cfg).Trace)
+		}
+	}
+	began := time.Now()
+	steps, ops := 0, map[string]int{}
+	var failed []uint64
+	for seed := uint64(1); seed <= seeds; seed++ {
+		res := Run(seed, cfg)
+		steps += res.MemberSteps
+		for k, n := range res.Ops {
+			ops[k] += n
+		}
+		if res.Violation != "" {
+			failed = append(failed, seed)
+			t.Errorf("seed %d: %s (replay: go run ./tools/cmd/rink-sim -members 6 -replicas 2 -zones 3 -kinds %s -seed %d)",
+				seed, res.Violation, strings.Join(FaultKinds, ","), seed)
+		}
+	}
+	if seeds > 0 && ops["zone-loss"] == 0 {
+		t.Errorf("no zone lost in %d histories: %v", seeds, ops)
+	}
+	t.Logf("%d histories, %d member-steps in %v, failed %v, faults %v", seeds, steps, time.Since(began), failed, ops)
+}
+
+// TestZoneLossDrawnOnlyWithZones: without zones, a seed draws the fault
+// kinds it drew before zone-loss existed, and never zone-loss; with zones,
+// it draws the same kinds, and zone-loss or not.
+func TestZoneLossDrawnOnlyWithZones(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Faults, cfg.Quiet = 0, time.Second
+	zoned := cfg
+	zoned.Zones = 3
+	drew := 0
+	for seed := uint64(1); seed <= 30; seed++ {
+		a, b := Run(seed, cfg).Kinds, Run(seed, zoned).Kinds
+		if slices.Contains(a, "zone-loss") {
+			t.Fatalf("seed %d: drew zone-loss without zones: %v", seed, a)
+		}
+		if slices.Contains(b, "zone-loss") {
+			drew++
+		}
+		if got := slices.DeleteFunc(slices.Clone(b), zonal); !slices.Equal(a, got) {
+			t.Fatalf("seed %d: kinds %v without zones, %v with", seed, a, b)
+		}
+	}
+	if drew == 0 {
+		t.Fatal("no seed drew zone-loss with zones")
 	}
 }
 
