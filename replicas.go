@@ -148,7 +148,8 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 	wantZones := min(k, len(zones))      // distinct zones per slot, primary included
 	count := make([]int, len(l.Members)) // secondaries held, by index
 	shares := secondaryShares(l, live, slots*want)
-	pairs := pairCounts{} // secondaries held, by primary and secondary
+	pairs := pairCounts{}        // secondaries held, by primary and secondary
+	fresh := map[[2]int32]bool{} // (slot, member): a secondary this placement made
 
 	// Keep what prev placed that is still allowed, oldest first; then, if
 	// the slot would lack distinct zones the rink has, drop its newest
@@ -196,6 +197,7 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 			row[n] = int32(i)
 			count[i]++
 			pairs.add(l.Primary[s], int32(i), 1)
+			fresh[[2]int32{int32(s), int32(i)}] = true
 		}
 	}
 
@@ -203,14 +205,28 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 	// in its stead when that narrows the spread of the members' loads
 	// relative to their shares (Σ (count-share)²/capacity falls by every
 	// such move, so the passes end; placing again finds none to make).
-	// Newest first, so that the oldest secondaries stay.
+	// First the secondaries this placement made (fresh), then, if that
+	// did not suffice, the ones it kept, newest first: a secondary that
+	// has held its slot for a while is warm, and the slot's primary may
+	// be about to fail over to it (a zone's members' leases end one by
+	// one, and each ending is a map: moving the warm secondary of a slot
+	// whose primary is the next to go promoted a cold one).
+	for _, onlyFresh := range [2]bool{true, false} {
+		balanceSecondaries(l, next, live, count, shares, pairs, fresh, onlyFresh)
+	}
+	return next
+}
+
+// balanceSecondaries is placeSecondaries' balancing (see there), of the
+// fresh secondaries alone when onlyFresh is set.
+func balanceSecondaries(l *replicaLayout, next secondaryTable, live []int, count []int, shares []float64, pairs pairCounts, fresh map[[2]int32]bool, onlyFresh bool) {
 	for moved := true; moved; {
 		moved = false
-		for s := range slots {
+		for s := range next {
 			row := next[s]
 			for r := len(row) - 1; r >= 0; r-- {
 				i := int(row[r])
-				if i < 0 || float64(count[i]) <= shares[i] {
+				if i < 0 || float64(count[i]) <= shares[i] || onlyFresh && !fresh[[2]int32{int32(s), int32(i)}] {
 					continue
 				}
 				rest := slices.Delete(slices.Clone(row), r, r+1)
@@ -232,11 +248,12 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 				count[j]++
 				pairs.add(l.Primary[s], int32(i), -1)
 				pairs.add(l.Primary[s], int32(j), 1)
+				delete(fresh, [2]int32{int32(s), int32(i)})
+				fresh[[2]int32{int32(s), int32(j)}] = true
 				moved = true
 			}
 		}
 	}
-	return next
 }
 
 // narrows reports whether moving one secondary from member i to member j

@@ -604,3 +604,46 @@ func FuzzPlanMap(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanMapCrashKeepsOtherSecondaries: a crash moves no secondary of a
+// slot the crashed member did not hold; so when a zone's members' leases
+// end one by one (a map each), every primary of the zone is promoted to a
+// secondary that held it before the zone was lost.
+func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
+	for _, c := range []struct{ members, slots int }{{6, 64}, {9, 1024}, {6, 1024}} {
+		var names []string
+		zones := map[string]string{}
+		for i := range c.members {
+			n := fmt.Sprint("m", i)
+			names = append(names, n)
+			zones[n] = fmt.Sprint("z", i%3)
+		}
+		cur := planReplicated(2, c.slots, names, zones)
+		live := slices.Clone(names)
+		maps := []rankMap{cur}
+		for _, gone := range names {
+			if zones[gone] != "z2" {
+				continue
+			}
+			live = slices.DeleteFunc(live, func(n string) bool { return n == gone })
+			prev := maps[len(maps)-1]
+			next := planMap(prev, planInput{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
+			checkPlanned(t, next, 2, zones)
+			for s := range c.slots {
+				if slices.Contains(prev.replicaNames(s), gone) {
+					continue
+				}
+				if !slices.Equal(prev.replicaNames(s), next.replicaNames(s)) {
+					t.Errorf("%d members, %d slots: %s's crash moved slot %d's replicas %v -> %v", c.members, c.slots, gone, s, prev.replicaNames(s), next.replicaNames(s))
+				}
+			}
+			maps = append(maps, next)
+		}
+		last := maps[len(maps)-1]
+		for s := range c.slots {
+			if zones[cur.owner(s)] == "z2" && !slices.Contains(cur.replicaNames(s), last.owner(s)) {
+				t.Errorf("%d members, %d slots: slot %d went cold to %s (replicas were %v)", c.members, c.slots, s, last.owner(s), cur.replicaNames(s))
+			}
+		}
+	}
+}
