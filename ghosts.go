@@ -14,6 +14,12 @@ import (
 // ranked them (see noteGhosts): nothing starts until they are gone.
 type ghostState struct {
 	ghosts map[int64]string
+	// ghostMeta keeps, by lease, what the key of a ghost said of its
+	// member (its zone and capacity): the leader plans with the ghost
+	// ranked, and a ghost of unknown zone counted as a zone of its own
+	// made the leader move secondaries onto it (see plannedMembers).
+	// Entries whose lease is no ghost's are dropped as the leader plans.
+	ghostMeta map[int64]memberInfo
 }
 
 // Ghosts. A member key can go while its member still acts: an operator
@@ -43,7 +49,35 @@ func (r *Rink) noteGhosts(gone map[string]memberInfo) {
 			continue
 		}
 		r.addGhost(name, m.lease)
+		if st.ghostMeta == nil {
+			st.ghostMeta = map[int64]memberInfo{}
+		}
+		st.ghostMeta[m.lease] = m
 	}
+}
+
+// plannedMembers returns the members the leader plans with: the view's,
+// and the ghosts it keeps ranked (see withGhosts), with what their keys
+// said of them, so that a ghost keeps its zone and capacity in the plan.
+func (r *Rink) plannedMembers() map[string]memberInfo {
+	st := &r.st
+	for lease := range st.ghostMeta {
+		if _, ok := st.ghosts[lease]; !ok {
+			delete(st.ghostMeta, lease)
+		}
+	}
+	if len(st.ghostMeta) == 0 {
+		return st.members
+	}
+	out := maps.Clone(st.members)
+	for lease, m := range st.ghostMeta {
+		if name := st.ghosts[lease]; name != "" {
+			if _, ok := out[name]; !ok {
+				out[name] = m
+			}
+		}
+	}
+	return out
 }
 
 // noteCandidates makes ghosts of the leases that campaign for one of

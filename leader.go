@@ -24,7 +24,12 @@ type leadership struct {
 	busy    bool                 // a proclamation is in flight
 	waitRev int64                // plan only once the view has reached this revision
 	// (timerPlan: the next rebalance or retry)
-	retry   *backoff
+	retry *backoff
+	// crashAt is when this leader last planned without a ranked member
+	// that crashed (its key went without a hand-over): with more than one
+	// replica per slot, it holds the replicas where the promotions put them
+	// for a TTL after (see planInput.Hold).
+	crashAt time.Time
 	stopAgg context.CancelFunc // stops the acknowledgement aggregator
 	refused string             // why the last planned map was not proclaimed (logged once)
 	// strangers: the members that speak none of our protocols (logged once)

@@ -43,8 +43,17 @@ func (r *Rink) plan() {
 	if repeated {
 		from = vacateRepeats(st.cur)
 	}
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(st.members),
-		Replicas: r.opts.replicas, Zones: zones(st.members), Handed: handed(leavers)}
+	planned := r.plannedMembers()
+	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(planned),
+		Replicas: r.opts.replicas, Zones: zones(planned), Handed: handed(leavers)}
+	if r.opts.replicas > 1 {
+		for _, name := range st.cur.Members {
+			if !slices.Contains(live, name) && !slices.Contains(leavers, name) {
+				l.crashAt = now // (a crash: promoted, and held a TTL, see below)
+				break
+			}
+		}
+	}
 	if st.cur.ByLoad && !r.opts.byLoad && st.cur.Version > 0 && !l.modeLogged {
 		l.modeLogged = true
 		r.log.Warn("the rink's map is balanced by load, and this leader balances by count: proclaiming a map balanced by count (give every member the same WithImbalanceTolerance)")
@@ -94,6 +103,24 @@ func (r *Rink) plan() {
 	}
 	st.setTimer(timerPlan, due) // (zero: unset)
 
+	// With replicas, the replicas stay where a crash's promotions put them
+	// for a TTL (see planInput.Hold); the leader does not say it rests
+	// meanwhile, and plans again after.
+	holding := false
+	if r.opts.replicas > 1 && !l.crashAt.IsZero() && now.Before(l.crashAt.Add(r.opts.ttl)) {
+		in.Hold = true
+		strict := in
+		strict.Hold = false
+		if !planMap(from, strict).sameAssignment(planMap(from, in)) {
+			holding = true
+			if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
+				due = at
+				st.setTimer(timerPlan, due)
+			}
+		} else {
+			in.Hold = false
+		}
+	}
 	next := planMap(from, in)
 	bare := st.cur
 	bare.Incoming = nil
@@ -142,7 +169,7 @@ func (r *Rink) plan() {
 		// for members that tell maps apart by version only.)
 		rest := int64(0)
 		if len(st.cur.Waiting) == 0 && len(l.since) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
-			len(leavers) == 0 && l.warm == nil && !settling {
+			len(leavers) == 0 && l.warm == nil && !settling && !holding {
 			rest = st.cur.Version
 		}
 		r.setRest(rest, settling, in, true)

@@ -256,6 +256,15 @@ type planInput struct {
 	// balance, when set, balances the table in balance's stead (see
 	// planMap: with replicas, moves go first where they keep roles warm).
 	balance func(owners []string, members []string, capacity map[string]float64) slotTable
+	// Hold keeps every live member's replicas where they are (see
+	// planMap): only orphans and missing secondaries are placed; promoted
+	// primaries stay on their secondaries, however uneven, and no
+	// secondary moves to balance. The leader holds them so for a TTL after
+	// a crash, with more than one replica: the other members of a zone
+	// that was lost are likely to end within that time too, and a balance
+	// would move primaries onto them, and warm secondaries away from the
+	// slots whose primaries they are about to take over.
+	Hold bool
 	// Handed names departed members that handed their slots over (a
 	// graceful departure, a member leaving with a warm-up): a waiting
 	// member takes each one's index with all its replicas, as in a rink

@@ -131,6 +131,12 @@ func (l *replicaLayout) capacity(i int) float64 {
 // O(slots × k × members) per pass: fine for the leader of tens of members,
 // not yet for 10,000 (a queue of members by room would serve them).
 func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
+	return placeSecondariesAs(l, prev, true)
+}
+
+// placeSecondariesAs is placeSecondaries; without balance it keeps and
+// fills, and moves nothing to balance (see planInput.Hold).
+func placeSecondariesAs(l *replicaLayout, prev secondaryTable, balance bool) secondaryTable {
 	slots, k := len(l.Primary), max(1, l.K)
 	next := newSecondaryTable(slots, k)
 	var live []int
@@ -212,7 +218,9 @@ func placeSecondaries(l *replicaLayout, prev secondaryTable) secondaryTable {
 	// one, and each ending is a map: moving the warm secondary of a slot
 	// whose primary is the next to go promoted a cold one).
 	for _, onlyFresh := range [2]bool{true, false} {
-		balanceSecondaries(l, next, live, count, shares, pairs, fresh, onlyFresh)
+		if balance {
+			balanceSecondaries(l, next, live, count, shares, pairs, fresh, onlyFresh)
+		}
 	}
 	return next
 }
@@ -436,6 +444,9 @@ func planMap(cur rankMap, in planInput) rankMap {
 		}
 	}
 	in.balance = func(owners, members []string, capacity map[string]float64) slotTable {
+		if in.Hold && !in.ByLoad {
+			return placeOrphansWarm(owners, members, capacity, secs)
+		}
 		return balanceWarm(owners, members, capacity, secs, promoted)
 	}
 	next := plan(base, in)
@@ -499,7 +510,7 @@ func placeAround(next rankMap, secs [][]string, rename map[string]string, in pla
 			}
 		}
 	}
-	rows := placeSecondaries(&l, prev)
+	rows := placeSecondariesAs(&l, prev, !in.Hold)
 	table := make(slotTable, S*k)
 	copy(table, next.Table[:S])
 	for s := range S {
@@ -652,6 +663,62 @@ func balanceWarm(owners []string, members []string, capacity map[string]float64,
 	}
 	for s, i := range owner {
 		table[s] = int32(max(i, 0))
+	}
+	return table
+}
+
+// placeOrphansWarm is balanceWarm that moves nothing but orphans (see
+// planInput.Hold): every live member keeps its primaries, and an
+// orphan goes to a member below its share that holds it as a secondary,
+// else to the members below their share, lowest index first, else to the
+// member with the fewest.
+func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) slotTable {
+	n, S := len(members), len(owners)
+	idx := make(map[string]int, n)
+	for i, name := range members {
+		idx[name] = i
+	}
+	count := make([]int, n)
+	for _, o := range owners {
+		if i, ok := idx[o]; ok {
+			count[i]++
+		}
+	}
+	caps := make([]float64, n)
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
+	}
+	target := shares(S, caps, count)
+	table := make(slotTable, S)
+	for s, o := range owners {
+		if i, ok := idx[o]; ok {
+			table[s] = int32(i)
+			continue
+		}
+		best := -1
+		if s < len(secs) {
+			for _, name := range secs[s] {
+				if j, ok := idx[name]; ok && count[j] < target[j] {
+					best = j
+					break
+				}
+			}
+		}
+		for j := 0; best < 0 && j < n; j++ {
+			if count[j] < target[j] {
+				best = j
+			}
+		}
+		if best < 0 {
+			best = 0
+			for j := range n {
+				if count[j] < count[best] {
+					best = j
+				}
+			}
+		}
+		table[s] = int32(best)
+		count[best]++
 	}
 	return table
 }

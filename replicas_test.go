@@ -647,3 +647,48 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMapStaggeredZoneLoss: a zone's members crash at once, and their
+// leases end one by one, each a map; the leader holds the replicas for a
+// TTL after each crash (planInput.Hold): every primary of the zone goes to
+// a secondary that held it before the loss. (Balancing between the two
+// maps moved primaries onto the zone's other member, about to go, and
+// warm secondaries off the slots whose primaries it held: they were
+// promoted cold.) By count and by load, after an earlier crash and its
+// balance.
+func TestPlanMapStaggeredZoneLoss(t *testing.T) {
+	for _, byLoad := range []bool{false, true} {
+		var names []string
+		zones := map[string]string{}
+		for i := range 6 {
+			n := fmt.Sprint("m", i)
+			names = append(names, n)
+			zones[n] = fmt.Sprint("z", i%3)
+		}
+		cur := planReplicated(2, 64, names, zones)
+		cur.ByLoad = byLoad
+		live := slices.Clone(names)
+		drop := func(g string) { live = slices.DeleteFunc(live, func(n string) bool { return n == g }) }
+		step := func(m rankMap, hold bool) rankMap {
+			n := planMap(m, planInput{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
+			n.Version = m.Version + 1
+			checkPlanned(t, n, 2, zones)
+			return n
+		}
+		drop("m0")
+		held := step(cur, true)
+		before := step(held, false) // (a TTL later: balanced)
+		if again := step(before, false); !again.sameAssignment(before) {
+			t.Fatalf("byLoad=%v: planning again moved", byLoad)
+		}
+		drop("m2")
+		first := step(before, true)
+		drop("m5")
+		last := step(first, true)
+		for s := range 64 {
+			if zones[before.owner(s)] == "z2" && !slices.Contains(before.replicaNames(s), last.owner(s)) {
+				t.Errorf("byLoad=%v slot %d: cold, %v -> %v -> %v", byLoad, s, before.replicaNames(s), first.replicaNames(s), last.replicaNames(s))
+			}
+		}
+	}
+}
