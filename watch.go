@@ -47,8 +47,11 @@ type Handler struct {
 	// Assigned follows, and the copy kept warm is what the primary serves
 	// from), is fenced or shuts down, or the role is removed from the set,
 	// or the set is closed. Secondaries get no fencing token: only the
-	// primary acts on the role's state. Close waits for Secondary calls to
-	// return. Optional.
+	// primary acts on the role's state. Secondary runs beside the set's
+	// other calls: when this member is promoted, Assigned may be called
+	// while Secondary has not returned yet (its ctx has ended by then);
+	// hand the warm copy over between the two. Close waits for Secondary
+	// calls to return. Optional.
 	Secondary func(ctx context.Context, role string)
 }
 

@@ -24,6 +24,7 @@ var memberPackages = []string{
 	"peerindex/peer",
 	"hotkeys/shard",
 	"cache/shardcache",
+	"replicated/counters",
 }
 
 // allowed reports whether the copyable code may import path: the standard
