@@ -2,7 +2,9 @@
 // write seen by a watch on another client), graceful handover against it,
 // failover after a member is cut off, roles moved by a scale-out, a crash
 // and a rolling deploy, a cache's hit rate through a rolling deploy and a
-// scale-out with warm-up on and off, the steady cost on etcd, and scale (a
+// scale-out with warm-up on and off, the steady cost on etcd, replicas (a
+// primary and a secondary per slot over three zones: placement, a rolling
+// deploy, a crash's warm promotion, the loss of a zone), and scale (a
 // thousand members in one process, what a join and a leave cost them and
 // etcd; a hundred thousand roles awaited). Each scenario runs -runs times
 // and reports the min, median and max of each figure; -json prints one
@@ -78,6 +80,9 @@ var scenarios = []struct {
 	}},
 	{"drain", "a member runs two roles under Run with a drain timeout, one slow to wind down (100 ms), and shuts down: the other role's handover gap, with and without the drain", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Drain(env, 10)
+	}},
+	{"replicas", "3 zones x 3 members, 2 replicas per slot, 1,024 roles, TTL 2 s: slots in distinct zones at rest; primary moves per role in a rolling deploy; a plain member crashes: roles promoted warm, failover; the leader's zone is lost: primaries moved against the zone's (targets: fractions 1, 1 move per role, failover median <= TTL + 0.4 s, moved = the zone's, 0 overlaps)", func(env bench.Env, _ config) (bench.Sample, error) {
+		return bench.Replicas(env)
 	}},
 	{"scale", "breadth: -scale-members members on one client per 100 (at least 4), one join and one leave, and what each cost etcd; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleConfig())

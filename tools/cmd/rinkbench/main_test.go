@@ -56,6 +56,7 @@ var wantFigures = map[string][]string{
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
 	"drain":           {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
+	"replicas":        {"zone_distinct_fraction", "crash_promoted_warm_fraction", "crash_failover_s", "zone_loss_moved_primaries", "zone_primaries", "rolling_primary_moves"},
 	"scale": {"members", "slots", "ttl_s", "join_converge_s", "join_cpu_ms", "leave_converge_s", "kib_per_member", "setup_s",
 		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join", "joins", "rest_cpu_ms_per_s", "join_cpu_min_ms", "join_cpu_max_ms"},
 }
@@ -114,6 +115,50 @@ func TestScaleSizes(t *testing.T) {
 	}
 	if len(members) != 2 || members[0] != 3 || members[1] != 5 {
 		t.Errorf("results for %v members, want 3 and 5", members)
+	}
+}
+
+// TestReplicas runs the replicas scenario once and checks its figures
+// against the targets of issue 26 that one run can check: every slot in
+// two zones, every role of the crashed member promoted warm, one primary
+// move per role through the rolling deploy, no overlap, and each primary
+// of the lost zone moved. (That only the lost zone's primaries move, and
+// the failover's median, are the benchmark's to report over -runs.)
+func TestReplicas(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out, errOut bytes.Buffer
+	if err := run(&out, &errOut, config{scenario: "replicas", runs: 1, handovers: 1, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{2}, scaleRoles: 1}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var r jsonResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if r.Scenario != "replicas" {
+		t.Fatalf("scenario %q", r.Scenario)
+	}
+	f := func(name string) float64 {
+		s, ok := r.Figures[name]
+		if !ok {
+			t.Errorf("figure %s missing", name)
+		}
+		return s.Max
+	}
+	for _, name := range wantFigures["replicas"] {
+		if v := f(name); v <= 0 {
+			t.Errorf("%s = %v, want above 0", name, v)
+		}
+	}
+	for name, want := range map[string]float64{"zone_distinct_fraction": 1, "crash_promoted_warm_fraction": 1, "rolling_primary_moves": 1, "overlaps": 0, "ttl_s": 2} {
+		if v := f(name); v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if moved, zone := f("zone_loss_moved_primaries"), f("zone_primaries"); moved != zone {
+		t.Errorf("%v primaries moved after the loss of a zone that held %v: want only the zone's", moved, zone)
+	}
+	if t.Failed() {
+		t.Logf("diagnosis:\n%s", errOut.String())
 	}
 }
 

@@ -72,7 +72,8 @@ func (r Result) Figures() []string {
 }
 
 // recorder collects events from all members of a run: acquisitions,
-// releases and fences in events; rank changes, rejoins, drains and
+// releases and fences, of primaries and of secondaries (see
+// rink.WithReplicas), in events; rank changes, rejoins, drains and
 // announced moves in others.
 type recorder struct {
 	mu     sync.Mutex
@@ -87,7 +88,7 @@ type recorder struct {
 
 func (rec *recorder) observe(e rink.Event) {
 	switch e.Kind {
-	case rink.EventAcquired, rink.EventReleased, rink.EventFenced:
+	case rink.EventAcquired, rink.EventReleased, rink.EventFenced, rink.EventSecondaryAcquired, rink.EventSecondaryReleased:
 		rec.mu.Lock()
 		rec.events = append(rec.events, e)
 		rec.mu.Unlock()
