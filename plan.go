@@ -106,26 +106,24 @@ func (r *Rink) plan() {
 	// With replicas, the replicas stay where a crash's promotions put them
 	// for a TTL (see planInput.Hold); the leader does not say it rests
 	// meanwhile, and plans again after.
+	// No load round runs meanwhile either: it would move primaries onto
+	// members that may be about to go too.
 	holding := false
 	if r.opts.replicas > 1 && !l.crashAt.IsZero() && now.Before(l.crashAt.Add(r.opts.ttl)) {
 		in.Hold = true
 		strict := in
 		strict.Hold = false
-		if !planMap(from, strict).sameAssignment(planMap(from, in)) {
-			holding = true
-			if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
-				due = at
-				st.setTimer(timerPlan, due)
-			}
-		} else {
-			in.Hold = false
+		holding = !planMap(from, strict).sameAssignment(planMap(from, in))
+		if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
+			due = at
+			st.setTimer(timerPlan, due)
 		}
 	}
 	next := planMap(from, in)
 	bare := st.cur
 	bare.Incoming = nil
 	settling := r.loadPending(in) // a load round would move slots
-	if in.ByLoad && l.roundDue && next.sameAssignment(bare) && settling {
+	if in.ByLoad && l.roundDue && next.sameAssignment(bare) && settling && !in.Hold {
 		r.loadRound(&next, in)
 		if next.sameAssignment(bare) {
 			settling = r.loadPending(in) // a round that moved nothing may have been the last

@@ -227,7 +227,22 @@ func placeSecondariesAs(l *replicaLayout, prev secondaryTable, balance bool) sec
 
 // balanceSecondaries is placeSecondaries' balancing (see there), of the
 // fresh secondaries alone when onlyFresh is set.
+//
+// It makes the moves that even out the pairs too first (the slot's primary
+// is backed by the giving member more than by the taking one: see
+// pickSecondary), then the others: which of an over-full member's
+// secondaries goes decides how its primaries fail over later, and a
+// newcomer that took the newest secondaries of the members a crash had
+// filled backed one zone's primaries half again as much as the others.
 func balanceSecondaries(l *replicaLayout, next secondaryTable, live []int, count []int, shares []float64, pairs pairCounts, fresh map[[2]int32]bool, onlyFresh bool) {
+	for _, evens := range [2]bool{true, false} {
+		balanceSecondariesAs(l, next, live, count, shares, pairs, fresh, onlyFresh, evens)
+	}
+}
+
+// balanceSecondariesAs is balanceSecondaries; with evens, only the moves
+// that even out the pairs.
+func balanceSecondariesAs(l *replicaLayout, next secondaryTable, live []int, count []int, shares []float64, pairs pairCounts, fresh map[[2]int32]bool, onlyFresh, evens bool) {
 	for moved := true; moved; {
 		moved = false
 		for s := range next {
@@ -248,6 +263,9 @@ func balanceSecondaries(l *replicaLayout, next secondaryTable, live []int, count
 				count[i]++
 				pairs.add(l.Primary[s], int32(i), 1)
 				if j == i || j < 0 || !narrows(l, count, shares, i, j) {
+					continue
+				}
+				if p := l.Primary[s]; evens && pairs[[2]int32{p, int32(i)}] <= pairs[[2]int32{p, int32(j)}]+1 {
 					continue
 				}
 				copy(row[r:], row[r+1:])

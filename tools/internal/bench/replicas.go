@@ -40,10 +40,15 @@ type replicaRink struct {
 	all   []*member         // every member started, to stop at the end
 	zone  map[string]string // member name -> zone
 	probe []string          // probe[s] is a role in slot s
-	// roles are the scenario's roles, which every member watches as a
-	// service would (Handler.Assigned for its primaries, Handler.Secondary
-	// for its secondaries): awaited roles make the leader balance by load,
-	// the default for a service that uses its roles.
+	// roles are the scenario's 1,024 roles, one per slot (the probes), which
+	// every member watches as a service would (Handler.Assigned for its
+	// primaries, Handler.Secondary for its secondaries): awaited roles make
+	// the leader balance by load, the default for a service that uses its
+	// roles. One per slot, every slot carries the same load, and what the
+	// scenario measures is placement and failover; roles hashed at random
+	// over the slots leave some members a tenth above the mean once a
+	// zone's primaries are promoted, and a load round then moves primaries
+	// of other zones too (skew is the load scenarios' subject).
 	roles []string
 	sets  map[*member]*rink.RoleSet
 }
@@ -292,10 +297,11 @@ func replicaOverlaps(events []rink.Event, k int) int {
 func Replicas(env Env) (Sample, error) {
 	rr := &replicaRink{
 		env: env, name: nextRink("replicas"), rec: &recorder{}, zone: map[string]string{}, probe: slotProbes(),
-		roles: roles(1024), sets: map[*member]*rink.RoleSet{},
+		sets: map[*member]*rink.RoleSet{},
 		opts: []rink.Option{rink.WithReplicas(ReplicasK), rink.WithSessionTTL(ReplicasTTL), rink.WithRebalanceDelay(2 * time.Second)},
 	}
 	defer func() { stopAll(rr.all) }()
+	rr.roles = rr.probe // (one role per slot: see replicaRink.roles)
 	rs := rr.roles
 	if err := rr.start(); err != nil {
 		return nil, err
