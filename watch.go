@@ -401,6 +401,14 @@ func (c *secondaryCalls) update(slot int, cur *slotState, want []string) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(cur.ctx)
+		if rc, ok := cur.ctx.(*roleContext); ok {
+			// Its Err checks the lease's deadline as the holding's does: a
+			// process stopped past it acts on nothing after it resumes,
+			// before its keeper wakes to fence (a storm found a member
+			// acting as a secondary 1 to 4 ms after SIGCONT, beside the
+			// secondary that had taken its place).
+			ctx = &roleContext{Context: ctx, r: rc.r, inc: rc.inc}
+		}
 		calls[role] = cancel
 		c.wg.Add(1)
 		go func() {
