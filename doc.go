@@ -91,6 +91,24 @@
 // heir is ready (or the warm-up time has passed). A crash moves roles at
 // once, cold.
 //
+// # Replicas and zones
+//
+// WithReplicas(k) gives every slot k replicas on distinct members: its
+// primary, which holds its roles exactly as above (AwaitRole, Get, Token,
+// Owner, Run, Handler.Assigned), and k-1 secondaries, which keep a warm
+// copy of the roles' state: Handler.Secondary runs while this member holds
+// a role as a secondary, with a context that ends when that holding does.
+// When a primary crashes, or leaves with nobody waiting, its secondary
+// that has held the slot longest takes it over (its secondary context ends
+// with ErrPromoted, and Assigned follows, with a token above every earlier
+// one); a graceful leave with a member waiting hands the leaver's index
+// with every replica to it, so a rolling deploy moves each primary once.
+// WithZone(z) names a member's failure domain: a slot's replicas sit in as
+// many distinct zones as the members' zones allow, so that losing a zone
+// promotes its primaries to secondaries in other zones. Owners lists a
+// role's replicas, primary first. Every member must agree on k; with one
+// (the default) the rink's map is that of earlier releases, byte for byte.
+//
 // # Guarantees
 //
 // At most one holder: a member starts holding a role only when the role's
@@ -108,6 +126,11 @@
 // the previous holder's context is cancelled before the next holder's
 // context starts. Work that ignores cancellation is not covered; downstream
 // stores can make it harmless with fencing tokens.
+//
+// With replicas, at no instant do more than k members hold a slot, as
+// primary or secondary, nor more than one its primary: a member joins a
+// slot's replicas only once every member a map dropped from them has
+// acknowledged a map without it, as an heir waits for the previous owner.
 //
 // Fencing tokens: every role context carries an int64 (an etcd revision)
 // that strictly increases across successive holdings of the role, whichever
