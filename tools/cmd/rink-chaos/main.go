@@ -16,9 +16,16 @@
 // gaps of 0 to one TTL; then every fault is undone, and every role must be
 // held again, by the members' own logs, within TTL + rebalance delay +
 // slack. With -epoch, it stops for such a heal and check after every epoch.
+// With -replicas K each slot has K replicas: the members also record the
+// roles they hold as secondaries, the run fails when more than K members
+// act on a role at once, and after each heal every role must have its K-1
+// secondaries again; -zones Z spreads the members over Z zones and adds
+// the loss of a whole zone (every member of it killed at once, the zone
+// back later with as many members).
 //
 //	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
+//	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -replicas 2 -zones 3
 //
 // It exits with status 1 on any violation.
 package main
@@ -55,6 +62,8 @@ func main() {
 	flag.DurationVar(&cfg.Drain, "drain", 0, "storm: members run roles under rink.Run with this drain timeout, winding down before each release (0: AwaitRole loops)")
 	flag.DurationVar(&cfg.Warmup, "warmup", 0, "storm: members warm up planned moves for at most this long (rink.WithWarmup; 0: none)")
 	flag.Float64Var(&cfg.Balance, "balance", 0, "storm: members balance by load with this tolerance (e.g. 0.1) and record a skewed load; 0 balances by count")
+	flag.IntVar(&cfg.Replicas, "replicas", 1, "storm: replicas per slot (rink.WithReplicas); above 1, members record their secondary holdings, and the run checks that at most this many members act on a role at once and that every role has its secondaries again after each heal")
+	flag.IntVar(&cfg.Zones, "zones", 0, "storm: spread the members over this many zones (rink.WithZone) and draw zone-loss, every member of a zone killed at once (0: no zones)")
 	flag.Parse()
 	if *ops != "" {
 		cfg.Ops = strings.Split(*ops, ",")
@@ -62,6 +71,10 @@ func main() {
 	var err error
 	switch *mode {
 	case "rounds":
+		if cfg.Replicas > 1 || cfg.Zones > 0 {
+			err = fmt.Errorf("-replicas and -zones are for -mode storm")
+			break
+		}
 		err = rounds(cfg)
 	case "storm":
 		err = storm(cfg)
@@ -118,10 +131,16 @@ func rounds(cfg chaos.Config) error {
 }
 
 func storm(cfg chaos.Config) error {
+	if cfg.Replicas < 1 || cfg.Zones < 0 {
+		return fmt.Errorf("-replicas must be at least 1, -zones at least 0")
+	}
 	for _, k := range cfg.Ops {
 		if !slices.Contains(chaos.StormOps, k) {
 			return fmt.Errorf("unknown operation %q (known: %s)", k, strings.Join(chaos.StormOps, ","))
 		}
+	}
+	if len(cfg.Ops) > 0 && cfg.Zones == 0 && !slices.ContainsFunc(cfg.Ops, func(k string) bool { return k != "zone-loss" }) {
+		return fmt.Errorf("zone-loss is drawn only with -zones")
 	}
 	ctx, stop, err := prepare(&cfg)
 	if err != nil {
@@ -135,7 +154,7 @@ func storm(cfg chaos.Config) error {
 	fmt.Println()
 	fmt.Print(s.Text())
 	if n := len(s.Violations()); n > 0 {
-		return fmt.Errorf("%d violations (%d of safety, %d of liveness)", n, len(s.Report.Violations), s.LivenessViolations())
+		return fmt.Errorf("%d violations (%d of safety, %d of liveness)", n, s.SafetyViolations(), s.LivenessViolations())
 	}
 	return nil
 }

@@ -117,7 +117,22 @@ type Config struct {
 	Balance float64       // storm: members balance by load with this tolerance (0: by count)
 	Drain   time.Duration // storm: members run roles under rink.Run with this drain timeout (0: AwaitRole loops)
 	Warmup  time.Duration // storm: members warm up planned moves, for at most this long (0: no warm-up)
+	// Replicas, above 1, gives each slot that many replicas
+	// (rink.WithReplicas): members record their secondary holdings, and the
+	// storm checks that no more than Replicas members act on a role at
+	// once, and that every role has its secondaries again after each heal.
+	// Zones, above 0, spreads the members over that many zones
+	// (rink.WithZone) and draws "zone-loss". Storm only; 0 and 0 (or 1 and
+	// 0) run the storm exactly as without them.
+	Replicas int
+	Zones    int
 }
+
+// replicaMode reports whether a storm runs with replicas or zones.
+func (c Config) replicaMode() bool { return c.Replicas > 1 || c.Zones > 0 }
+
+// replicas returns k, the replicas per slot.
+func (c Config) replicas() int { return max(c.Replicas, 1) }
 
 // Fault is one injected fault.
 type Fault struct {
@@ -156,6 +171,7 @@ type proc struct {
 	// cut off ("same-name-replace"); it is no longer a live member of the
 	// storm, and is told to leave at the operation's heal.
 	replaced bool
+	zone     int // its zone's number (Config.Zones), or -1: none
 }
 
 func (p *proc) signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }

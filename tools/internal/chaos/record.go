@@ -13,6 +13,15 @@
 // before the check; see Log.WriteHeld), "release"
 // (written after the role context ended), and "joined" (the member's
 // rink.New returned; role "-", token 0).
+//
+// With replicas (rink.WithReplicas), a member also records the roles it
+// holds as a secondary: "acquire-secondary" (written, and flushed, when
+// Handler.Secondary starts, after the holding began), "act-secondary"
+// (as "act", against the Handler.Secondary context; see
+// Log.WriteHeldSecondary) and "release-secondary" (after that context
+// ended). Secondaries have no fencing token: their records carry instead
+// the holding's number in its process (1, 2, ...), which tells the
+// holdings of one process apart.
 package chaos
 
 import (
@@ -37,6 +46,11 @@ const (
 	Act     Kind = "act"
 	Release Kind = "release"
 	Joined  Kind = "joined"
+	// A secondary holding's records (see the package comment); their
+	// token is the holding's number in its process.
+	AcquireSecondary Kind = "acquire-secondary"
+	ActSecondary     Kind = "act-secondary"
+	ReleaseSecondary Kind = "release-secondary"
 )
 
 // Record is one line of a member's log.
@@ -86,16 +100,19 @@ func Create(path string) (*Log, error) {
 
 // Write appends a record, stamped now. Acquisitions are flushed and
 // fsynced before Write returns, so that a member killed right after never
-// acted on a role without a durable record of holding it. Releases and
-// joins are flushed (not fsynced), so that a kill -9 loses at most actions,
-// and a liveness check never takes a role for held after its release.
+// acted on a role without a durable record of holding it. Releases, joins
+// and the records of secondary holdings are flushed (not fsynced), so that
+// a kill -9 loses at most actions, and a liveness check never takes a role
+// for held after its release. (A secondary's acquisition is not fsynced:
+// the checker counts a holding only by its actions, written after it in
+// the same file, so a record lost with it loses them too.)
 func (l *Log) Write(member string, kind Kind, role string, token int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", Now(), member, kind, role, token); err != nil {
 		return err
 	}
-	if kind == Act {
+	if kind == Act || kind == ActSecondary {
 		return nil
 	}
 	if err := l.w.Flush(); err != nil {
@@ -116,13 +133,27 @@ func (l *Log) Write(member string, kind Kind, role string, token int64) error {
 // member acquires many roles —, and the checker would take an action done
 // before a handover for one done after it.)
 func (l *Log) WriteHeld(ctx context.Context, member, role string, token int64) (bool, error) {
+	return l.writeHeld(ctx, member, Act, role, token)
+}
+
+// WriteHeldSecondary is WriteHeld for a role held as a secondary under
+// ctx (the Handler.Secondary context), its holding numbered n: it appends
+// an "act-secondary" record, stamped right before ctx is checked, unless
+// ctx has ended. A recorded action is so always inside the holding: after
+// the acquisition record (written first, after the holding began), and no
+// later than a check that found the holding alive.
+func (l *Log) WriteHeldSecondary(ctx context.Context, member, role string, n int64) (bool, error) {
+	return l.writeHeld(ctx, member, ActSecondary, role, n)
+}
+
+func (l *Log) writeHeld(ctx context.Context, member string, kind Kind, role string, token int64) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := Now()
 	if ctx.Err() != nil {
 		return false, nil
 	}
-	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", now, member, Act, role, token); err != nil {
+	if _, err := fmt.Fprintf(l.w, "%d %s %s %s %d\n", now, member, kind, role, token); err != nil {
 		return false, err
 	}
 	return true, nil

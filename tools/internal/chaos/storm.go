@@ -20,7 +20,9 @@ import (
 )
 
 // StormOps lists every kind of operation a storm draws from (see Storm).
-// "snapshot-restore" is drawn only when Config.Restore is set.
+// "snapshot-restore" is drawn only when Config.Restore is set, and
+// "zone-loss" only when Config.Zones is (it is last, so that the deck of a
+// storm without zones, and its seeded order, is what it was before it).
 var StormOps = []string{
 	"join", "join-reused", "join-leave", "leave-leader", "leave-member", "kill9",
 	"partition", "sigstop", "etcd-kill", "cut-all",
@@ -28,6 +30,7 @@ var StormOps = []string{
 	"stray-member-empty", "stray-member-space", "stray-member-slash", "stray-garbage", "stray-election",
 	"snapshot-save", "snapshot-restore",
 	"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete",
+	"zone-loss",
 }
 
 // strayKeys are the odd keys the "stray-" operations put under the rink's
@@ -57,7 +60,16 @@ type StormSummary struct {
 	// worth a look: a member that exited by itself, a Shutdown that hung.
 	Findings []string
 	Procs    int // member processes started
+	// Replicas and Zones are the run's (Config); with replicas or zones
+	// (see Config.Replicas), Holders is the check that at most Replicas
+	// members acted on a role at once, and each checkpoint checks the
+	// roles' secondaries too.
+	Replicas, Zones int
+	Holders         HoldersReport
 }
+
+// replicaMode reports whether the run had replicas or zones.
+func (s StormSummary) replicaMode() bool { return s.Replicas > 1 || s.Zones > 0 }
 
 // Checkpoint is one liveness check: every fault was undone at Healed, and
 // every role must be held at Deadline (Healed + the bound).
@@ -67,22 +79,39 @@ type Checkpoint struct {
 	// State is the rink's keys in etcd at the deadline, in short (the
 	// whole listing is in the run's directory, state-N.txt).
 	State string
+	// With replicas or zones: Live is how many members were live at the
+	// deadline; Secondaries checks that every role had min(k-1, Live-1)
+	// secondaries then; ZonesSpread counts the roles whose holders at the
+	// deadline sat in as many distinct zones as they could (min(k, Zones,
+	// holders)), for information.
+	Live        int
+	Secondaries SecondaryReport
+	ZonesSpread int
 }
 
 // Violations returns the safety violations, then the liveness ones.
 func (s StormSummary) Violations() []Violation {
 	out := slices.Clone(s.Report.Violations)
+	out = append(out, s.Holders.Violations...)
 	for _, c := range s.Checkpoints {
 		out = append(out, c.Liveness.Violations...)
+		out = append(out, c.Secondaries.Violations...)
 	}
 	return out
 }
 
-// LivenessViolations counts the liveness violations of every checkpoint.
+// SafetyViolations counts the safety violations: the primaries' (Check)
+// and, with replicas, the holders' (CheckHolders).
+func (s StormSummary) SafetyViolations() int {
+	return len(s.Report.Violations) + len(s.Holders.Violations)
+}
+
+// LivenessViolations counts the liveness violations of every checkpoint,
+// the secondaries' included.
 func (s StormSummary) LivenessViolations() int {
 	n := 0
 	for _, c := range s.Checkpoints {
-		n += len(c.Liveness.Violations)
+		n += len(c.Liveness.Violations) + len(c.Secondaries.Violations)
 	}
 	return n
 }
@@ -126,6 +155,7 @@ type stormState struct {
 	deck     []string
 	putBack  map[string]bool // kinds of this deck put back once already
 	stranger bool            // "stranger-member" is in force
+	zoneOf   map[string]int  // with zones: each member name's zone, for good
 }
 
 // Storm runs a storm: operations drawn at random (seeded) from cfg.Ops
@@ -137,9 +167,17 @@ type stormState struct {
 // whole run, and Liveness for every role held at the deadline. With
 // cfg.Epoch set, the storm stops for such a heal and check after every
 // Epoch of operations, so that a long run checks liveness many times.
+//
+// With cfg.Replicas (above 1) or cfg.Zones (see Config), the members hold
+// k = cfg.Replicas replicas per slot and record their secondary holdings,
+// and sit in zones; the checks add CheckHolders (never more than k members
+// acting on a role at once) over the whole run and, at each checkpoint,
+// SecondaryLiveness (every role has its k-1 secondaries again, or one
+// fewer than the live members, within the same bound); "zone-loss" is
+// drawn, and the heal brings every zone back to at least one member.
 func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	r := newRun(cfg)
-	r.st = &stormState{etcdUp: []bool{true, true, true}}
+	r.st = &stormState{etcdUp: []bool{true, true, true}, zoneOf: map[string]int{}}
 	defer r.cleanup()
 	if err := r.startEtcd(); err != nil {
 		return StormSummary{}, err
@@ -185,6 +223,11 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 		r.logf("healed; every role must be held by %s", secs(r.began, c.Deadline))
 		time.Sleep(time.Duration(c.Deadline - Now()))
 		checkpoints[len(checkpoints)-1].State = r.dumpState(filepath.Join(r.cfg.Dir, fmt.Sprintf("state-%d.txt", len(checkpoints))))
+		if cfg.replicaMode() {
+			r.st.mu.Lock()
+			checkpoints[len(checkpoints)-1].Live = len(r.live())
+			r.st.mu.Unlock()
+		}
 		// Watch a little past the deadline, to tell when a late role came back.
 		time.Sleep(2 * time.Second)
 	}
@@ -193,16 +236,51 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	if err != nil {
 		return StormSummary{}, err
 	}
-	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs)}
+	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs), Replicas: cfg.Replicas, Zones: cfg.Zones}
 	s.Report = CheckSince(r.began, recs)
+	k := cfg.replicas()
+	if cfg.replicaMode() {
+		s.Holders = CheckHolders(r.began, recs, k)
+	}
 	for _, c := range checkpoints {
 		c.Liveness = Liveness(r.began, recs, r.roles(), r.aliveAt, c.Healed, c.Deadline)
+		if cfg.replicaMode() {
+			want := min(k-1, c.Live-1)
+			c.Secondaries = SecondaryLiveness(r.began, recs, r.roles(), r.aliveAt, c.Healed, c.Deadline, max(want, 0))
+			c.ZonesSpread = r.zonesSpread(c.Secondaries.Holders, k)
+		}
 		s.Checkpoints = append(s.Checkpoints, c)
 	}
 	r.st.mu.Lock()
 	s.Findings = slices.Clone(r.st.findings)
 	r.st.mu.Unlock()
 	return s, nil
+}
+
+// zonesSpread counts the roles whose holders (processes) sit in as many
+// distinct zones as they can: min(k, zones, holders).
+func (r *run) zonesSpread(holders map[string][]string, k int) int {
+	if r.cfg.Zones == 0 {
+		return 0
+	}
+	r.st.mu.Lock()
+	zone := map[string]int{}
+	for _, p := range r.st.procs {
+		zone[p.base] = p.zone
+	}
+	r.st.mu.Unlock()
+	n := 0
+	for _, hs := range holders {
+		var zs []int
+		for _, h := range hs {
+			zs = append(zs, zone[h])
+		}
+		slices.Sort(zs)
+		if len(slices.Compact(zs)) >= min(k, r.cfg.Zones, len(hs)) {
+			n++
+		}
+	}
+	return n
 }
 
 func newRun(cfg Config) *run {
@@ -242,6 +320,13 @@ func (r *run) startWorker(name string) (*proc, error) {
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
 		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance,
 		Drain: r.cfg.Drain, Warmup: r.cfg.Warmup}
+	zone := r.zoneFor(name)
+	if r.cfg.Replicas > 1 {
+		w.Replicas = r.cfg.Replicas
+	}
+	if zone >= 0 {
+		w.Zone = zoneName(zone)
+	}
 	p, err := r.start("worker", base, w)
 	if err != nil {
 		for _, x := range proxies {
@@ -249,7 +334,10 @@ func (r *run) startWorker(name string) (*proc, error) {
 		}
 		return nil, err
 	}
-	p.name, p.base, p.proxy = name, base, proxies
+	p.name, p.base, p.proxy, p.zone = name, base, proxies, zone
+	if zone >= 0 {
+		r.logf("   %s in zone %s", base, w.Zone)
+	}
 	r.members = append(r.members, p)
 	r.st.procs = append(r.st.procs, p)
 	go func() {
@@ -375,11 +463,9 @@ func (r *run) stormOp() error {
 	}
 	for tries := 0; tries < 2*len(kinds)+2; tries++ {
 		if len(r.st.deck) == 0 {
-			r.st.deck = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "snapshot-restore" && !r.cfg.Restore })
-			if len(r.st.deck) == 0 {
+			if r.st.deck = r.newDeck(kinds); len(r.st.deck) == 0 {
 				return nil
 			}
-			r.rng.Shuffle(len(r.st.deck), func(i, j int) { r.st.deck[i], r.st.deck[j] = r.st.deck[j], r.st.deck[i] })
 			r.st.putBack = map[string]bool{}
 		}
 		kind := r.st.deck[0]
@@ -401,6 +487,19 @@ func (r *run) stormOp() error {
 		}
 	}
 	return nil
+}
+
+// newDeck returns a deck of kinds, shuffled: every kind that this run can
+// draw ("snapshot-restore" only with cfg.Restore, "zone-loss" only with
+// cfg.Zones).
+func (r *run) newDeck(kinds []string) []string {
+	deck := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool {
+		return k == "snapshot-restore" && !r.cfg.Restore || k == "zone-loss" && r.cfg.Zones == 0
+	})
+	if len(deck) > 0 {
+		r.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
+	}
+	return deck
 }
 
 // stormDo runs one operation of a kind; false when it cannot run now.
@@ -627,6 +726,8 @@ func (r *run) stormDo(kind string) (bool, error) {
 			r.op(kind, fmt.Sprintf("rink/chaos/acks/ (%d deleted, revision %d)", resp.Deleted, resp.Header.Revision))
 		}
 		return true, nil
+	case "zone-loss":
+		return r.zoneLoss()
 	case "snapshot-save":
 		return true, r.snapshotSave()
 	case "snapshot-restore":
@@ -921,6 +1022,19 @@ func (r *run) healAll() error {
 		}
 		started = append(started, p.base)
 	}
+	// With zones, every zone gets a live member again (newcomers go to
+	// the zones with the fewest: see zoneFor).
+	for z := range r.cfg.Zones {
+		if r.zoneLive(z) == 0 {
+			name := r.newName()
+			st.zoneOf[name] = z
+			p, err := r.startWorker(name)
+			if err != nil {
+				return err
+			}
+			started = append(started, p.base)
+		}
+	}
 	cut, stopped := 0, 0
 	for _, p := range r.members {
 		if p.cut > 0 {
@@ -1008,6 +1122,12 @@ func (s StormSummary) Text() string {
 	}
 	fmt.Fprintf(&b, "acquisitions: %d (%d recorded after a newer one); actions: %d\n", s.Report.Acquisitions, s.Report.Late, s.Report.Actions)
 	fmt.Fprintf(&b, "safety violations: %d\n", len(s.Report.Violations))
+	if s.replicaMode() {
+		h := s.Holders
+		fmt.Fprintf(&b, "replicas %d, zones %d: secondary acquisitions: %d; secondary actions: %d; holdings that acted: %d\n",
+			h.Replicas, s.Zones, h.SecondaryAcquisitions, h.SecondaryActions, h.Windows)
+		fmt.Fprintf(&b, "holders violations (more than %d members acting on a role at once): %d\n", h.Replicas, len(h.Violations))
+	}
 	for i, c := range s.Checkpoints {
 		if len(c.Liveness.Violations) == 0 {
 			role, worst := c.Liveness.Worst()
@@ -1016,6 +1136,22 @@ func (s StormSummary) Text() string {
 		} else {
 			fmt.Fprintf(&b, "liveness %d (heal at %s): FAILED: %d roles not held %v after the heal (held: %d)\n    etcd at the deadline: %s\n",
 				i+1, at(c.Healed), len(c.Liveness.Violations), s.Bound, len(c.Liveness.Recovered), c.State)
+		}
+		if !s.replicaMode() {
+			continue
+		}
+		want := max(min(s.Holders.Replicas-1, c.Live-1), 0)
+		zones := ""
+		if s.Zones > 0 {
+			zones = fmt.Sprintf("; holders in distinct zones (as many as they can): %d of %d roles", c.ZonesSpread, len(c.Secondaries.Holders))
+		}
+		if len(c.Secondaries.Violations) == 0 {
+			role, worst := c.Secondaries.Worst()
+			fmt.Fprintf(&b, "secondaries %d: every role had its %d secondaries %v after the heal (%d members live); slowest: %s, %v after the heal%s\n",
+				i+1, want, s.Bound, c.Live, role, worst.Round(time.Millisecond), zones)
+		} else {
+			fmt.Fprintf(&b, "secondaries %d: FAILED: %d roles without their %d secondaries %v after the heal (%d members live)%s\n",
+				i+1, len(c.Secondaries.Violations), want, s.Bound, c.Live, zones)
 		}
 	}
 	for _, f := range s.Findings {
@@ -1039,7 +1175,7 @@ func (s StormSummary) Text() string {
 		}
 	}
 	for i, c := range s.Checkpoints {
-		if len(c.Liveness.Violations) > 0 {
+		if len(c.Liveness.Violations) > 0 || len(c.Secondaries.Violations) > 0 {
 			fmt.Fprintf(&b, "\n  the last operations before heal %d:\n", i+1)
 			for _, f := range s.before(c.Healed, time.Hour, 8) {
 				fmt.Fprintf(&b, "    %9s  %-22s %s\n", at(f.Mono), f.Kind, f.Target)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,6 +49,11 @@ type WorkerConfig struct {
 	// after it. Warmup, if above zero, sets rink.WithWarmup(Warmup) and
 	// watches every role with a Handler whose Warm takes a moment.
 	Drain, Warmup time.Duration
+	// Replicas, if above 1, sets rink.WithReplicas(Replicas), and the
+	// member records the roles it holds as a secondary (see
+	// holdSecondary). Zone, if set, is its rink.WithZone.
+	Replicas int
+	Zone     string
 }
 
 // roleWeight is the load a worker records per action on a role when
@@ -90,6 +96,12 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Warmup > 0 {
 		opts = append(opts, rink.WithWarmup(cfg.Warmup))
 	}
+	if cfg.Replicas > 1 {
+		opts = append(opts, rink.WithReplicas(cfg.Replicas))
+	}
+	if cfg.Zone != "" {
+		opts = append(opts, rink.WithZone(cfg.Zone))
+	}
 	if cfg.Verbose {
 		enc := zap.NewDevelopmentEncoderConfig()
 		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
@@ -121,13 +133,29 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	for i := 0; i < cfg.Roles; i++ {
 		roles = append(roles, fmt.Sprint("partition:", i))
 	}
-	if cfg.Warmup > 0 {
-		set, err := r.Watch(rink.Handler{Assigned: func(context.Context, string) {}, Warm: warmUp}, roles...)
+	secErr := make(chan error, 1) // a secondary holding's error, the first
+	if cfg.Warmup > 0 || cfg.Replicas > 1 {
+		h := rink.Handler{Assigned: func(context.Context, string) {}}
+		if cfg.Warmup > 0 {
+			h.Warm = warmUp
+		}
+		if cfg.Replicas > 1 {
+			var n atomic.Int64 // the secondary holdings, numbered
+			h.Secondary = func(ctx context.Context, role string) {
+				if err := holdSecondary(ctx, log, cfg, role, n.Add(1)); err != nil {
+					select {
+					case secErr <- err:
+					default: // the worker is stopping on an error already
+					}
+				}
+			}
+		}
+		set, err := r.Watch(h, roles...)
 		if err != nil {
 			_ = r.Shutdown(context.Background())
 			return err
 		}
-		defer set.Close()
+		defer set.Close() // (it waits for the Secondary calls)
 	}
 	holdFn := hold
 	if cfg.Drain > 0 {
@@ -147,6 +175,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errs:
+	case err = <-secErr:
 	case <-r.Done(): // the client was closed under us
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.TTL)
@@ -228,4 +257,28 @@ func hold(r *rink.Rink, log *Log, cfg WorkerConfig, role string) error {
 			return err
 		}
 	}
+}
+
+// holdSecondary is one holding of a role as a secondary, numbered n in
+// this process: it records the acquisition (stamped now, after the
+// holding began: Handler.Secondary is called once it has), acts every
+// cfg.Every while the Handler.Secondary context says the holding lives
+// (each action stamped right before that check; see
+// Log.WriteHeldSecondary), and records the release once it ended.
+func holdSecondary(ctx context.Context, log *Log, cfg WorkerConfig, role string, n int64) error {
+	if err := log.Write(cfg.Name, AcquireSecondary, role, n); err != nil {
+		return err
+	}
+	t := time.NewTicker(cfg.Every)
+	defer t.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-t.C:
+			if _, err := log.WriteHeldSecondary(ctx, cfg.Name, role, n); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+		}
+	}
+	return log.Write(cfg.Name, ReleaseSecondary, role, n)
 }

@@ -1,7 +1,8 @@
 // Command worker is a rink member for fault-injection runs: it awaits a set
 // of roles and records, in its own log file, every acquisition (fsynced
 // before it acts), every action it takes while holding a role (it checks the
-// role context first), and every release. internal/chaos checks the logs of
+// role context first), and every release; with -replicas above 1, the same
+// for the roles it holds as a secondary. internal/chaos checks the logs of
 // all members together.
 //
 //	go run ./tools/internal/chaos/worker -endpoints 127.0.0.1:2379 -name w1 -log /tmp/w1.log
@@ -33,6 +34,8 @@ func main() {
 	flag.StringVar(&cfg.Log, "log", "", "log file to append records to (required)")
 	flag.DurationVar(&cfg.Drain, "drain", 0, "run roles under rink.Run with this drain timeout (0: AwaitRole loops)")
 	flag.DurationVar(&cfg.Warmup, "warmup", 0, "warm up planned moves for at most this long (0: none)")
+	flag.IntVar(&cfg.Replicas, "replicas", 1, "replicas per slot (rink.WithReplicas); above 1 the worker also records the roles it holds as a secondary")
+	flag.StringVar(&cfg.Zone, "zone", "", "this member's zone (rink.WithZone; empty: none)")
 	flag.Float64Var(&cfg.Balance, "balance", 0, "balance by load with this tolerance, recording a skewed load (0: by count)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
