@@ -361,17 +361,6 @@ func checkPlanned(t testing.TB, m rankMap, k int, zones map[string]string) {
 	}
 }
 
-// primaryMoves counts the slots whose primary differs between a and b.
-func primaryMoves(a, b rankMap) int {
-	n := 0
-	for s := range a.Slots {
-		if a.owner(s) != b.owner(s) {
-			n++
-		}
-	}
-	return n
-}
-
 // planMap: a crash promotes each of the crashed member's primaries to the
 // slot's oldest live secondary (balanced by load, nothing else moves; by
 // count, the members it left above their share give primaries to the
