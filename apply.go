@@ -192,6 +192,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 			e.gain, e.gainRev = kv.Version, kv.ModRevision
 		}
 		r.regainReplicas(kv.Version, kv.ModRevision)
+		r.resyncReplicas(kv.Version, kv.ModRevision)
 	}
 	began := r.now()
 	st.lineage = kv.CreateRevision

@@ -494,7 +494,8 @@ func withPrimaries(next rankMap, table slotTable, in planInput) rankMap {
 // with in.Replicas replicas per slot: its secondaries placed by
 // placeSecondaries from secs (each slot's secondaries by name, oldest
 // first, as the map before had them; rename maps a departed member's name
-// to its heir's, and any other name next does not rank is dropped).
+// to its heir's, which comes after the others, as the newest, and any
+// other name next does not rank is dropped).
 func placeAround(next rankMap, secs [][]string, rename map[string]string, in planInput) rankMap {
 	S, k := next.Slots, max(1, in.Replicas)
 	next.Replicas = k
@@ -517,14 +518,25 @@ func placeAround(next rankMap, secs [][]string, rename map[string]string, in pla
 		if s >= S {
 			break
 		}
+		// The secondaries that stay, oldest first, then the heirs of
+		// departed ones, as the newest: an heir has held the slot for no
+		// time at all, and taking its predecessor's place in the order
+		// made it the one promoted at the next crash, cold, over one that
+		// had held the slot all along (found in review).
 		n := 0
-		for _, name := range row {
-			if h, ok := rename[name]; ok {
-				name = h
-			}
-			if i, ok := idx[name]; ok && n < k-1 {
-				prev[s][n] = i
-				n++
+		for _, heirs := range [2]bool{false, true} {
+			for _, name := range row {
+				h, renamed := rename[name]
+				if renamed != heirs {
+					continue
+				}
+				if renamed {
+					name = h
+				}
+				if i, ok := idx[name]; ok && n < k-1 && !slices.Contains(prev[s][:n], i) {
+					prev[s][n] = i
+					n++
+				}
 			}
 		}
 	}

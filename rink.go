@@ -44,7 +44,9 @@ var (
 	// rejoins by itself.
 	ErrFenced = errors.New("rink: session lost, roles fenced")
 	// ErrRoleMoved is the cause of a role context cancelled because a new
-	// map gave the role's slot to another member.
+	// map gave the role's slot to another member (or, with WithReplicas,
+	// because this member missed maps that may have: it starts the role
+	// again once the barrier lets it).
 	ErrRoleMoved = errors.New("rink: role moved to another member")
 	// ErrClientClosed means the etcd client was closed under a running rink.
 	ErrClientClosed = errors.New("rink: etcd client closed")

@@ -177,6 +177,40 @@ func (r *Rink) regainReplicas(seq, rev int64) {
 	}
 }
 
+// resyncReplicas restarts every membership this member holds, as of seq
+// and revision rev, when it did not see every map since (a listing after
+// a broken watch, a new lineage): a map it missed may have left it out of
+// a slot's replicas and another put it back, and the barrier's argument
+// needs every holder to have been named in every map from its gain on. A
+// member that kept such a membership acknowledged the newer map, and a
+// member that joined the set in the missed map started beside it while
+// one that map still named had not let go: k+1 holders (found in review).
+// So each membership passes the barrier again, from the first map after
+// the gap, its primary released meanwhile (with one replica per slot a
+// held primary is kept: the floor that shows this member's newer
+// acknowledgement reaches an heir of a missed map only after the map
+// that took the slot back, see free).
+func (r *Rink) resyncReplicas(seq, rev int64) {
+	st := &r.st
+	for _, s := range slices.Sorted(maps.Keys(st.reps)) {
+		e := st.reps[s]
+		if !e.started {
+			continue
+		}
+		if st.mine.isHeld(s) {
+			r.release(s, ErrRoleMoved)
+			o := st.mine.of(s)
+			o.gain, o.gainRev = seq, rev
+			st.pending.add(s)
+		}
+		r.endSecondary(s, ErrRoleMoved)
+		e.started = false
+		e.gain, e.gainRev = seq, rev
+		st.waiting++
+		st.moved, st.exposeDue = true, true
+	}
+}
+
 // startReplicas starts the memberships that the barrier lets start (see
 // the top of this file): with others (the wide view) or low (the narrow
 // one), as tryAcquire computed them; skip starts them all (a planted

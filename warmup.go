@@ -182,7 +182,7 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 		// they are ready for the newest map that announces it.
 		l.warm.version = st.cur.Version
 	}
-	*next = hold
+	*next = r.placedAround(hold)
 	switch {
 	case !ready:
 		st.setTimer(timerWarm, l.warm.at.Add(r.opts.warmup))
@@ -397,4 +397,20 @@ func (r *Rink) keepRound(next *rankMap) {
 		}
 		next.Table[s] = int32(i)
 	}
+	*next = r.placedAround(*next)
+}
+
+// placedAround returns m with its secondaries placed again around its
+// primaries, keeping every one still allowed and moving none to balance
+// (planInput.Hold), when it has more than one replica per slot: a map
+// whose primaries were set apart from its plan (an announcement's, which
+// keeps the owners of the map before; a load round's moves put back) may
+// name a slot's new primary as its secondary too, and leave it without
+// one (found in review).
+func (r *Rink) placedAround(m rankMap) rankMap {
+	if m.replicas() == 1 || len(m.Table) != m.tableLen() {
+		return m
+	}
+	members := r.plannedMembers()
+	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), planInput{Replicas: m.replicas(), Zones: zones(members), Capacity: capacities(members), Hold: true})
 }
