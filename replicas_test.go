@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
 // layoutOf returns a layout of n members (index i named m<i>, in zone
@@ -678,6 +679,33 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 			if zones[before.owner(s)] == "z2" && !slices.Contains(before.replicaNames(s), last.owner(s)) {
 				t.Errorf("byLoad=%v slot %d: cold, %v -> %v -> %v", byLoad, s, before.replicaNames(s), first.replicaNames(s), last.replicaNames(s))
 			}
+		}
+	}
+}
+
+// TestOneReplicaEncodesAsBefore: with one replica and no zone, the map,
+// the change record and the member key are what b696319 (the release
+// before replicas) wrote, byte for byte. The strings were printed by that
+// release's encoders from the same maps.
+func TestOneReplicaEncodesAsBefore(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	in := planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
+	prev := planMap(rankMap{Schema: schemaVersion, Slots: 16}, in)
+	prev.Version, prev.Leader = 1, "a"
+	in2 := planInput{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
+	next := planMap(prev, in2)
+	next.Version = 2
+	c := diff(&prev, &next)
+	c.transition = transition{From: 1, View: 77}
+	for _, x := range []struct{ name, got, want string }{
+		{"map", string(prev.encode()), `{"schema":3,"version":1,"slots":16,"leader":"a","members":["a","b","c"],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
+		{"next map", string(next.encode()), `{"schema":3,"version":2,"slots":16,"leader":"a","members":["a","d","c"],"waiting":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
+		{"record", string(c.encode()), `{"schema":3,"change":true,"version":2,"names":{"1":"d"},"wait":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"view":77,"from":1}`},
+		{"member key", memberValueOf(1, "", false, 1), `{"protocols":[2,3]}`},
+		{"member key, capacity, leaving", memberValueOf(2.5, "", true, 1), `{"protocols":[2,3],"capacity":2.5,"leaving":true}`},
+	} {
+		if x.got != x.want {
+			t.Errorf("%s:\n got %s\nwant %s", x.name, x.got, x.want)
 		}
 	}
 }
