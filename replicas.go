@@ -7,8 +7,8 @@ import (
 
 // Replicas and zones (issue 26), the planning half: where each slot's
 // secondaries go, and which of them a slot's departed primary hands the
-// slot to. Pure logic over a map's indexes: no I/O, no clock. Not wired into
-// the leader's planning yet (a rink has one replica per slot, its primary).
+// slot to (planMap, which the leader and a departing member call). Pure
+// logic over a map's indexes: no I/O, no clock.
 //
 // A slot has k replicas on k distinct members: replica 0, its primary, is
 // the slot's owner in the map's table (the holder of its roles, fenced by
