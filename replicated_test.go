@@ -646,3 +646,74 @@ func TestSecondaryContextChecksTheDeadline(t *testing.T) {
 		t.Errorf("cause %v, want ErrFenced", context.Cause(sctx))
 	}
 }
+
+// With WithWarmup and replicas, a newcomer's share of primaries is
+// announced and warmed up before the members that held them let go, as
+// with one replica, and its new secondaries start at once through
+// Handler.Secondary; never more than k holders of a slot.
+func TestReplicasWarmupScaleOut(t *testing.T) {
+	h := &history{}
+	const k = 2
+	zones := []string{"a", "b", "c"}
+	w := newWarmLog(200 * time.Millisecond)
+	var mu sync.Mutex
+	secondary := map[string]bool{} // member/role
+	handler := func(member string) Handler {
+		hd := w.handler(member)
+		hd.Secondary = func(ctx context.Context, role string) {
+			mu.Lock()
+			secondary[member+"/"+role] = true
+			mu.Unlock()
+			<-ctx.Done()
+		}
+		return hd
+	}
+	roles := partitions(64)
+	opts := []Option{WithWarmup(2 * time.Second), WithRebalanceDelay(2500 * time.Millisecond)}
+	name, ms := replicated(t, h, 3, k, zones, opts...)
+	for _, m := range ms {
+		set, err := m.Watch(handler(m.Member()), roles...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(set.Close)
+	}
+	settleReplicated(t, h, ms...)
+	d := join(t, newClient(t), name, append([]Option{WithMemberName("d"), WithReplicas(k), WithSlots(64), WithZone("a"), h.hook()}, opts...)...)
+	sd, err := d.Watch(handler("d"), roles...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sd.Close)
+	ms = append(ms, d)
+	eventually(t, 20*time.Second, "d holds its share", func() bool { return d.Rank().Index == 3 && len(sd.Held()) > 0 })
+	settleReplicated(t, h, ms...)
+	for _, role := range sd.Held() {
+		s := slotOf(role, 64)
+		acquired, aok := firstEvent(h, "d", EventAcquired, s)
+		warmed, wok := w.get(w.warmed, "d", role)
+		if !aok || !wok || !warmed.Before(acquired) {
+			t.Errorf("%s: d acquired it at %v (%v), warmed up at %v (%v)", role, acquired.Format(time.StampMicro), aok, warmed.Format(time.StampMicro), wok)
+		}
+	}
+	m := d.ownersNow()
+	seconds := 0
+	for _, role := range roles {
+		names := m.replicaNames(slotOf(role, 64))
+		if slices.Contains(names[1:], "d") {
+			seconds++
+			mu.Lock()
+			ok := secondary["d/"+role]
+			mu.Unlock()
+			if !ok {
+				t.Errorf("%s: d is its secondary, and Handler.Secondary never ran for it", role)
+			}
+		}
+	}
+	if seconds == 0 {
+		t.Error("d holds no secondary")
+	}
+	if err := checkReplicaHistory(h.snapshot(), k); err != nil {
+		t.Fatal(err)
+	}
+}
