@@ -398,6 +398,27 @@ func compact(members []string) []string {
 	}
 }
 
+// sharesOf indexes members by name, counts the slots each owns in owners
+// (slot -> owner name; names not in members own nothing), and returns each
+// member's share of the slots by capacity (see shares).
+func sharesOf(owners []string, members []string, capacity map[string]float64) (idx map[string]int, count, target []int) {
+	idx = make(map[string]int, len(members))
+	for i, name := range members {
+		idx[name] = i
+	}
+	count = make([]int, len(members))
+	for _, o := range owners {
+		if i, ok := idx[o]; ok {
+			count[i]++
+		}
+	}
+	caps := make([]float64, len(members))
+	for i, name := range members {
+		caps[i] = capacityOr1(capacity[name])
+	}
+	return idx, count, shares(len(owners), caps, count)
+}
+
 // balance returns a slot table (slot -> index in members) in which every
 // member owns its share of the S slots, S·c/Σc for its capacity c, rounded
 // down or up (with equal capacities, floor(S/n) or ceil(S/n)), and as few
@@ -408,21 +429,7 @@ func compact(members []string) []string {
 // not name has capacity 1.
 func balance(owners []string, members []string, capacity map[string]float64) slotTable {
 	n, S := len(members), len(owners)
-	idx := make(map[string]int, n)
-	for i, name := range members {
-		idx[name] = i
-	}
-	count := make([]int, n)
-	for _, o := range owners {
-		if i, ok := idx[o]; ok {
-			count[i]++
-		}
-	}
-	caps := make([]float64, n)
-	for i, name := range members {
-		caps[i] = capacityOr1(capacity[name])
-	}
-	target := shares(S, caps, count)
+	idx, count, target := sharesOf(owners, members, capacity)
 	table := make(slotTable, S)
 	var free []int
 	// Walk slots from the top so that an over-full member gives up its

@@ -610,21 +610,7 @@ func secondaryNames(m *rankMap) [][]string {
 // members below their share, lowest index first, as balance does.
 func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) slotTable {
 	n, S := len(members), len(owners)
-	idx := make(map[string]int, n)
-	for i, name := range members {
-		idx[name] = i
-	}
-	count := make([]int, n)
-	for _, o := range owners {
-		if i, ok := idx[o]; ok {
-			count[i]++
-		}
-	}
-	caps := make([]float64, n)
-	for i, name := range members {
-		caps[i] = capacityOr1(capacity[name])
-	}
-	target := shares(S, caps, count)
+	idx, count, target := sharesOf(owners, members, capacity)
 	table := make(slotTable, S)
 	keep := slices.Clone(count)
 	// room returns a member below its share that holds slot s as a
@@ -704,21 +690,7 @@ func balanceWarm(owners []string, members []string, capacity map[string]float64,
 // member with the fewest.
 func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) slotTable {
 	n, S := len(members), len(owners)
-	idx := make(map[string]int, n)
-	for i, name := range members {
-		idx[name] = i
-	}
-	count := make([]int, n)
-	for _, o := range owners {
-		if i, ok := idx[o]; ok {
-			count[i]++
-		}
-	}
-	caps := make([]float64, n)
-	for i, name := range members {
-		caps[i] = capacityOr1(capacity[name])
-	}
-	target := shares(S, caps, count)
+	idx, count, target := sharesOf(owners, members, capacity)
 	table := make(slotTable, S)
 	for s, o := range owners {
 		if i, ok := idx[o]; ok {
