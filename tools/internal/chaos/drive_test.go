@@ -14,6 +14,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// runDir returns this test binary's path, which the runs start as
+// etcd nodes and workers, and the directory for their data and logs: a
+// temporary one, or RINK_CHAOS_DIR to keep the logs for a look after a
+// failure.
+func runDir(t *testing.T) (self, dir string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir = t.TempDir()
+	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
+		dir = d
+	}
+	return self, dir
+}
+
 // TestChaos is a short seeded fault-injection run: a 3-node etcd in child
 // processes, 5 workers in child processes behind proxies, and one fault of
 // every kind. It fails on any violation of the promise, and when a role
@@ -22,15 +39,8 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos run in -short mode")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	self, dir := runDir(t)
 	var out strings.Builder
-	dir := t.TempDir()
-	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
-		dir = d // keep the logs for a look after a failure
-	}
 	cfg := Config{Self: self, Dir: dir, Members: 5, Roles: 64, Rounds: 1, Seed: 1,
 		TTL: 2 * time.Second, Delay: time.Second, Out: &out}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -79,15 +89,8 @@ func TestChaosStorm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos storm in -short mode")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	self, dir := runDir(t)
 	var out strings.Builder
-	dir := t.TempDir()
-	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
-		dir = d
-	}
 	var ops []string
 	for _, k := range StormOps {
 		if why, out := stormLeftOut[k]; out && os.Getenv("RINK_CHAOS_STORM_ALL") == "" {

@@ -29,15 +29,8 @@ func TestChaosStormReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos storm in -short mode")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	self, dir := runDir(t)
 	var out strings.Builder
-	dir := t.TempDir()
-	if d := os.Getenv("RINK_CHAOS_DIR"); d != "" {
-		dir = d
-	}
 	ops, all := stormReplicaOps, os.Getenv("RINK_CHAOS_STORM_ALL") != ""
 	if all {
 		ops = StormOps
