@@ -150,6 +150,18 @@ func (v *ackView) present(name string) bool {
 	return member || acked
 }
 
+// unkeyed counts the members the map ranks that have no member key in
+// the view (see aggregation's floor: they count as ghosts).
+func (v *ackView) unkeyed() int {
+	n := 0
+	for name := range v.ranked {
+		if _, ok := v.members[name]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 func (v *ackView) del(k keys, key string) {
 	switch {
 	case k.isMember(key):

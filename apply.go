@@ -198,6 +198,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st.lineage = kv.CreateRevision
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
+	r.keepLeases(&st.cur, rec)
 	prevIdx := st.selfIdx
 	r.indexCur(st.prev.Members, delta)
 	if fresh {

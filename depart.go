@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -78,7 +79,8 @@ type handOver struct {
 	curRev, curSeq     int64
 	viewRev, version   int64
 	ghosts             map[int64]string
-	narrow             bool // the member follows the narrow view: list the member keys first
+	leases             map[string]int64 // the leases cur records, by name (see leaseBook)
+	narrow             bool             // the member follows the narrow view: list the member keys first
 	attempts           int
 	done, ok           bool
 	lineage, createRev int64
@@ -96,7 +98,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 		return nil, false
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
-		version: r.nextVersion(), ghosts: st.ghosts, narrow: !st.view.wide,
+		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, narrow: !st.view.wide,
 		lineage: st.lineage, createRev: st.inc.createRev, lease: st.inc.lease}, true
 }
 
@@ -119,12 +121,7 @@ func (d *handOver) listed(resp *etcdserverpb.TxnResponse) bool {
 		d.done = true
 		return false
 	}
-	d.ghosts = map[int64]string{}
-	for i, name := range d.cur.Members {
-		if _, ok := d.members[name]; !ok {
-			d.ghosts[-int64(i)-1] = name
-		}
-	}
+	d.ghosts = nil // (next keeps every ranked member without a key ranked)
 	return true
 }
 
@@ -140,7 +137,21 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	self := r.opts.member
 	key := r.keys.member(self)
 	cur := d.cur
-	live := deleteName(withGhosts(d.ghosts, speakers(liveByAge(d.members), d.members, cur.Schema), d.members, cur), self)
+	cur.Leases = alignedLeases(cur.Members, d.leases) // (what the record changes: see leaseChanges)
+	// Every ranked member without a key stays ranked, with its slots:
+	// this member cannot tell a crash from a ghost (keys are evidence,
+	// leases are proof: see leases.go), and the leader moves them as it
+	// finds out.
+	ghosts := maps.Clone(d.ghosts)
+	for i, name := range cur.Members {
+		if _, ok := d.members[name]; !ok {
+			if ghosts == nil {
+				ghosts = map[int64]string{}
+			}
+			ghosts[-int64(i)-1] = name
+		}
+	}
+	live := deleteName(withGhosts(ghosts, speakers(liveByAge(d.members), d.members, cur.Schema), d.members, cur), self)
 	leavers := []string{self}
 	for _, name := range live {
 		if d.members[name].leaving {
@@ -152,6 +163,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 		Replicas: cur.replicas(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol
+	next.Leases = leasesFor(next.Members, d.leases, nil, d.members, ghosts)
 	if r.st.lead != nil {
 		next.Leader = self
 	}
@@ -216,7 +228,7 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 		case r.keys.isMember(k):
 			if name, ok := r.keys.liveMember(kv); ok {
 				protocols, capacity := metaOf(kv.Value)
-				d.members[name] = memberInfo{createRev: kv.CreateRevision, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value), zone: zoneOf(kv.Value)}
+				d.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value), zone: zoneOf(kv.Value)}
 			}
 			ours = ours || k == key && kv.CreateRevision == d.createRev && clientv3.LeaseID(kv.Lease) == d.lease
 		case r.keys.isMap(k):
@@ -228,6 +240,9 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 				return false // unusable, another lineage, or etcd went back: leave it to the leader
 			}
 			d.cur, d.curRev, d.curSeq = m, kv.ModRevision, kv.Version
+			if l, ok := wholeLeases(kv, snap); ok {
+				d.leases = l
+			}
 			d.version = max(d.version, m.Version+1)
 		}
 	}

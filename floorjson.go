@@ -217,7 +217,7 @@ func plainFloat(v []byte) (float64, bool) {
 // recordFields are the JSON names of change's fields, the transition's
 // included, which encoding/json matches without regard to case.
 var recordFields = []string{"schema", "change", "version", "leader", "size", "names", "moves", "waiting", "unwait", "wait",
-	"byLoad", "incoming", "leave", "view", "from", "gone", "incs", "byLeader"}
+	"byLoad", "incoming", "leave", "view", "from", "gone", "incs", "byLeader", "leases"}
 
 // parseRecord decodes a change record in the form leaders write it, as
 // parseFloor does a floor: the waiting list, the announcements and the
@@ -232,6 +232,9 @@ func parseRecord(b []byte) (c change, ok bool) {
 			return end, ok
 		case "incs":
 			c.Incs, end, ok = parseLagging(b, start)
+			return end, ok
+		case "leases":
+			c.Leases, end, ok = parseLagging(b, start)
 			return end, ok
 		case "waiting", "wait", "incoming", "leave":
 			return 0, false

@@ -454,7 +454,13 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		return
 	}
 	pending := a.pendingGhosts(b.rev) // (first: it reads seen before ghosts)
-	f.Ghosts, f.Leader = int(a.rest.ghosts.Load())+pending, r.opts.member
+	// A ranked member without a member key counts as a ghost too, until
+	// a map drops it: the run goroutine makes a ghost of its recorded
+	// lease (see noteRecorded), and drops it only once etcd says the
+	// lease is gone; a floor that counted it out before then would free
+	// what it may still hold to members that follow only the floor. (A
+	// crash's key goes with its lease: the leader's next map drops it.)
+	f.Ghosts, f.Leader = int(a.rest.ghosts.Load())+max(pending, v.unkeyed()), r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)

@@ -74,6 +74,7 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 	self := r.opts.member
 	selfGone := false
+	mapRev := st.curRev            // (a map applied in this batch: every recorded lease is looked at, see noteRecorded)
 	var gone map[string]memberInfo // member keys this batch deleted (see ghosts)
 	if b.snapshot {
 		own, hadOwn := st.members[self]
@@ -91,6 +92,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			// member keys (see view.go).
 			st.members = map[string]memberInfo{}
 			clear(st.ghosts)
+			st.recorded = nil // (a member that plans keeps them: see leaseBook)
 			// (New maps, not clear: clear keeps the wide view's buckets.)
 			st.elect, st.electOf, st.unlisted = map[string]electInfo{}, map[string][]string{}, map[string]bool{}
 		}
@@ -120,6 +122,9 @@ func (r *Rink) onWatch(b watchBatch) {
 		}
 		if mapKV != nil {
 			r.applyMap(mapKV, snapKV)
+			if st.view.wide {
+				r.listedLeases(mapKV, snapKV)
+			}
 		} else {
 			r.mapGone(b.rev)
 		}
@@ -225,6 +230,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		} else {
 			r.noteCandidates(maps.Keys(st.touched), false)
 		}
+		r.noteRecorded(maps.Keys(st.touched), b.snapshot || st.curRev != mapRev)
 	}
 	if len(st.touched) > 64 {
 		st.touched = map[string]bool{} // (clear keeps a burst's buckets for good)

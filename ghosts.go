@@ -20,6 +20,7 @@ type ghostState struct {
 	// made the leader move secondaries onto it (see plannedMembers).
 	// Entries whose lease is no ghost's are dropped as the leader plans.
 	ghostMeta map[int64]memberInfo
+	leaseBook // the leases the maps record, and those etcd said ended (see leases.go)
 }
 
 // Ghosts. A member key can go while its member still acts: an operator
@@ -152,6 +153,10 @@ func (r *Rink) addGhost(name string, lease int64) {
 		st.ghosts = map[int64]string{}
 	}
 	if _, ok := st.ghosts[lease]; ok {
+		return
+	}
+	if r.planted(plantGoneOnDeletion) {
+		r.leaseEnded(lease)
 		return
 	}
 	st.ghosts[lease] = name

@@ -140,6 +140,7 @@ func (r *Rink) onMail(m mail) bool {
 	}
 	for _, lease := range m.ghosts {
 		delete(st.ghosts, lease)
+		r.leaseEnded(lease)
 		st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
 	}
 	if m.drained {

@@ -181,7 +181,7 @@ func skipSpace(b []byte, i int) int {
 
 // mapFields are the JSON names of rankMap's fields, which encoding/json
 // matches without regard to case.
-var mapFields = []string{"schema", "version", "slots", "leader", "members", "waiting", "table", "byLoad", "incoming", "leave", "replicas"}
+var mapFields = []string{"schema", "version", "slots", "leader", "members", "waiting", "table", "byLoad", "incoming", "leave", "replicas", "leases"}
 
 // parseMap decodes a whole map in the form leaders write it: an object of
 // integers, plain ASCII strings, the member list and the table, and
@@ -267,6 +267,12 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 				return rankMap{}, false
 			}
 			m.Table = t
+		case "leases":
+			l, ok := parseLeases(v)
+			if !ok {
+				return rankMap{}, false
+			}
+			m.Leases = l
 		case "byLoad":
 			switch string(v) {
 			case "true":
@@ -293,6 +299,30 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 			return rankMap{}, false
 		}
 	}
+}
+
+// parseLeases parses v, a flat JSON array (see flatValueEnd), as the
+// integers of a map's leases, or null; ok is false for anything else.
+func parseLeases(v []byte) (l []int64, ok bool) {
+	if string(v) == "null" {
+		return nil, true
+	}
+	if len(v) < 2 || v[0] != '[' || v[len(v)-1] != ']' {
+		return nil, false
+	}
+	body := bytes.TrimSpace(v[1 : len(v)-1])
+	if len(body) == 0 {
+		return []int64{}, true
+	}
+	l = make([]int64, 0, bytes.Count(body, []byte{','})+1)
+	for _, f := range bytes.Split(body, []byte{','}) {
+		n, ok := plainInt(bytes.TrimSpace(f))
+		if !ok {
+			return nil, false
+		}
+		l = append(l, n)
+	}
+	return l, true
 }
 
 // plainString reads the JSON string at b[i:] when it is printable ASCII

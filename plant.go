@@ -13,10 +13,17 @@ const (
 	// secondary.go); the primary's own barrier stays. It can fail only in
 	// a rink of more than one replica per slot.
 	plantSkipReplicaBarrier = "skip-replica-barrier"
+	// plantForgetRecorded finds no ghosts from the leases the maps record
+	// (see noteRecorded); plantGoneOnDeletion takes a member whose keys
+	// went as gone at once, without asking etcd about its lease (see
+	// addGhost): a slot freed on a key deletion alone (issue 42).
+	plantForgetRecorded = "forget-recorded"
+	plantGoneOnDeletion = "gone-on-deletion"
 )
 
 // plants lists the bugs a simulator may plant.
-var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts, plantSkipReplicaBarrier}
+var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts, plantSkipReplicaBarrier,
+	plantForgetRecorded, plantGoneOnDeletion}
 
 // planted reports whether bug p is planted in this member (never outside
 // the simulator).

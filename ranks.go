@@ -74,6 +74,15 @@ type rankMap struct {
 	// Leave lists leaving members whose heirs are ready (see warmup.go):
 	// each hands its slots over with its own departure transaction.
 	Leave []string `json:"leave,omitempty"`
+	// Leases records, index by index with Members, the lease under which
+	// each ranked member may hold its slots (0: not known), so that a
+	// planner with no history of a member's keys can still ask etcd
+	// whether that lease has ended before it frees the member's slots
+	// (see leases.go). Whole maps of leaders from issue 42 on carry it;
+	// a map derived from a change record leaves it nil (a member that
+	// plans keeps the leases by name: see leaseBook). Older members
+	// ignore it.
+	Leases []int64 `json:"leases,omitempty"`
 }
 
 // waiter is a live member that has not been ranked yet.

@@ -49,6 +49,11 @@ type change struct {
 	ByLoad   *bool             `json:"byLoad,omitempty"`
 	Incoming *map[string][]int `json:"incoming,omitempty"`
 	Leave    *[]string         `json:"leave,omitempty"`
+	// Leases sets, by name, the lease a ranked member holds its slots
+	// under (see rankMap.Leases), for the names whose lease changed or
+	// that the record ranks anew. Only members that plan keep leases
+	// (see leaseBook); a map derived from a record has none.
+	Leases map[string]int64 `json:"leases,omitempty"`
 	transition
 }
 
@@ -181,7 +186,43 @@ func diff(prev, next *rankMap) change {
 		}
 		c.Leave = &l
 	}
+	c.Leases = leaseChanges(prev, next)
 	return c
+}
+
+// leaseChanges returns, by name, the leases next records that prev does
+// not (nil: none, or next records none). A name prev ranks at the same
+// index costs a comparison; others, a lookup in prev's names, made once.
+func leaseChanges(prev, next *rankMap) map[string]int64 {
+	if len(next.Leases) != len(next.Members) {
+		return nil
+	}
+	var out map[string]int64
+	var byName map[string]int64
+	for i, name := range next.Members {
+		l := next.Leases[i]
+		var was int64
+		switch {
+		case len(prev.Leases) != len(prev.Members):
+		case i < len(prev.Members) && prev.Members[i] == name:
+			was = prev.Leases[i]
+		default:
+			if byName == nil {
+				byName = make(map[string]int64, len(prev.Members))
+				for j, n := range prev.Members {
+					byName[n] = prev.Leases[j]
+				}
+			}
+			was = byName[name]
+		}
+		if l != was {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[name] = l
+		}
+	}
+	return out
 }
 
 // waitDiff says how next's waiting list follows from prev's by dropping
@@ -313,6 +354,7 @@ const maxNameRoom = 512
 func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 	m := *prev
 	m.Schema, m.Version = c.Schema, c.Version
+	m.Leases = nil // (kept by name, by members that plan: see leaseBook)
 	if c.Leader != nil {
 		m.Leader = *c.Leader
 	}

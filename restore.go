@@ -98,6 +98,7 @@ func (r *Rink) restored(why string) {
 	clear(st.verSeq)
 	st.topVer, st.repeats = 0, 0
 	st.selfSeen = false
+	st.ended = nil // (a restore can bring a lease back)
 	r.reconcile()
 }
 

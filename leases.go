@@ -1,0 +1,221 @@
+package rink
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Gone means its lease is gone (issue 42). A member's slots are free for
+// others only when its acknowledgement says it released them, or when the
+// lease it held them under has ended, as etcd says (LeaseTimeToLive
+// answers -1). Keys are evidence of a lease, never proof of its end: an
+// operator may delete a member's key, its election key, its ack and load
+// keys, all of them, while the member, cut off etcd, still acts until it
+// fences. A planner that never saw those keys (a leader elected after
+// they went, with no history of the member) could not even name the lease
+// to ask about. So every whole map records, beside each ranked member, the
+// lease it holds its slots under (rankMap.Leases), and each change record
+// the leases it changes (change.Leases); a member that plans (it follows
+// the wide view) keeps them by name (leaseBook), and makes a ghost of
+// every recorded lease that no member key of that name is bound to (see
+// noteRecorded): the leader then keeps the name ranked, with its slots,
+// until etcd says the lease is gone (withGhosts), and names it gone in no
+// transition before (goneFrom).
+//
+// A leader records for a name the lease of its member key, except while
+// a ghost of that name lives: then the ghost's lease, so that the record
+// changes from one lease to another only once etcd said the first one is
+// gone. A member that resumes after a fence rebinds its key to a new
+// lease, and revokes the old one as it comes back (see resumed): its
+// ghost ends at the first question.
+
+// leaseBook is, for a member that plans, the leases the maps it applied
+// record, by name. Invariants: recorded is nil while the member follows
+// the narrow view (it plans nothing, and keeps no entry per member); it
+// holds, for every name the current map records a lease for, that lease,
+// and entries of names no map ranks any more until their lease ended or
+// the name's departure was seen (see noteRecorded). ended holds leases
+// etcd said are gone, until a restore (which can bring a lease back).
+type leaseBook struct {
+	recorded map[string]int64
+	ended    map[int64]bool
+}
+
+// maxEnded bounds the leases kept as ended: past it the set starts again
+// (a lease forgotten costs one more question to etcd).
+const maxEnded = 4096
+
+// keepLeases updates the lease book with the map m just applied (rec: its
+// change record, nil for a whole map). A member in the narrow view keeps
+// none. A whole map that records leases replaces the book; one that does
+// not (a map of an earlier leader, or written by hand) says nothing of
+// leases, and the book keeps what it knew; a record sets what it changed.
+func (r *Rink) keepLeases(m *rankMap, rec *change) {
+	st := &r.st
+	if !st.view.wide && st.lead == nil {
+		st.recorded = nil
+		return
+	}
+	switch {
+	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
+		st.recorded = make(map[string]int64, len(m.Members))
+		for i, name := range m.Members {
+			if l := m.Leases[i]; l != 0 {
+				st.recorded[name] = l
+			}
+		}
+	case rec != nil && st.recorded != nil:
+		for name, l := range rec.Leases {
+			if l == 0 {
+				delete(st.recorded, name)
+			} else {
+				st.recorded[name] = l
+			}
+		}
+	case st.recorded == nil:
+		st.recorded = map[string]int64{}
+	}
+}
+
+// listedLeases fills the lease book from a listing of the wide view (the
+// map key and the whole map beside it), which applyMap may have skipped
+// as already applied: a member that turns to the wide view (it was
+// elected) knew no leases.
+func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
+	st := &r.st
+	if mapKV == nil || st.curRev != mapKV.ModRevision {
+		return
+	}
+	if l, ok := wholeLeases(mapKV, snapKV); ok {
+		st.recorded = l
+	} else if st.recorded == nil {
+		st.recorded = map[string]int64{}
+	}
+}
+
+// wholeLeases returns, by name, the leases the whole map of a listing
+// records: the map key's, when it holds a whole map, else the whole map
+// written beside its record. ok is false when the listing has no whole
+// map of that put (a record put back by hand), or it records no leases.
+func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
+	whole := mapKV.Value
+	if _, ok := decodeRecord(whole); ok {
+		if snapKV == nil || snapKV.ModRevision != mapKV.ModRevision {
+			return nil, false
+		}
+		whole = snapKV.Value
+	}
+	var m struct {
+		Members memberList `json:"members"`
+		Leases  []int64    `json:"leases"`
+	}
+	if json.Unmarshal(whole, &m) != nil || len(m.Leases) != len(m.Members) || len(m.Members) == 0 {
+		return nil, false
+	}
+	out := make(map[string]int64, len(m.Members))
+	for i, name := range m.Members {
+		if l := m.Leases[i]; l != 0 {
+			out[name] = l
+		}
+	}
+	return out, true
+}
+
+// noteRecorded makes a ghost of each recorded lease (see leaseBook) that
+// no member key of its name is bound to, unless etcd said it ended: the
+// key is gone or bound to another lease, and the member may still act
+// under the recorded one. names are the names to look at; all of them
+// when all is set (after a listing, or a map applied). Names that no map
+// ranks any more count only while a map this member remembers gave them a
+// slot and none said they departed (see forgotten); the others' entries
+// go.
+func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
+	st := &r.st
+	if st.recorded == nil || r.planted(plantForgetRecorded) {
+		return
+	}
+	if all {
+		names = maps.Keys(st.recorded)
+	}
+	for _, name := range slices.Sorted(names) { // (in one order: a history replays)
+		l, ok := st.recorded[name]
+		if !ok || name == r.opts.member {
+			continue
+		}
+		if st.ended[l] || r.rankedIndex(name) < 0 && !r.forgotten(name) {
+			if all {
+				delete(st.recorded, name)
+			}
+			continue
+		}
+		if m, ok := st.members[name]; ok && m.lease == l {
+			continue
+		}
+		if _, ok := st.ghosts[l]; ok {
+			continue
+		}
+		r.addGhost(name, l)
+	}
+}
+
+// leaseEnded records that etcd said lease is gone.
+func (r *Rink) leaseEnded(lease int64) {
+	st := &r.st
+	if st.ended == nil || len(st.ended) >= maxEnded {
+		st.ended = map[int64]bool{}
+	}
+	st.ended[lease] = true
+}
+
+// leasesFor returns the leases a map that ranks names records, index by
+// index: for a name with a ghost, the ghost's lease (the one recorded, if
+// it is a ghost's); else the one recorded, unless etcd said it ended (a
+// record changes from one lease to another only then); else the lease of
+// its member key. ghosts are the ghosts to keep, by lease; members the
+// member keys.
+func leasesFor(names []string, recorded map[string]int64, ended map[int64]bool, members map[string]memberInfo, ghosts map[int64]string) []int64 {
+	var ghostOf map[string][]int64
+	for l, name := range ghosts {
+		if l <= 0 {
+			continue // (a departure's stand-in for a name without a key: see handOver.listed)
+		}
+		if ghostOf == nil {
+			ghostOf = map[string][]int64{}
+		}
+		ghostOf[name] = append(ghostOf[name], l)
+	}
+	out := make([]int64, len(names))
+	for i, name := range names {
+		rec := recorded[name]
+		if gl := ghostOf[name]; len(gl) > 0 {
+			if rec != 0 && slices.Contains(gl, rec) {
+				out[i] = rec
+			} else {
+				out[i] = slices.Min(gl)
+			}
+			continue
+		}
+		if m, ok := members[name]; ok && m.lease != 0 && (rec == 0 || ended[rec]) {
+			out[i] = m.lease
+			continue
+		}
+		out[i] = rec
+	}
+	return out
+}
+
+// alignedLeases returns the leases the book records for names, index by
+// index (nil when the book is empty: a map that records none).
+func alignedLeases(names []string, recorded map[string]int64) []int64 {
+	if len(recorded) == 0 {
+		return nil
+	}
+	out := make([]int64, len(names))
+	for i, name := range names {
+		out[i] = recorded[name]
+	}
+	return out
+}
