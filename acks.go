@@ -95,7 +95,17 @@ type ackFloor struct {
 	// their keys are gone (see ghosts.go): members that follow the narrow
 	// view, which see no member key go, start nothing while it is above
 	// 0, as the leader's own handover check does (see view.go).
+	//
+	// From issue 42 it counts only the ghosts whose bounds the floor does
+	// not give: a ghost whose acknowledgement the leader saw, written
+	// under the ghost's own lease, is in Covered instead, and the floor's
+	// bound for its name is at most that acknowledgement, so that it
+	// holds up only the slots it may hold (see aggregation.coverGhosts).
 	Ghosts int `json:"ghosts,omitempty"`
+	// Covered lists the leases of the ghosts the floor's bounds cover.
+	// A member that knows ghosts of its own (the wide view) lets them
+	// hold up only their own slots when the floor covers every one.
+	Covered []int64 `json:"covered,omitempty"`
 	// Leader names the leader that wrote the floor: members that follow
 	// the narrow view learn the leader from it (see Rank.Leader).
 	Leader string `json:"leader,omitempty"`

@@ -2,6 +2,8 @@ package rink
 
 import (
 	"encoding/json"
+	"maps"
+	"slices"
 	"sort"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -151,15 +153,59 @@ func (v *ackView) present(name string) bool {
 }
 
 // unkeyed counts the members the map ranks that have no member key in
-// the view (see aggregation's floor: they count as ghosts).
-func (v *ackView) unkeyed() int {
+// the view, other than covered (see aggregation's floor: they count as
+// ghosts whose bounds it does not know).
+func (v *ackView) unkeyed(covered map[string]bool) int {
 	n := 0
 	for name := range v.ranked {
-		if _, ok := v.members[name]; !ok {
+		if _, ok := v.members[name]; !ok && !covered[name] {
 			n++
 		}
 	}
 	return n
+}
+
+// coverGhosts lowers the floor f's bounds so that they cover the ghosts
+// (by lease) whose acknowledgement the view holds, written under the
+// ghost's own lease in the floor's lineage: such a ghost holds nothing
+// that the maps from that acknowledgement on do not give its name, so it
+// holds up only what its name may hold there (issue 42). It lists their
+// leases in f.Covered and returns how many ghosts it could not cover (their
+// bound is unknown: every acquisition waits for them) and the names it
+// covered.
+func coverGhosts(f *ackFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
+	for _, lease := range slices.Sorted(maps.Keys(ghosts)) {
+		name := ghosts[lease]
+		a, ok := v.acks[name]
+		if !ok || a.lease != lease || a.Lineage != v.lineage || a.Seq < 1 || a.Seq > v.seq {
+			uncovered++
+			continue
+		}
+		ack := a.Ack
+		if ack > v.version {
+			ack = 0
+		}
+		f.Floor = min(f.Floor, ack)
+		f.Complete, f.Lagging = lowerLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.SeqFloor = min(f.SeqFloor, a.Seq)
+		f.SeqComplete, f.SeqLagging = lowerLagging(f.SeqComplete, f.SeqLagging, name, a.Seq, v.seq)
+		f.Covered = append(f.Covered, lease)
+		if names == nil {
+			names = map[string]bool{}
+		}
+		names[name] = true
+	}
+	return uncovered, names
+}
+
+// lowerLagging is addLagging for a bound that may lower one listed
+// already: the lower of the two is kept.
+func lowerLagging(complete bool, lagging map[string]int64, name string, ack, top int64) (bool, map[string]int64) {
+	if was, ok := lagging[name]; ok && complete {
+		lagging[name] = min(was, ack)
+		return complete, lagging
+	}
+	return addLagging(complete, lagging, name, ack, top)
 }
 
 func (v *ackView) del(k keys, key string) {

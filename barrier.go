@@ -1,5 +1,10 @@
 package rink
 
+import (
+	"maps"
+	"slices"
+)
+
 // barrier is what frees slots for this member to start (see free), and
 // what this member tells others of the slots it let go.
 type barrier struct {
@@ -30,8 +35,8 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 	if r.hushed() || r.startsQuieted() {
 		return nil, false // after a restore, members nobody sees may still act (see hush, quietStarts)
 	}
-	if len(st.ghosts) > 0 {
-		return nil, false // a member whose key went may still act (see noteGhosts)
+	if len(st.ghosts) > 0 && !r.ghostsCovered() {
+		return nil, false // a member whose key went may still act, and what it may hold is not known (see noteGhosts)
 	}
 	for name := range st.members {
 		if name == r.opts.member {
@@ -43,7 +48,39 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 		}
 		others = append(others, memberBound{name, a})
 	}
+	// A ghost the floor covers holds up only what its name may hold
+	// from its acknowledgement on (issue 42); a ghost of a name with a
+	// key is checked with that name already (the floor's bound for it is
+	// at most the ghost's).
+	for _, lease := range slices.Sorted(maps.Keys(st.ghosts)) {
+		name := st.ghosts[lease]
+		if _, ok := st.members[name]; ok && name != r.opts.member || slices.ContainsFunc(others, func(o memberBound) bool { return o.name == name }) {
+			continue
+		}
+		a := r.bound(name)
+		if a < 1 {
+			return nil, false
+		}
+		others = append(others, memberBound{name, a})
+	}
 	return others, true
+}
+
+// ghostsCovered reports whether the floor covers every ghost this member
+// knows (see ackFloor.Covered), and counts no other: each then holds up
+// only the slots its name may hold, by the floor's bound for it.
+func (r *Rink) ghostsCovered() bool {
+	st := &r.st
+	f := &st.floor
+	if !r.floorUsable() || f.Ghosts != 0 || len(f.Covered) < len(st.ghosts) {
+		return false
+	}
+	for lease := range st.ghosts {
+		if !slices.Contains(f.Covered, lease) {
+			return false
+		}
+	}
+	return true
 }
 
 // free reports whether every other live member is known not to hold slot s:

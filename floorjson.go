@@ -8,7 +8,7 @@ import (
 // floorFields are the JSON names of ackFloor's fields, which encoding/json
 // matches without regard to case.
 var floorFields = []string{"lineage", "version", "floor", "complete", "lagging", "seq", "seqfloor", "seqcomplete",
-	"seqlagging", "rest", "round", "imbalance", "tolerance", "still", "base", "ghosts", "leader"}
+	"seqlagging", "rest", "round", "imbalance", "tolerance", "still", "base", "ghosts", "leader", "covered"}
 
 // parseFloor decodes a floor in the form leaders write it: an object of
 // integers, booleans, numbers, a plain ASCII string and objects of plain
@@ -113,6 +113,9 @@ func (f *ackFloor) set(key string, v []byte) bool {
 		var e int
 		f.Leader, e, ok = plainString(v, 0)
 		ok = ok && e == len(v)
+	case "covered":
+		f.Covered, ok = parseLeases(v)
+		ok = ok && f.Covered != nil
 	}
 	return ok
 }

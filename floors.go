@@ -176,7 +176,7 @@ const maxHolds = 4
 // judged by the rise of its version bound.
 func (a *aggregation) idle(f *ackFloor) bool {
 	l := a.lastF
-	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || l.Seq < 1 {
+	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || !slices.Equal(f.Covered, l.Covered) || l.Seq < 1 {
 		return false
 	}
 	if f.Seq > l.Seq && f.SeqComplete && len(f.SeqLagging) == 0 {
@@ -460,7 +460,12 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	// lease is gone; a floor that counted it out before then would free
 	// what it may still hold to members that follow only the floor. (A
 	// crash's key goes with its lease: the leader's next map drops it.)
-	f.Ghosts, f.Leader = int(a.rest.ghosts.Load())+max(pending, v.unkeyed()), r.opts.member
+	var ghosts map[int64]string
+	if p := a.rest.ghostSet.Load(); p != nil {
+		ghosts = *p
+	}
+	uncovered, coveredNames := coverGhosts(f, v, ghosts)
+	f.Ghosts, f.Leader = uncovered+max(pending, v.unkeyed(coveredNames)), r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,9 @@ type leadership struct {
 type restBox struct {
 	info   atomic.Pointer[restInfo]
 	ghosts atomic.Int64 // how many ghosts the leader knows (see ackFloor.Ghosts)
+	// ghostSet is the ghosts the leader knows, by lease (stored before
+	// ghosts; never written into): see aggregation.coverGhosts.
+	ghostSet atomic.Pointer[map[int64]string]
 	// seen is the revision through which the run goroutine has folded the
 	// rink's keys in the wide view, and so made ghosts of the member keys
 	// that went (stored after ghosts, read before it); waitRev is the
@@ -89,6 +93,11 @@ func (r *Rink) publishGhosts() {
 		return
 	}
 	box, kick := st.lead.rest, false
+	if p := box.ghostSet.Load(); p == nil && len(st.ghosts) > 0 || p != nil && !maps.Equal(*p, st.ghosts) {
+		set := maps.Clone(st.ghosts)
+		box.ghostSet.Store(&set)
+		kick = true
+	}
 	if n := int64(len(st.ghosts)); box.ghosts.Load() != n {
 		box.ghosts.Store(n)
 		kick = true
