@@ -21,11 +21,15 @@
 // act on a role at once, and after each heal every role must have its K-1
 // secondaries again; -zones Z spreads the members over Z zones and adds
 // the loss of a whole zone (every member of it killed at once, the zone
-// back later with as many members).
+// back later with as many members). -keys adds an operator's deletions of
+// live members' keys: a member's election key (with its member key, at
+// times, and the member, the leader at times, cut off first), any set of
+// its member, election, ack and load keys, and the tail.
 //
 //	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -replicas 2 -zones 3
+//	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -keys
 //
 // It exits with status 1 on any violation.
 package main
@@ -64,6 +68,7 @@ func main() {
 	flag.Float64Var(&cfg.Balance, "balance", 0, "storm: members balance by load with this tolerance (e.g. 0.1) and record a skewed load; 0 balances by count")
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "storm: replicas per slot (rink.WithReplicas); above 1, members record their secondary holdings, and the run checks that at most this many members act on a role at once and that every role has its secondaries again after each heal")
 	flag.IntVar(&cfg.Zones, "zones", 0, "storm: spread the members over this many zones (rink.WithZone) and draw zone-loss, every member of a zone killed at once (0: no zones)")
+	flag.BoolVar(&cfg.Keys, "keys", false, "storm: also draw an operator's deletions of live members' keys: election-delete, member-keys-delete, tail-delete (without: every seed deals the deck it dealt before they existed)")
 	flag.Parse()
 	if *ops != "" {
 		cfg.Ops = strings.Split(*ops, ",")
@@ -71,8 +76,8 @@ func main() {
 	var err error
 	switch *mode {
 	case "rounds":
-		if cfg.Replicas > 1 || cfg.Zones > 0 {
-			err = fmt.Errorf("-replicas and -zones are for -mode storm")
+		if cfg.Replicas > 1 || cfg.Zones > 0 || cfg.Keys {
+			err = fmt.Errorf("-replicas, -zones and -keys are for -mode storm")
 			break
 		}
 		err = rounds(cfg)
@@ -141,6 +146,11 @@ func storm(cfg chaos.Config) error {
 	}
 	if len(cfg.Ops) > 0 && cfg.Zones == 0 && !slices.ContainsFunc(cfg.Ops, func(k string) bool { return k != "zone-loss" }) {
 		return fmt.Errorf("zone-loss is drawn only with -zones")
+	}
+	if len(cfg.Ops) > 0 && !cfg.Keys && slices.ContainsFunc(cfg.Ops, func(k string) bool {
+		return k == "election-delete" || k == "member-keys-delete" || k == "tail-delete"
+	}) {
+		return fmt.Errorf("election-delete, member-keys-delete and tail-delete are drawn only with -keys")
 	}
 	ctx, stop, err := prepare(&cfg)
 	if err != nil {

@@ -4,7 +4,11 @@
 // the member-steps per minute of wall time, the faults of each kind, and
 // the violations, each with the seed that replays it.
 //
-//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-seed S] [-json]
+//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-keys] [-seed S] [-json]
+//
+// With -keys each seed also draws an operator's deletions of live members'
+// keys (sim.KeyFaultKinds: election-delete, member-keys-delete,
+// tail-delete); without, a seed plays what it played before they existed.
 package main
 
 import (
@@ -34,6 +38,7 @@ func main() {
 	shrink := flag.Bool("shrink", false, "shrink the first failing history (fewer members, faults, kinds) and print the command that replays it")
 	replicas := flag.Int("replicas", 1, "replicas per slot, the primary included (rink.WithReplicas)")
 	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
+	keyFaults := flag.Bool("keys", false, "also draw an operator's deletions of live members' keys ("+strings.Join(sim.KeyFaultKinds, ", ")+"), from a stream of their own (without: every seed plays as before they existed)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -66,6 +71,7 @@ func main() {
 	cfg.Plant = *plant
 	cfg.Faults = *faults
 	cfg.Replicas, cfg.Zones = *replicas, *zones
+	cfg.KeyFaults = *keyFaults
 	if *kindsFlag != "" {
 		cfg.Kinds = strings.Split(*kindsFlag, ",")
 	}
@@ -76,6 +82,8 @@ func main() {
 		}
 		if c.Kinds != nil {
 			cmd += " -kinds " + strings.Join(c.Kinds, ",")
+		} else if c.KeyFaults {
+			cmd += " -keys"
 		}
 		if c.Plant != "" {
 			cmd += " -plant " + c.Plant

@@ -140,7 +140,7 @@ func TestStormOps(t *testing.T) {
 			t.Errorf("stray kind %s is not in StormOps", k)
 		}
 	}
-	for _, k := range []string{"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete", "zone-loss"} {
+	for _, k := range []string{"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete", "zone-loss", "election-delete", "member-keys-delete", "tail-delete"} {
 		if !seen[k] {
 			t.Errorf("%s is not in StormOps", k)
 		}

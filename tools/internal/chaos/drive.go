@@ -126,6 +126,11 @@ type Config struct {
 	// 0) run the storm exactly as without them.
 	Replicas int
 	Zones    int
+	// Keys also draws an operator's deletions of live members' keys
+	// ("election-delete", "member-keys-delete", "tail-delete"; see
+	// storm_keys.go). Storm only; false deals every seed's deck as before
+	// they existed.
+	Keys bool
 }
 
 // replicaMode reports whether a storm runs with replicas or zones.

@@ -218,8 +218,32 @@ func TestStormDeckWithoutZones(t *testing.T) {
 		}
 	}
 	r := newRun(Config{Seed: 1, Zones: 3})
-	if deck := r.newDeck(StormOps); !slices.Contains(deck, "zone-loss") || len(deck) != len(StormOps)-1 {
+	if deck := r.newDeck(StormOps); !slices.Contains(deck, "zone-loss") || len(deck) != len(StormOps)-1-len(keyOps) {
 		t.Fatalf("deck with zones: %q", deck)
+	}
+}
+
+// TestStormDeckKeys: the deletions of live members' keys are the last of
+// StormOps and dealt only with Config.Keys (without, the deck is the one
+// dealt before they existed: TestStormDeckWithoutZones), even when named
+// in Config.Ops.
+func TestStormDeckKeys(t *testing.T) {
+	if !slices.Equal(StormOps[len(StormOps)-len(keyOps):], keyOps) {
+		t.Fatalf("keyOps %q are not the last of StormOps %q", keyOps, StormOps)
+	}
+	for seed := uint64(0); seed < 20; seed++ {
+		if deck := newRun(Config{Seed: seed}).newDeck(keyOps); len(deck) != 0 {
+			t.Fatalf("seed %d: dealt %q without Keys", seed, deck)
+		}
+		deck := newRun(Config{Seed: seed, Keys: true}).newDeck(StormOps)
+		if len(deck) != len(StormOps)-2 || !slices.ContainsFunc(deck, keyOp) {
+			t.Fatalf("seed %d: deck with Keys: %q", seed, deck)
+		}
+		for _, k := range keyOps {
+			if !slices.Contains(deck, k) {
+				t.Fatalf("seed %d: %s not in the deck with Keys: %q", seed, k, deck)
+			}
+		}
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 // "snapshot-restore" is drawn only when Config.Restore is set, and
 // "zone-loss" only when Config.Zones is (it is last, so that the deck of a
 // storm without zones, and its seeded order, is what it was before it).
+// The deletions of live members' keys after it (keyOps, see
+// storm_keys.go) are drawn only when Config.Keys is set, for the same
+// reason.
 var StormOps = []string{
 	"join", "join-reused", "join-leave", "leave-leader", "leave-member", "kill9",
 	"partition", "sigstop", "etcd-kill", "cut-all",
@@ -31,6 +34,7 @@ var StormOps = []string{
 	"snapshot-save", "snapshot-restore",
 	"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete",
 	"zone-loss",
+	"election-delete", "member-keys-delete", "tail-delete",
 }
 
 // strayKeys are the odd keys the "stray-" operations put under the rink's
@@ -491,10 +495,10 @@ func (r *run) stormOp() error {
 
 // newDeck returns a deck of kinds, shuffled: every kind that this run can
 // draw ("snapshot-restore" only with cfg.Restore, "zone-loss" only with
-// cfg.Zones).
+// cfg.Zones, the deletions of keys only with cfg.Keys).
 func (r *run) newDeck(kinds []string) []string {
 	deck := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool {
-		return k == "snapshot-restore" && !r.cfg.Restore || k == "zone-loss" && r.cfg.Zones == 0
+		return k == "snapshot-restore" && !r.cfg.Restore || k == "zone-loss" && r.cfg.Zones == 0 || keyOp(k) && !r.cfg.Keys
 	})
 	if len(deck) > 0 {
 		r.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
@@ -728,6 +732,8 @@ func (r *run) stormDo(kind string) (bool, error) {
 		return true, nil
 	case "zone-loss":
 		return r.zoneLoss()
+	case "election-delete", "member-keys-delete", "tail-delete":
+		return r.keyOpDo(kind)
 	case "snapshot-save":
 		return true, r.snapshotSave()
 	case "snapshot-restore":

@@ -36,6 +36,10 @@ type Config struct {
 	// i (the process called "m<i>", and every restart under that name)
 	// is in zone "z<i mod Zones>". 0: no zones, and no zone-loss fault.
 	Zones int
+	// KeyFaults: a seed also draws KeyFaultKinds, an operator's deletions
+	// of live members' keys, from a stream of its own (see KeyFaultKinds);
+	// false plays every seed as before they were added.
+	KeyFaults bool
 }
 
 // replicas is the replicas per slot that cfg gives the members.
@@ -97,7 +101,9 @@ type history struct {
 // rink's keys and on etcd; the last, zone-loss (every member of one zone
 // crashes at once, and comes back later), is drawn only in a history
 // with zones (Config.Zones): without, a seed draws, and plays, what it
-// did before zone-loss was added.
+// did before zone-loss was added. An operator's deletions of live
+// members' other keys are in KeyFaultKinds, drawn only with
+// Config.KeyFaults.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"zone-loss"}
@@ -140,6 +146,9 @@ func Run(seed uint64, cfg Config) Result {
 		if h.rng.IntN(3) > 0 {
 			h.fault = append(h.fault, k)
 		}
+	}
+	if cfg.KeyFaults {
+		h.fault = drawKeyKinds(seed, h.fault) // (not from h.rng: see KeyFaultKinds)
 	}
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
@@ -393,6 +402,10 @@ func (h *history) injectFault(k string) {
 		}
 	case "zone-loss":
 		if !h.loseZone(live) {
+			return
+		}
+	case "election-delete", "member-keys-delete", "tail-delete":
+		if !h.keyFault(k, live) {
 			return
 		}
 	}

@@ -1,0 +1,226 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// KeyFaultKinds are an operator's deletions of the keys of live members
+// (issue 42): keys are evidence of a lease, never proof of its end, so no
+// deletion of any key or set of keys may free a slot.
+//   - "election-delete": a live member's election key; half the time its
+//     member key with it (the member key first, as an operator removing a
+//     member by hand does); half the time the member is cut off first; and
+//     half the time the member is the one that leads (the lowest election
+//     key), whose election key the next leader's campaign waits on. The
+//     history of issue 42 is the leader cut off, then its member key and
+//     its election key deleted.
+//   - "member-keys-delete": any non-empty set of a live member's keys
+//     (member, election, ack, load), each deleted on its own (etcdctl del),
+//     half the time with the member cut off first.
+//   - "tail-delete": the tail (.tail), half the time with the member whose
+//     lease it is bound to (the newest joiner) cut off first.
+//
+// They are not in FaultKinds, and a seed draws them only with
+// Config.KeyFaults (rink-sim -keys), from a stream of its own: without it,
+// a seed draws, and plays, byte for byte what it did before they were
+// added; with it, it draws the same kinds of FaultKinds as without, and
+// each of these, or not, beside them (see drawKeyKinds). Named in
+// Config.Kinds (or Config.Swarm) they are drawn as any other kind.
+var KeyFaultKinds = []string{"election-delete", "member-keys-delete", "tail-delete"}
+
+// keyFault reports whether k is one of KeyFaultKinds.
+func keyFault(k string) bool { return slices.Contains(KeyFaultKinds, k) }
+
+// keyStream is the second word of the seed of the stream that draws
+// KeyFaultKinds ("keys"): the world's stream, that everything else draws
+// from, is left as it was.
+const keyStream = 0x6b657973
+
+// drawKeyKinds adds to fault each of KeyFaultKinds that is not in it, or
+// not, two times in three as the swarm draws the other kinds, from the
+// seed's key stream (never from the world's).
+func drawKeyKinds(seed uint64, fault []string) []string {
+	rng := rand.New(rand.NewPCG(seed, keyStream))
+	for _, k := range KeyFaultKinds {
+		if rng.IntN(3) > 0 && !slices.Contains(fault, k) {
+			fault = append(fault, k)
+		}
+	}
+	return fault
+}
+
+// memberKeys are the keys of one member process, as etcd holds them now.
+type memberKeys struct {
+	lease             int64    // the lease its keys are bound to (0: none found)
+	member, ack, load string   // its member, ack and load keys ("": absent)
+	elections         []string // its election keys
+}
+
+// rangeKVs returns the key-values of [key, end) (end nil: key alone).
+func (h *history) rangeKVs(key string, end []byte) []*mvccpb.KeyValue {
+	resp, err := h.w.Etcd.Range(&etcdserverpb.RangeRequest{Key: []byte(key), RangeEnd: end})
+	if err != nil {
+		return nil
+	}
+	return resp.Kvs
+}
+
+// keysOf finds m's keys: its lease is the one its member, ack or load key
+// is bound to (its election key's, when these are gone); its election keys
+// are those bound to that lease (or, with no lease found, those that name
+// it).
+func (h *history) keysOf(m *simMember) memberKeys {
+	var mk memberKeys
+	for _, k := range []*string{&mk.member, &mk.ack, &mk.load} {
+		key := "rink/sim/members/" + m.name
+		switch k {
+		case &mk.ack:
+			key = "rink/sim/acks/" + m.name
+		case &mk.load:
+			key = "rink/sim/.load/" + m.name
+		}
+		if kvs := h.rangeKVs(key, nil); len(kvs) > 0 {
+			*k = key
+			if mk.lease == 0 {
+				mk.lease = kvs[0].Lease
+			}
+		}
+	}
+	elections := h.rangeKVs("rink/sim/election/", []byte("rink/sim/election0"))
+	if mk.lease == 0 {
+		// No member, ack or load key: the newest election key naming m.
+		var newest int64
+		for _, kv := range elections {
+			if string(kv.Value) == m.name && kv.CreateRevision > newest {
+				newest, mk.elections = kv.CreateRevision, []string{string(kv.Key)}
+			}
+		}
+		return mk
+	}
+	for _, kv := range elections {
+		if kv.Lease == mk.lease {
+			mk.elections = append(mk.elections, string(kv.Key))
+		}
+	}
+	return mk
+}
+
+// leader returns the live member whose election key is the lowest: the
+// one that leads, or will once its campaign sees that (nil: none).
+func (h *history) leader(live []*simMember) *simMember {
+	var low int64
+	name := ""
+	for _, kv := range h.rangeKVs("rink/sim/election/", []byte("rink/sim/election0")) {
+		if low == 0 || kv.CreateRevision < low {
+			low, name = kv.CreateRevision, string(kv.Value)
+		}
+	}
+	for _, m := range live {
+		if m.name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+// del deletes key as an operator does (etcdctl del), and reports whether
+// it deleted anything.
+func (h *history) del(key string) bool {
+	resp, err := h.w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)})
+	if err != nil || resp.Deleted == 0 {
+		return false
+	}
+	h.w.Tracef("fault: operator deletes %s", key)
+	h.w.pump()
+	return true
+}
+
+// cutFor cuts m off etcd, half the time, for as long as delete-key does;
+// it says in the trace which fault it is for.
+func (h *history) cutFor(m *simMember, k string) {
+	if h.rng.IntN(2) == 0 {
+		h.w.Tracef("fault: %s: %s cut off first", k, m.name)
+		m.c.Cut(h.w.Between(100*time.Millisecond, 2*h.cfg.TTL))
+	}
+}
+
+// keyFault does one of KeyFaultKinds, and reports whether it deleted
+// anything.
+func (h *history) keyFault(k string, live []*simMember) bool {
+	if len(live) == 0 {
+		return false
+	}
+	switch k {
+	case "election-delete":
+		m := live[h.rng.IntN(len(live))]
+		if h.rng.IntN(2) == 0 {
+			if l := h.leader(live); l != nil {
+				m = l
+			}
+		}
+		withMember := h.rng.IntN(2) == 0
+		mk := h.keysOf(m)
+		if len(mk.elections) == 0 {
+			return false
+		}
+		what := "its election key"
+		if withMember {
+			what = "its member key and its election key"
+		}
+		h.w.Tracef("fault: election-delete: %s (%s)", what, m.name)
+		h.cutFor(m, k)
+		deleted := false
+		if withMember && mk.member != "" {
+			deleted = h.del(mk.member)
+		}
+		for _, key := range mk.elections {
+			deleted = h.del(key) || deleted
+		}
+		return deleted
+	case "member-keys-delete":
+		m := live[h.rng.IntN(len(live))]
+		set := 1 + h.rng.IntN(15) // bits: member, election, ack, load
+		mk := h.keysOf(m)
+		var keys, names []string
+		for i, ks := range [][]string{{mk.member}, mk.elections, {mk.ack}, {mk.load}} {
+			if set&(1<<i) == 0 {
+				continue
+			}
+			names = append(names, []string{"member", "election", "ack", "load"}[i])
+			for _, key := range ks {
+				if key != "" {
+					keys = append(keys, key)
+				}
+			}
+		}
+		if len(keys) == 0 {
+			return false
+		}
+		h.w.Tracef("fault: member-keys-delete: %s keys of %s", strings.Join(names, ", "), m.name)
+		h.cutFor(m, k)
+		deleted := false
+		for _, key := range keys {
+			deleted = h.del(key) || deleted
+		}
+		return deleted
+	case "tail-delete":
+		kvs := h.rangeKVs("rink/sim/.tail", nil)
+		if len(kvs) == 0 {
+			return false
+		}
+		for _, m := range live {
+			if mk := h.keysOf(m); mk.lease != 0 && mk.lease == kvs[0].Lease {
+				h.cutFor(m, k)
+				break
+			}
+		}
+		return h.del("rink/sim/.tail")
+	}
+	return false
+}
