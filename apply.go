@@ -199,6 +199,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st.prev, st.prevSeq = st.cur, st.curSeq
 	st.cur, st.curSeq = m, kv.Version
 	r.keepLeases(&st.cur, rec)
+	r.hushBegun(kv.Version, kv.ModRevision, !newLineage && st.prevSeq == kv.Version-1 && st.prevSeq > 0)
 	prevIdx := st.selfIdx
 	r.indexCur(st.prev.Members, delta)
 	if fresh {

@@ -32,8 +32,8 @@ func (r *Rink) others() (others []memberBound, ok bool) {
 	if st.taint != 0 && st.taint == st.lineage {
 		return nil, false // a lineage a restore brought back: its acks may be stale
 	}
-	if r.hushed() || r.startsQuieted() {
-		return nil, false // after a restore, members nobody sees may still act (see hush, quietStarts)
+	if r.startsQuieted() {
+		return nil, false // after a restore, members nobody sees may still act (see quietStarts; hush is the caller's: see hushSpares)
 	}
 	if len(st.ghosts) > 0 && !r.ghostsCovered() {
 		return nil, false // a member whose key went may still act, and what it may hold is not known (see noteGhosts)

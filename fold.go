@@ -271,6 +271,13 @@ func (r *Rink) dropElection(key string) {
 		delete(st.electOf, e.value)
 	}
 	st.touched[e.value] = true
+	if name, ok := st.ghosts[e.lease]; ok && name == e.value {
+		// Evidence, not proof: a ghost's election key goes with its lease
+		// (a member that fenced and came back revokes its old one), or by
+		// an operator's hand. Ask etcd again now rather than at the next
+		// poll (see awaitLeaseGone); only its answer ends the ghost.
+		r.fx().awaitLeaseGone(name, e.lease)
+	}
 }
 
 // putKey records a put of a member or election key in the view. Stray keys

@@ -152,8 +152,8 @@ func (r *Rink) addGhost(name string, lease int64) {
 	if st.ghosts == nil {
 		st.ghosts = map[int64]string{}
 	}
-	if _, ok := st.ghosts[lease]; ok {
-		return
+	if _, ok := st.ghosts[lease]; ok || slices.Contains(st.past, lease) {
+		return // (an ended incarnation of this process acts on nothing: see lifecycle.past)
 	}
 	if r.planted(plantGoneOnDeletion) {
 		r.leaseEnded(lease)

@@ -292,14 +292,17 @@ func (r *Rink) tryAcquire() {
 	if !ok && !skip {
 		return
 	}
-	r.startReplicas(others, low, skip || r.planted(plantSkipReplicaBarrier))
-	defer r.exposeSecondaries()
+	hushed := r.hushed() && !skip
+	if !hushed {
+		r.startReplicas(others, low, skip || r.planted(plantSkipReplicaBarrier))
+		defer r.exposeSecondaries()
+	}
 	// Slots somebody awaits first: their roles wait for nobody's else. The
 	// second pass takes every slot left, whether or not somebody began to
 	// await it meanwhile (an acquisition wakes goroutines that may).
 	for _, first := range [2]bool{true, false} {
 		for s := range st.pending.all() {
-			if (!first || r.slots.load(s) != nil) && r.mayHoldPrimary(s) && (skip || st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
+			if (!first || r.slots.load(s) != nil) && r.mayHoldPrimary(s) && (!hushed || r.hushSpares(s)) && (skip || st.view.wide && r.free(s, others) || !st.view.wide && r.freeNarrow(s, low)) {
 				st.pending.del(s)
 				r.acquire(s)
 			}

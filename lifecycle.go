@@ -14,7 +14,16 @@ type lifecycle struct {
 	rejoining bool         // a rejoin goroutine is running
 	stopping  bool
 	joins     int // incarnations so far
+	// past holds the leases of this process's ended incarnations (the
+	// newest maxPast): their role contexts were all cancelled as they
+	// ended, so they act on nothing, and this member makes no ghost of
+	// them (see addGhost). Others cannot know it: a member that comes
+	// back revokes its old lease (see rejoin).
+	past []int64
 }
+
+// maxPast bounds lifecycle.past.
+const maxPast = 8
 
 // startIncarnation adopts a freshly joined incarnation.
 func (r *Rink) startIncarnation(inc *incarnation) {
@@ -81,6 +90,12 @@ func (r *Rink) onLost() {
 	st := &r.st
 	old := st.inc
 	st.inc, st.selfSeen = nil, false
+	if old != nil {
+		if len(st.past) == maxPast {
+			st.past = st.past[1:]
+		}
+		st.past = append(st.past, int64(old.lease))
+	}
 	r.stopLeading()
 	r.reconcile() // the contexts are already cancelled through old.ctx
 	r.dropDrains()

@@ -28,6 +28,12 @@ type restoreGuard struct {
 	// fenceClock reading (one TTL after it was applied), while
 	// acknowledgements go on (see quietStarts). timerQuiet wakes the core.
 	startQuiet int64
+	// hushRev is the revision of the binding of the incarnation whose
+	// rejoin began the quiet time (0: a restore began it), and hushBase
+	// the seq of the first map applied that was put after it, when the
+	// map before it was applied too (0: none yet; -1: none can be, a gap
+	// or a new lineage came first): see hushSpares.
+	hushRev, hushBase int64
 }
 
 // dropLineage deletes the map key if it is still at rev, so that the next
@@ -51,6 +57,45 @@ func (r *Rink) hush() {
 	st := &r.st
 	st.quiet = r.clock() + int64(r.opts.ttl)
 	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
+	st.hushRev, st.hushBase = 0, -1
+	if st.inc != nil && st.joins > 1 && st.taint == 0 {
+		st.hushRev, st.hushBase = st.inc.boundRev, 0
+	}
+}
+
+// hushBegun notes the map of seq seq, put at revision rev, just applied:
+// the first one put after the binding that began the quiet time is its
+// base (see hushSpares), when the map before it was applied too (contig).
+func (r *Rink) hushBegun(seq, rev int64, contig bool) {
+	st := &r.st
+	if st.hushBase != 0 || st.hushRev == 0 || rev <= st.hushRev || !r.hushed() {
+		return
+	}
+	st.hushBase = -1
+	if contig {
+		st.hushBase = seq
+	}
+}
+
+// hushSpares reports whether the quiet time after a rejoin (see hush)
+// spares slot s: the map current when this member's key was bound again
+// (the last applied before the base, seq hushBase-1) did not give it s,
+// and a map put since did. What a quiet time guards against is a map, or
+// a key, that a restore brought back from before slots went to others,
+// who may still act on them unseen: what such a map gave this member.
+// A map put after the binding was planned from the rink as it is now,
+// as every member's maps are, and a slot it gives this member is no more
+// exposed here than it would be at any other member that the map could
+// have given it to (issue 42: one member's fence stalled every handover
+// of slots given to it for a TTL). Its previous holders are checked by
+// the barrier as always.
+func (r *Rink) hushSpares(s int) bool {
+	st := &r.st
+	if st.hushBase < 2 {
+		return false
+	}
+	held, known := st.hist.heldBy(s, r.opts.member, st.hushBase-1, st.hushBase)
+	return known && !held
 }
 
 // quietStarts starts a time of one TTL in which this member starts no

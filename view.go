@@ -152,7 +152,7 @@ const maxGoneLookups = 4
 // gives any member (see freeNarrow).
 func (r *Rink) narrowBarrier() (low int64, ok bool) {
 	st := &r.st
-	if st.taint != 0 && st.taint == st.lineage || r.hushed() || r.startsQuieted() {
+	if st.taint != 0 && st.taint == st.lineage || r.startsQuieted() { // (hush: see hushSpares)
 		return 0, false // (see others)
 	}
 	if st.floor.Ghosts > 0 && st.floor.Lineage == st.lineage {
