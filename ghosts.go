@@ -21,6 +21,50 @@ type ghostState struct {
 	// Entries whose lease is no ghost's are dropped as the leader plans.
 	ghostMeta map[int64]memberInfo
 	leaseBook // the leases the maps record, and those etcd said ended (see leases.go)
+	// ending holds, by lease, ghosts etcd said are gone in an answer of
+	// a revision the view has not reached yet (see endGhost).
+	ending map[int64]int64
+}
+
+// ghostEnd is etcd's answer that a ghost's lease is gone, at revision rev.
+type ghostEnd struct{ lease, rev int64 }
+
+// endGhost takes etcd's answer that a ghost's lease is gone. An answer is
+// proof of the lease's end only in the history the member's view follows:
+// after a restore of etcd from a snapshot, a lease granted since the
+// snapshot is gone at once, while its member, cut off, still acts until
+// its deadline (the simulator found it: seed 2004 with -keys). So the
+// ghost ends once the view has reached the answer's revision, by which
+// the member has noticed any restore before it (see restored), and its
+// quiet time then keeps what it would start.
+func (r *Rink) endGhost(e ghostEnd) {
+	st := &r.st
+	if _, ok := st.ghosts[e.lease]; !ok {
+		return
+	}
+	if e.rev > st.rev {
+		if st.ending == nil {
+			st.ending = map[int64]int64{}
+		}
+		st.ending[e.lease] = max(st.ending[e.lease], e.rev)
+		return
+	}
+	delete(st.ending, e.lease)
+	delete(st.ghosts, e.lease)
+	r.leaseEnded(e.lease)
+	st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
+}
+
+// endReached ends the ghosts whose answers the view has now reached (see
+// endGhost).
+func (r *Rink) endReached() {
+	st := &r.st
+	for _, lease := range slices.Sorted(maps.Keys(st.ending)) { // (in one order: a history replays)
+		if rev := st.ending[lease]; rev <= st.rev {
+			delete(st.ending, lease)
+			r.endGhost(ghostEnd{lease, rev})
+		}
+	}
 }
 
 // Ghosts. A member key can go while its member still acts: an operator
@@ -178,7 +222,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 			if name == r.opts.member {
 				return // (see checkOwnName)
 			}
-			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, lease) })
+			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, ghostEnd{lease, resp.ResponseHeader.GetRevision()}) })
 			return
 		case err == nil:
 			if !logged {

@@ -38,8 +38,9 @@ type mail struct {
 	// warmed: announcements that role sets have warmed up for, in order
 	// (see Watch).
 	warmed []int64
-	// ghosts: leases of ghosts found gone (see noteGhosts), in order.
-	ghosts []int64
+	// ghosts: leases of ghosts found gone (see noteGhosts), in order,
+	// each with the revision of etcd's answer (see endGhost).
+	ghosts []ghostEnd
 	// drained: the last function on a given-away slot returned (see
 	// drain.go).
 	drained bool

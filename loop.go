@@ -138,10 +138,8 @@ func (r *Rink) onMail(m mail) bool {
 	if m.selfChecked {
 		st.view.selfCheck = 2
 	}
-	for _, lease := range m.ghosts {
-		delete(st.ghosts, lease)
-		r.leaseEnded(lease)
-		st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
+	for _, e := range m.ghosts {
+		r.endGhost(e)
 	}
 	if m.drained {
 		r.onDrained()

@@ -133,7 +133,7 @@ func (fx simEffects) checkOwnName(own int64) {
 				}
 				lease := wait[0]
 				wait = wait[1:]
-				m.awaitLeaseGone(lease, next)
+				m.awaitLeaseGone(lease, func(int64) { next() })
 			}
 			next()
 		})
@@ -141,13 +141,13 @@ func (fx simEffects) checkOwnName(own int64) {
 
 // awaitLeaseGone asks etcd until lease is gone, then calls then (see
 // Rink.awaitLeaseGone).
-func (m *simMember) awaitLeaseGone(lease int64, then func()) {
+func (m *simMember) awaitLeaseGone(lease int64, then func(rev int64)) {
 	m.etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}, func(resp *etcdserverpb.LeaseTimeToLiveResponse, err error) {
 		if m.dead {
 			return
 		}
 		if err == nil && resp.TTL < 0 {
-			then()
+			then(resp.Header.GetRevision())
 			return
 		}
 		wait := m.backoff()
@@ -172,9 +172,9 @@ func (fx simEffects) dropLineage(rev int64) {
 
 func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 	m := fx.m
-	m.awaitLeaseGone(lease, func() {
+	m.awaitLeaseGone(lease, func(rev int64) {
 		if name != m.r.opts.member {
-			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, lease) })
+			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, ghostEnd{lease, rev}) })
 			m.settle()
 		}
 	})

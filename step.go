@@ -79,6 +79,7 @@ func (r *Rink) step(in input) bool {
 		return false
 	}
 	r.syncView()
+	r.endReached()
 	r.publishGhosts()
 	// Publish the rank first, so that whoever gets a role sees the rank
 	// that goes with it.
