@@ -142,6 +142,9 @@ func (r *Rink) onMail(m mail) bool {
 		delete(st.ghosts, lease)
 		st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
 	}
+	if m.keyGone != 0 {
+		r.revokeFenced(m.keyGone)
+	}
 	if m.drained {
 		r.onDrained()
 	}

@@ -23,7 +23,16 @@ import (
 // candidacy stayed until the revocation a round trip later, the others
 // made a ghost of it and waited for it (a quarter of a TTL, while etcd
 // said the lease lived).
-func TestResumeRevokesOldLease(t *testing.T) {
+func TestResumeRevokesOldLease(t *testing.T) { testRejoinRevokesOldLease(t, false) }
+
+// TestNewcomerRevokesOldLease: as TestResumeRevokesOldLease, but an
+// operator deletes the member's key while it is cut off (the others wait
+// for its lease: see noteGhosts). The member cannot resume and joins as a
+// newcomer; the resume that found the key gone tells the core, which
+// revokes the old lease before the join: the ghost ends at once.
+func TestNewcomerRevokesOldLease(t *testing.T) { testRejoinRevokesOldLease(t, true) }
+
+func testRejoinRevokesOldLease(t *testing.T, deleteKey bool) {
 	const ttl = 4 * time.Second
 	h := &history{}
 	p := newProxy(t)
@@ -55,9 +64,41 @@ func TestResumeRevokesOldLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := cutUntilFenced(t, p, ctxB, ttl)
+	var mark time.Time
+	if deleteKey {
+		mark = time.Now()
+		p.PauseTx()
+		p.PauseRx()
+		if _, err := admin.Delete(ctxTimeout(t, 5*time.Second), key); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ctxB.Done():
+		case <-time.After(2 * ttl):
+		}
+		p.UnpauseTx()
+		p.UnpauseRx()
+		if ctxB.Err() == nil {
+			t.Fatal("the member did not fence")
+		}
+	} else {
+		mark = cutUntilFenced(t, p, ctxB, ttl)
+	}
+	healed := time.Now()
 	if !errors.Is(context.Cause(ctxB), ErrFenced) {
 		t.Fatalf("cause = %v", context.Cause(ctxB))
+	}
+	// The old lease lives on (etcd extends every lease after an outage;
+	// here the test renews it): only a revocation ends it within a second.
+	if _, err := admin.KeepAliveOnce(ctxTimeout(t, 5*time.Second), old); err != nil {
+		t.Fatalf("renewing b's old lease: %v", err)
+	}
+	if deleteKey {
+		// No rebinding: the old lease goes before the join.
+		waitLeaseGone(t, admin, old, healed)
+		eventually(t, 10*time.Second, "b rejoined", func() bool { return rejoinedSince(h, "b", mark) })
+		h.check(t)
+		return
 	}
 	// b's link is slow from now on: a revocation after the rebinding
 	// comes a round trip after the others saw it.
@@ -65,11 +106,6 @@ func TestResumeRevokesOldLease(t *testing.T) {
 	p.DelayRx(150*time.Millisecond, 0)
 	defer p.UndelayTx()
 	defer p.UndelayRx()
-	// The old lease lives on (etcd extends every lease after an outage;
-	// here the test renews it): only a revocation ends it within a second.
-	if _, err := admin.KeepAliveOnce(ctxTimeout(t, 5*time.Second), old); err != nil {
-		t.Fatalf("renewing b's old lease: %v", err)
-	}
 	var resumed time.Time
 	eventually(t, 10*time.Second, "b resumed", func() bool {
 		for _, e := range h.snapshot() {
@@ -84,20 +120,7 @@ func TestResumeRevokesOldLease(t *testing.T) {
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == int64(old) {
 		t.Fatalf("b's member key was not rebound: %v %v", resp, err)
 	}
-	for {
-		ttlResp, err := admin.TimeToLive(ctxTimeout(t, 5*time.Second), old)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ttlResp.TTL == -1 {
-			break
-		}
-		if time.Since(resumed) > time.Second {
-			t.Fatalf("b's old lease still lives %v after the resume (TTL %d s)", time.Since(resumed), ttlResp.TTL)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Logf("old lease gone %v after the resume", time.Since(resumed))
+	waitLeaseGone(t, admin, old, resumed)
 	time.Sleep(500 * time.Millisecond) // (a ghost's first question, had anybody made one)
 	for i, l := range logs {
 		if n := l.FilterMessageSnippet("while its lease lives").Len(); n > 0 {
@@ -105,4 +128,24 @@ func TestResumeRevokesOldLease(t *testing.T) {
 		}
 	}
 	h.check(t)
+}
+
+// waitLeaseGone waits until etcd says lease is gone, and fails the test if
+// that takes more than a second from since.
+func waitLeaseGone(t *testing.T, admin *clientv3.Client, lease clientv3.LeaseID, since time.Time) {
+	t.Helper()
+	for {
+		resp, err := admin.TimeToLive(ctxTimeout(t, 5*time.Second), lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.TTL == -1 {
+			t.Logf("old lease gone %v after the member came back", time.Since(since))
+			return
+		}
+		if time.Since(since) > time.Second {
+			t.Fatalf("b's old lease still lives %v after it came back (TTL %d s)", time.Since(since), resp.TTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
