@@ -24,6 +24,7 @@ type effects interface {
 	checkOwnName(own int64)                                                 // → mail.selfChecked
 	dropLineage(rev int64)
 	awaitLeaseGone(name string, lease int64) // → mail.ghosts
+	revokeLease(lease int64)
 	deleteStray(inc *incarnation, key string, rev int64)
 	rewriteMemberKey(inc *incarnation, value, why string)
 	watchHeirs(inc *incarnation)        // → mail.heirs
@@ -209,20 +210,10 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		// A fenced incarnation's lease is left to expire, never revoked:
-		// normally it has at most 1/8 of a TTL left, but one that a restore
-		// of etcd brought back is live again, and its member key is what
-		// keeps its old slots from others while members that took them
-		// after the snapshot may still act on them (see hush). Once its
-		// key is gone or rebound, revoking it only drops its
-		// acknowledgement and election keys, which is safe.
-		revokeOld := func() {
-			if old != nil {
-				ctx, cancel := context.WithTimeout(r.ctx, time.Second)
-				_, _ = r.cli.Revoke(ctx, old.lease)
-				cancel()
-			}
-		}
+		// The fenced incarnation's lease is revoked by the core once the
+		// member key is not bound to it (see revokeFenced): never before,
+		// since after a restore of etcd such a key keeps its old slots from
+		// others (see hush).
 		if !join {
 			return
 		}
@@ -237,10 +228,10 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 				if errors.Is(err, errKeyGone) {
 					r.log.Info("own member key gone: joining as a newcomer")
 					resumable = false
-					revokeOld()
+					r.inbox.send(func(m *mail) { m.keyGone = old.lease })
 					inc, err = r.join(ctx)
 				} else if err == nil {
-					resumable = false // resume revoked the old lease
+					resumable = false
 					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
 				}
 			} else {
@@ -266,6 +257,21 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 			if !sleep(r.ctx, wait) {
 				return
 			}
+		}
+	}()
+}
+
+// revokeLease revokes lease (see revokeFenced) on a goroutine, best
+// effort: what it misses expires with the lease.
+func (fx netEffects) revokeLease(lease int64) {
+	r := fx.r
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), time.Second)
+		defer cancel()
+		if _, err := r.cli.Revoke(ctx, clientv3.LeaseID(lease)); err != nil {
+			r.log.Info("revoking the fenced incarnation's lease failed: it expires", zap.Error(err))
 		}
 	}()
 }

@@ -1,6 +1,10 @@
 package rink
 
-import "sync"
+import (
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // The run goroutine's inbox: what the other goroutines hand it besides the
 // watch and the handoffs that must not be lost (joins, elections,
@@ -49,6 +53,9 @@ type mail struct {
 	selfChecked bool
 	// clientClosed: the etcd client was closed under the rink.
 	clientClosed bool
+	// keyGone: a rejoin found the member key no longer bound to this
+	// lease, the fenced incarnation's (see revokeFenced).
+	keyGone clientv3.LeaseID
 }
 
 func newInbox() *inbox { return &inbox{wake: make(chan struct{}, 1)} }
@@ -92,7 +99,7 @@ func (b *inbox) takeDrained() bool {
 
 // empty reports whether m holds nothing.
 func (m *mail) empty() bool {
-	return !m.loadsSet && !m.warmSet && !m.heirsSet && len(m.warmed) == 0 && len(m.ghosts) == 0 && !m.drained && !m.selfChecked && !m.clientClosed
+	return !m.loadsSet && !m.warmSet && !m.heirsSet && len(m.warmed) == 0 && len(m.ghosts) == 0 && !m.drained && !m.selfChecked && !m.clientClosed && m.keyGone == 0
 }
 
 // resignal restores the invariant after takeDrained: a token while the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -20,6 +21,9 @@ type lifecycle struct {
 	// them (see addGhost). Others cannot know it: a member that comes
 	// back revokes its old lease (see rejoin).
 	past []int64
+	// fenced is the lease of this process's incarnation that ended last,
+	// until it is revoked (see revokeFenced); 0: none.
+	fenced clientv3.LeaseID
 }
 
 // maxPast bounds lifecycle.past.
@@ -29,6 +33,11 @@ const maxPast = 8
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
+	if st.fenced != inc.lease {
+		// Our member key is bound to inc's lease now (created or rebound):
+		// none is bound to the fenced one any more.
+		r.revokeFenced(st.fenced)
+	}
 	r.loadInc.Store(inc)
 	r.load.wake() // the leader learns the roles awaited here before it ranks us
 	if st.joins++; st.joins > 1 {
@@ -95,6 +104,7 @@ func (r *Rink) onLost() {
 			st.past = st.past[1:]
 		}
 		st.past = append(st.past, int64(old.lease))
+		st.fenced = old.lease
 	}
 	r.stopLeading()
 	r.reconcile() // the contexts are already cancelled through old.ctx
@@ -102,10 +112,45 @@ func (r *Rink) onLost() {
 	r.startRejoin(old)
 }
 
+// revokeFenced revokes lease, the lease of this process's incarnation that
+// ended last (see lifecycle.fenced), once this member knows that no member
+// key is bound to it: a new incarnation began, its key created or rebound
+// to the new lease (see startIncarnation), or a resume found the key gone
+// or bound to another lease (mail.keyGone). Then the fenced lease holds
+// only the old incarnation's candidacy, acknowledgement, load summary and
+// perhaps the tail, and the old incarnation acts on nothing: its context,
+// from which every role, secondary and leadership context derives, ended
+// before onLost. Revoked, these keys go at once, and any member that made
+// a ghost of the lease (see noteCandidates) finds it gone at its first
+// question, rather than waiting it out.
+//
+// Never while a member key may be bound to the lease: after a restore of
+// etcd, a restored key bound to the fenced lease keeps its old slots from
+// others (see hush), and a member shut down in a quiet time leaves its key
+// to expire for that reason. A restore between what this member learned
+// and the revocation may bring such a key back; the quiet times cover it,
+// as they cover a restored key that expires: every member that notices
+// the restore is quiet for a TTL, the restored lineage frees nothing, a
+// new lineage starts nothing for a TTL, and the members nobody sees stop
+// within 7/8 of a TTL of the restore.
+//
+// A process restarted under the same name cannot know this of its
+// predecessor's lease (which may be a duplicate's, cut off but still
+// acting): it waits it out (see checkOwnName).
+func (r *Rink) revokeFenced(lease clientv3.LeaseID) {
+	st := &r.st
+	if lease == 0 || lease != st.fenced {
+		return
+	}
+	st.fenced = 0
+	r.fx().revokeLease(int64(lease))
+}
+
 // startRejoin starts a goroutine that, unless this member cannot use the
 // rink's map, resumes the old incarnation's membership under a new lease
-// while its member key is still there (see resume), or else revokes the old
-// lease (best effort) and joins again as a newcomer.
+// while its member key is still there (see resume), or else joins again as
+// a newcomer. The old lease is revoked once the key is not bound to it (see
+// revokeFenced).
 func (r *Rink) startRejoin(old *incarnation) {
 	st := &r.st
 	join := st.incompatible == nil

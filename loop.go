@@ -141,6 +141,9 @@ func (r *Rink) onMail(m mail) bool {
 	for _, e := range m.ghosts {
 		r.endGhost(e)
 	}
+	if m.keyGone != 0 {
+		r.revokeFenced(m.keyGone)
+	}
 	if m.drained {
 		r.onDrained()
 	}

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -189,10 +190,47 @@ func (b *bare) rejoin(createRev, boundRev int64, lease clientv3.LeaseID) *incarn
 type rejoinFx struct {
 	netEffects
 	relists int
+	revoked []int64
 }
 
-func (fx *rejoinFx) relist()               { fx.relists++ }
-func (fx *rejoinFx) campaign(*incarnation) {}
+func (fx *rejoinFx) relist()                 { fx.relists++ }
+func (fx *rejoinFx) campaign(*incarnation)   {}
+func (fx *rejoinFx) revokeLease(lease int64) { fx.revoked = append(fx.revoked, lease) }
+
+// A member that fenced knows that its old incarnation acts on nothing: it
+// revokes the old lease as soon as no member key is bound to it, when a
+// resume found its key gone or bound to another lease (mail.keyGone), or
+// when a new incarnation begins, its key created or rebound to the new
+// lease. Once only, and never a lease it is not sure of: a report about an
+// older lease than the one fenced last is stale.
+func TestRejoinRevokesTheFencedLease(t *testing.T) {
+	b := newBare(t, "b", 2, 5)
+	fx := &rejoinFx{netEffects: netEffects{b.r}}
+	b.r.simFx, b.r.load = fx, newLoadAcc(2)
+	b.r.st.joins = 1 // (newBare began the first incarnation)
+	first := b.r.st.inc.lease
+	b.lose()
+	if len(fx.revoked) != 0 {
+		t.Fatalf("revoked %v as the incarnation ended, while its key is bound to its lease", fx.revoked)
+	}
+	b.rejoin(5, 20, 20) // a resume: the key rebound to lease 20
+	if want := []int64{int64(first)}; !slices.Equal(fx.revoked, want) {
+		t.Fatalf("revoked %v as the resumed incarnation began, want %v", fx.revoked, want)
+	}
+	b.lose()
+	b.r.onMail(mail{keyGone: first}) // stale: about the lease before
+	if len(fx.revoked) != 1 {
+		t.Fatalf("revoked %v on a stale report", fx.revoked)
+	}
+	b.r.onMail(mail{keyGone: 20}) // a resume found the key gone
+	if want := []int64{int64(first), 20}; !slices.Equal(fx.revoked, want) {
+		t.Fatalf("revoked %v when the key was found gone, want %v", fx.revoked, want)
+	}
+	b.rejoin(30, 30, 30) // the join as a newcomer: nothing more to revoke
+	if len(fx.revoked) != 2 {
+		t.Fatalf("revoked %v, a lease twice", fx.revoked)
+	}
+}
 
 // A rejoin's member key is created (at 20) and deleted by an operator (at
 // 21), and the own watch shows both before the join's response comes: the

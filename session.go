@@ -220,7 +220,12 @@ func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) candidacyHint {
 }
 
 // resumeTxn rebinds old's member key to lease, if it is still old's (see
-// resume).
+// resume), with the new candidacy; the old one goes in the same
+// transaction. No view ever has our name campaign under a lease that our
+// key is not bound to, which others would take for an incarnation whose
+// key an operator deleted, still acting, and wait for (see
+// noteCandidates): the old incarnation fenced, and acts on nothing. (Its
+// other keys go when the old lease is revoked: see revokeFenced.)
 func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest {
 	key := r.keys.member(r.opts.member)
 	return &etcdserverpb.TxnRequest{
@@ -228,7 +233,8 @@ func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest
 			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev)),
 			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)),
 		},
-		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease)},
+		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
+			deleteOp(r.keys.electionKey(int64(old.lease)))},
 	}
 }
 
@@ -257,10 +263,11 @@ var errKeyGone = errors.New("rink: member key gone or bound to another lease")
 // and join order in the leader's eyes, so the leader sees no departure, and
 // the member keeps its rank and slots. This is safe because the member
 // cancelled every holding when it fenced, and the old incarnation's writes
-// are guarded by the key's lease. The old lease is revoked afterwards,
-// taking the old acknowledgement and election keys with it; the new
-// incarnation writes its own and campaigns again. It returns errKeyGone
-// when the key cannot be rebound.
+// are guarded by the key's lease. The old candidacy goes with the
+// rebinding, and the core revokes the old lease as the new incarnation
+// begins (see revokeFenced), taking the old acknowledgement with it; the
+// new incarnation writes its own and campaigns again. It returns
+// errKeyGone when the key cannot be rebound.
 func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, error) {
 	sent := fenceClock()
 	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
@@ -291,9 +298,7 @@ func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, erro
 		// hush). The next attempt waits for it to go.
 		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
 	}
-	inc := r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline)
-	revoke(old.lease)
-	return inc, nil
+	return r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline), nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.

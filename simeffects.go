@@ -209,6 +209,12 @@ func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 }
 
 func (fx simEffects) watchHeirs(*incarnation) {}
+
+func (fx simEffects) revokeLease(lease int64) {
+	m := fx.m
+	m.trace("revoking the fenced lease %x", lease)
+	m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: lease}, func(*etcdserverpb.LeaseRevokeResponse, error) {})
+}
 func (fx simEffects) rejoin(old *incarnation, join bool) {
 	m := fx.m
 	if !join {

@@ -414,9 +414,13 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 			if err != nil || !resp.Succeeded {
 				revoke(grant.ID)
 				if old != nil && err == nil {
-					revoke(int64(old.lease))
-					old = nil // its key is gone: join anew
+					// Its key is gone: join anew; the core revokes the
+					// old lease (see revokeFenced).
+					lease := old.lease
+					old = nil
 					m.trace("own member key gone: joining as a newcomer")
+					r.inbox.send(func(ml *mail) { ml.keyGone = lease })
+					m.settle()
 				}
 				retry()
 				return
@@ -428,8 +432,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 			}
 			createRev := resp.Header.Revision
 			if old != nil {
-				createRev = old.createRev
-				revoke(int64(old.lease))
+				createRev = old.createRev // (the core revokes the old lease: see revokeFenced)
 			}
 			inc := m.begin(clientv3.LeaseID(grant.ID), createRev, resp.Header.Revision, sent, deadline)
 			if old == nil {
