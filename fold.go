@@ -204,6 +204,9 @@ func (r *Rink) onWatch(b watchBatch) {
 				if key == st.leader {
 					st.leader = ""
 				}
+				if l := st.lead; l != nil && key == l.key && ev.Kv.ModRevision > l.rev {
+					r.candidacyLost()
+				}
 			case r.keys.isFloor(key):
 				st.floor = ackFloor{}
 			case r.keys.isMap(key):
@@ -223,6 +226,11 @@ func (r *Rink) onWatch(b watchBatch) {
 	}
 	st.rev = max(st.rev, b.rev)
 	r.pruneHistory()
+	if l := st.lead; l != nil && b.snapshot && st.view.wide && b.rev > l.rev {
+		if _, ok := st.elect[l.key]; !ok {
+			r.candidacyLost()
+		}
+	}
 	if st.view.wide {
 		r.noteGhosts(gone)
 		if b.snapshot {
@@ -277,6 +285,20 @@ func (r *Rink) dropElection(key string) {
 		// an operator's hand. Ask etcd again now rather than at the next
 		// poll (see awaitLeaseGone); only its answer ends the ghost.
 		r.fx().awaitLeaseGone(name, e.lease)
+	}
+}
+
+// candidacyLost handles our election key's deletion while we lead (an
+// operator's hand): the floor writer, guarded by it, stops writing, and a
+// restore could bring the key back to a leader whose floor nobody writes
+// (rink-sim -keys seed 772). We stop leading and campaign again, which
+// puts the key anew.
+func (r *Rink) candidacyLost() {
+	st := &r.st
+	r.log.Warn("our election key was deleted while we led: campaigning again")
+	r.stopLeading()
+	if st.inc != nil && st.inc.ctx.Err() == nil {
+		r.campaign(st.inc)
 	}
 }
 

@@ -145,13 +145,16 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 		if !ok || name == r.opts.member {
 			continue
 		}
+		if m, ok := st.members[name]; ok && m.lease == l {
+			// A key bound to it: the lease lives (after a restore, etcd
+			// may hand out an ended lease's ID again).
+			delete(st.ended, l)
+			continue
+		}
 		if st.ended[l] || r.rankedIndex(name) < 0 && !r.forgotten(name) {
 			if all {
 				delete(st.recorded, name)
 			}
-			continue
-		}
-		if m, ok := st.members[name]; ok && m.lease == l {
 			continue
 		}
 		if _, ok := st.ghosts[l]; ok {
