@@ -163,7 +163,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 		Replicas: cur.replicas(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol
-	next.Leases = leasesFor(next.Members, d.leases, nil, d.members, ghosts)
+	next.Leases = leasesFor(next.Members, d.leases, nil, d.members, ghosts, self, int64(d.lease))
 	if r.st.lead != nil {
 		next.Leader = self
 	}

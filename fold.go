@@ -92,7 +92,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			// member keys (see view.go).
 			st.members = map[string]memberInfo{}
 			clear(st.ghosts)
-			st.recorded = nil // (a member that plans keeps them: see leaseBook)
+			st.recorded, st.others = nil, nil // (a member that plans keeps them: see leaseBook)
 			// (New maps, not clear: clear keeps the wide view's buckets.)
 			st.elect, st.electOf, st.unlisted = map[string]electInfo{}, map[string][]string{}, map[string]bool{}
 		}

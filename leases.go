@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.uber.org/zap"
 )
 
 // Gone means its lease is gone (issue 42). A member's slots are free for
@@ -33,42 +34,57 @@ import (
 // ghost ends at the first question.
 
 // leaseBook is, for a member that plans, the leases the maps it applied
-// record, by name. Invariants: recorded is nil while the member follows
-// the narrow view (it plans nothing, and keeps no entry per member); it
-// holds, for every name the current map records a lease for, that lease,
-// and entries of names no map ranks any more until their lease ended or
-// the name's departure was seen (see noteRecorded). ended holds leases
-// etcd said are gone, until a restore (which can bring a lease back).
+// record, by name, and every other lease a map it read recorded for a
+// name: an older map put back by hand records older leases, and a leader
+// elected after it, with no history, would otherwise know only those
+// (rink-sim -keys seed 7426). Invariants: recorded and others are nil
+// while the member follows the narrow view (it plans nothing, and keeps
+// no entry per member); recorded holds, for every name the current map
+// records a lease for, that lease; a lease leaves the book (others, or an
+// entry of a name no map ranks any more) only once etcd said it ended, a
+// key of its name is bound to it, or its name's departure was seen (see
+// noteRecorded). ended holds leases etcd said are gone, until a restore
+// (which can bring a lease back).
 type leaseBook struct {
 	recorded map[string]int64
+	others   map[int64]string
 	ended    map[int64]bool
 }
 
 // maxEnded bounds the leases kept as ended: past it the set starts again
-// (a lease forgotten costs one more question to etcd).
-const maxEnded = 4096
+// (a lease forgotten costs one more question to etcd). maxOthers bounds
+// the other leases kept: past it, more are not kept (logged).
+const (
+	maxEnded  = 4096
+	maxOthers = 4096
+)
 
 // keepLeases updates the lease book with the map m just applied (rec: its
 // change record, nil for a whole map). A member in the narrow view keeps
 // none. A whole map that records leases replaces the book; one that does
 // not (a map of an earlier leader, or written by hand) says nothing of
 // leases, and the book keeps what it knew; a record sets what it changed.
+// What a map replaces stays in the book as evidence (others).
 func (r *Rink) keepLeases(m *rankMap, rec *change) {
 	st := &r.st
 	if !st.view.wide && st.lead == nil {
-		st.recorded = nil
+		st.recorded, st.others = nil, nil
 		return
 	}
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
-		st.recorded = make(map[string]int64, len(m.Members))
+		next := make(map[string]int64, len(m.Members))
 		for i, name := range m.Members {
 			if l := m.Leases[i]; l != 0 {
-				st.recorded[name] = l
+				next[name] = l
 			}
 		}
+		r.replaceBook(next)
 	case rec != nil && st.recorded != nil:
 		for name, l := range rec.Leases {
+			if old := st.recorded[name]; old != 0 && old != l {
+				r.keepOther(old, name)
+			}
 			if l == 0 {
 				delete(st.recorded, name)
 			} else {
@@ -80,19 +96,59 @@ func (r *Rink) keepLeases(m *rankMap, rec *change) {
 	}
 }
 
+// replaceBook makes next the leases recorded, keeping those it replaces
+// as evidence.
+func (r *Rink) replaceBook(next map[string]int64) {
+	st := &r.st
+	for name, l := range st.recorded {
+		if next[name] != l {
+			r.keepOther(l, name)
+		}
+	}
+	st.recorded = next
+}
+
+// keepOther keeps lease, recorded for name by some map, as evidence.
+func (r *Rink) keepOther(lease int64, name string) {
+	st := &r.st
+	if lease == 0 || st.ended[lease] {
+		return
+	}
+	if st.others == nil {
+		st.others = map[int64]string{}
+	}
+	if _, ok := st.others[lease]; !ok && len(st.others) >= maxOthers {
+		r.log.Warn("too many leases recorded by maps to keep: forgetting one", zap.String("member", name), zap.Int64("lease", lease))
+		return
+	}
+	st.others[lease] = name
+}
+
 // listedLeases fills the lease book from a listing of the wide view (the
 // map key and the whole map beside it), which applyMap may have skipped
 // as already applied: a member that turns to the wide view (it was
-// elected) knew no leases.
+// elected) knew no leases. The whole map of the map key's put is what the
+// map records; a whole map of another put (the map key holds an older map
+// put back by hand, and .map the newest a leader wrote) is evidence too.
 func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 	st := &r.st
 	if mapKV == nil || st.curRev != mapKV.ModRevision {
 		return
 	}
-	if l, ok := wholeLeases(mapKV, snapKV); ok {
-		st.recorded = l
+	cur, ok := wholeLeases(mapKV, snapKV)
+	if ok {
+		r.replaceBook(cur)
 	} else if st.recorded == nil {
 		st.recorded = map[string]int64{}
+	}
+	if snapKV != nil && snapKV.ModRevision != mapKV.ModRevision {
+		if other, ok := leasesIn(snapKV.Value); ok {
+			for name, l := range other {
+				if cur[name] != l {
+					r.keepOther(l, name)
+				}
+			}
+		}
 	}
 }
 
@@ -108,6 +164,12 @@ func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
 		}
 		whole = snapKV.Value
 	}
+	return leasesIn(whole)
+}
+
+// leasesIn returns, by name, the leases the whole map whole records; ok
+// is false when it does not decode or records none.
+func leasesIn(whole []byte) (map[string]int64, bool) {
 	var m struct {
 		Members memberList `json:"members"`
 		Leases  []int64    `json:"leases"`
@@ -142,8 +204,8 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 	}
 	for _, name := range slices.Sorted(names) { // (in one order: a history replays)
 		l, ok := st.recorded[name]
-		if !ok || name == r.opts.member {
-			continue
+		if !ok || l == r.ownLease() {
+			continue // (our own incarnations: see addGhost)
 		}
 		if m, ok := st.members[name]; ok && m.lease == l {
 			// A key bound to it: the lease lives (after a restore, etcd
@@ -162,6 +224,16 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 		}
 		r.addGhost(name, l)
 	}
+	for _, l := range slices.Sorted(maps.Keys(st.others)) {
+		name := st.others[l]
+		if m, ok := st.members[name]; ok && m.lease == l || st.ended[l] || l == r.ownLease() || r.rankedIndex(name) < 0 && !r.forgotten(name) {
+			delete(st.others, l)
+			continue
+		}
+		if _, ok := st.ghosts[l]; !ok {
+			r.addGhost(name, l)
+		}
+	}
 }
 
 // leaseEnded records that etcd said lease is gone.
@@ -178,8 +250,11 @@ func (r *Rink) leaseEnded(lease int64) {
 // it is a ghost's); else the one recorded, unless etcd said it ended (a
 // record changes from one lease to another only then); else the lease of
 // its member key. ghosts are the ghosts to keep, by lease; members the
-// member keys.
-func leasesFor(names []string, recorded map[string]int64, ended map[int64]bool, members map[string]memberInfo, ghosts map[int64]string) []int64 {
+// member keys. The planner's own name (self) records its own lease (own,
+// when not 0): it knows its earlier incarnations act on nothing, and a
+// lease an older map put back by hand recorded for it would otherwise
+// stay, never asked about (rink-sim -keys seed 7426).
+func leasesFor(names []string, recorded map[string]int64, ended map[int64]bool, members map[string]memberInfo, ghosts map[int64]string, self string, own int64) []int64 {
 	var ghostOf map[string][]int64
 	for l, name := range ghosts {
 		if l <= 0 {
@@ -193,6 +268,10 @@ func leasesFor(names []string, recorded map[string]int64, ended map[int64]bool, 
 	out := make([]int64, len(names))
 	for i, name := range names {
 		rec := recorded[name]
+		if name == self && own != 0 {
+			out[i] = own
+			continue
+		}
 		if gl := ghostOf[name]; len(gl) > 0 {
 			if rec != 0 && slices.Contains(gl, rec) {
 				out[i] = rec

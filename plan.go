@@ -159,7 +159,7 @@ func (r *Rink) plan() {
 	// over with a whole map: nobody who lists the rink can read it, and
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
-	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts)
+	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts, r.opts.member, r.ownLease())
 	if next.sameAssignment(st.cur) && slices.Equal(next.Leases, alignedLeases(st.cur.Members, st.recorded)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
@@ -203,6 +203,14 @@ func (r *Rink) plan() {
 	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.fx().proclaim(l, base, next, mapRev, t)
+}
+
+// ownLease returns this member's lease (0: out of the rink).
+func (r *Rink) ownLease() int64 {
+	if r.st.inc == nil {
+		return 0
+	}
+	return int64(r.st.inc.lease)
 }
 
 // rankedReborn reports whether the map ranks a name whose member key is
