@@ -21,32 +21,37 @@ type ghostState struct {
 	// Entries whose lease is no ghost's are dropped as the leader plans.
 	ghostMeta map[int64]memberInfo
 	leaseBook // the leases the maps record, and those etcd said ended (see leases.go)
-	// ending holds, by lease, ghosts etcd said are gone in an answer of
-	// a revision the view has not reached yet (see endGhost).
+	// ending holds, by lease, ghosts etcd said are gone while the map
+	// key was older than the view's, with the view's revision then (see
+	// endGhost).
 	ending map[int64]int64
 }
 
-// ghostEnd is etcd's answer that a ghost's lease is gone, at revision rev.
-type ghostEnd struct{ lease, rev int64 }
+// ghostEnd is etcd's answer that a ghost's lease is gone, with the mod
+// revision of the map key read right after it (0: absent).
+type ghostEnd struct{ lease, mapRev int64 }
 
 // endGhost takes etcd's answer that a ghost's lease is gone. An answer is
 // proof of the lease's end only in the history the member's view follows:
 // after a restore of etcd from a snapshot, a lease granted since the
 // snapshot is gone at once, while its member, cut off, still acts until
-// its deadline (the simulator found it: seed 2004 with -keys). So the
-// ghost ends once the view has reached the answer's revision, by which
-// the member has noticed any restore before it (see restored), and its
-// quiet time then keeps what it would start.
+// its deadline (the simulator found it: seed 2004 with -keys). A map put
+// records every lease a ranked member holds slots under, after the lease
+// was granted, so the restore brings back a map key older than the view's;
+// the driver reads the map key right after the answer, and the ghost ends
+// only when that key is at least as new as the applied map. Otherwise the
+// member asks again once its view moved on (by then it has noticed the
+// restore, or the map key came back: see endReached).
 func (r *Rink) endGhost(e ghostEnd) {
 	st := &r.st
 	if _, ok := st.ghosts[e.lease]; !ok {
 		return
 	}
-	if e.rev > st.rev {
+	if st.curRev == 0 || e.mapRev < st.curRev {
 		if st.ending == nil {
 			st.ending = map[int64]int64{}
 		}
-		st.ending[e.lease] = max(st.ending[e.lease], e.rev)
+		st.ending[e.lease] = st.rev
 		return
 	}
 	delete(st.ending, e.lease)
@@ -55,14 +60,16 @@ func (r *Rink) endGhost(e ghostEnd) {
 	st.dirty = true // the leader kept it ranked (see withGhosts): plan without it
 }
 
-// endReached ends the ghosts whose answers the view has now reached (see
-// endGhost).
+// endReached asks etcd again about the ghosts whose answer came with a
+// map key older than the view's (see endGhost), once the view moved on.
 func (r *Rink) endReached() {
 	st := &r.st
 	for _, lease := range slices.Sorted(maps.Keys(st.ending)) { // (in one order: a history replays)
-		if rev := st.ending[lease]; rev <= st.rev {
+		if st.ending[lease] < st.rev {
 			delete(st.ending, lease)
-			r.endGhost(ghostEnd{lease, rev})
+			if name, ok := st.ghosts[lease]; ok {
+				r.fx().awaitLeaseGone(name, lease)
+			}
 		}
 	}
 }
@@ -222,7 +229,18 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 			if name == r.opts.member {
 				return // (see checkOwnName)
 			}
-			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, ghostEnd{lease, resp.ResponseHeader.GetRevision()}) })
+			// Then the map key, read after the answer (see endGhost).
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+			g, err := r.cli.Get(ctx, r.keys.rankMap())
+			cancel()
+			if err != nil {
+				break // (asked again after the backoff)
+			}
+			e := ghostEnd{lease: lease}
+			if len(g.Kvs) > 0 {
+				e.mapRev = g.Kvs[0].ModRevision
+			}
+			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, e) })
 			return
 		case err == nil:
 			if !logged {

@@ -172,11 +172,26 @@ func (fx simEffects) dropLineage(rev int64) {
 
 func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 	m := fx.m
-	m.awaitLeaseGone(lease, func(rev int64) {
-		if name != m.r.opts.member {
-			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, ghostEnd{lease, rev}) })
-			m.settle()
+	m.awaitLeaseGone(lease, func(int64) {
+		if name == m.r.opts.member {
+			return
 		}
+		// Then the map key, read after the answer (see Rink.endGhost).
+		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(m.r.keys.rankMap())}}, func(resp *etcdserverpb.TxnResponse, err error) {
+			if m.dead {
+				return
+			}
+			if err != nil {
+				fx.awaitLeaseGone(name, lease)
+				return
+			}
+			e := ghostEnd{lease: lease}
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				e.mapRev = kvs[0].ModRevision
+			}
+			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, e) })
+			m.settle()
+		})
 	})
 }
 
