@@ -166,7 +166,7 @@ func TestBarrierWaitsForPreviousOwner(t *testing.T) {
 	// been deleted by hand while it acts. Gone once etcd says its lease
 	// is: see TestDeletionAfterAnOlderMapMakesAGhost.)
 	if len(fx.asked) == 1 {
-		b.r.onMail(mail{ghosts: []ghostEnd{{fx.asked[0], 1 << 40}}})
+		b.r.onMail(mail{ghosts: []ghostEnd{{fx.asked[0], 1 << 40, 1 << 40}}})
 		b.r.tryAcquire()
 	}
 	b.wantHeld(0, true, "a is gone")

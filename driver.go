@@ -111,7 +111,7 @@ func (fx netEffects) checkOwnName(own int64) {
 					continue
 				}
 				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
-					r.awaitLeaseGone(r.opts.member, kv.Lease)
+					r.awaitLeaseGone(r.opts.member, kv.Lease, false)
 				}
 			}
 			r.inbox.send(func(m *mail) { m.selfChecked = true })
@@ -144,7 +144,7 @@ func (fx netEffects) awaitLeaseGone(name string, lease int64) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		r.awaitLeaseGone(name, lease)
+		r.awaitLeaseGone(name, lease, true)
 	}()
 }
 

@@ -28,8 +28,9 @@ type ghostState struct {
 }
 
 // ghostEnd is etcd's answer that a ghost's lease is gone, with the mod
-// revision of the map key read right after it (0: absent).
-type ghostEnd struct{ lease, mapRev int64 }
+// revision of the map key read right after it (0: absent) and the
+// revision of that read.
+type ghostEnd struct{ lease, mapRev, rev int64 }
 
 // endGhost takes etcd's answer that a ghost's lease is gone. An answer is
 // proof of the lease's end only in the history the member's view follows:
@@ -47,7 +48,10 @@ func (r *Rink) endGhost(e ghostEnd) {
 	if _, ok := st.ghosts[e.lease]; !ok {
 		return
 	}
-	if st.curRev == 0 || e.mapRev < st.curRev {
+	// The applied map was put at or before the read (rev), so the map key
+	// then was at least as new, unless etcd went back; or the view has
+	// passed the read, and noticed any restore before it.
+	if !(st.curRev != 0 && st.curRev <= e.rev && e.mapRev >= st.curRev || st.rev >= e.rev && st.curRev > e.rev) {
 		if st.ending == nil {
 			st.ending = map[int64]int64{}
 		}
@@ -214,9 +218,10 @@ func (r *Rink) addGhost(name string, lease int64) {
 	r.fx().awaitLeaseGone(name, lease)
 }
 
-// awaitLeaseGone asks etcd until lease is gone, then tells the run
-// goroutine.
-func (r *Rink) awaitLeaseGone(name string, lease int64) {
+// awaitLeaseGone asks etcd until lease is gone, then (when tell) tells the
+// run goroutine, with the map key read right after the answer (see
+// endGhost). checkOwnName waits on it without telling.
+func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 	b := newBackoff()
 	logged := false
 	for r.ctx.Err() == nil {
@@ -226,7 +231,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 		wait := b.next()
 		switch {
 		case err == nil && resp.TTL < 0: // (0: under a second left)
-			if name == r.opts.member {
+			if !tell {
 				return // (see checkOwnName)
 			}
 			// Then the map key, read after the answer (see endGhost).
@@ -236,7 +241,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64) {
 			if err != nil {
 				break // (asked again after the backoff)
 			}
-			e := ghostEnd{lease: lease}
+			e := ghostEnd{lease: lease, rev: g.Header.Revision}
 			if len(g.Kvs) > 0 {
 				e.mapRev = g.Kvs[0].ModRevision
 			}

@@ -173,9 +173,8 @@ func (fx simEffects) dropLineage(rev int64) {
 func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 	m := fx.m
 	m.awaitLeaseGone(lease, func(int64) {
-		if name == m.r.opts.member {
-			return
-		}
+		// (A ghost of our own name is another process's incarnation of
+		// it: the check for one, checkOwnName, waits on its own.)
 		// Then the map key, read after the answer (see Rink.endGhost).
 		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(m.r.keys.rankMap())}}, func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
@@ -185,7 +184,7 @@ func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 				fx.awaitLeaseGone(name, lease)
 				return
 			}
-			e := ghostEnd{lease: lease}
+			e := ghostEnd{lease: lease, rev: resp.Header.GetRevision()}
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 				e.mapRev = kvs[0].ModRevision
 			}
