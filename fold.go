@@ -127,6 +127,9 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 		} else {
 			r.mapGone(b.rev)
+			if st.view.wide {
+				r.listedLeases(nil, nil)
+			}
 		}
 		for _, kv := range b.kvs {
 			if key := string(kv.Key); !r.keys.isMap(key) && !r.keys.isSnapshot(key) {

@@ -132,6 +132,16 @@ func (r *Rink) keepOther(lease int64, name string) {
 // put back by hand, and .map the newest a leader wrote) is evidence too.
 func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 	st := &r.st
+	if st.recorded == nil && len(st.cur.Leases) == len(st.cur.Members) {
+		// What the last whole map this member applied records (the
+		// map key may be gone: a lineage that a restore brought back is
+		// dropped, and so would be the evidence of a member, cut off,
+		// whose keys an operator deleted: rink-sim -keys seed 14870).
+		st.recorded = map[string]int64{}
+		for i, name := range st.cur.Members {
+			r.keepOther(st.cur.Leases[i], name)
+		}
+	}
 	if mapKV == nil || st.curRev != mapKV.ModRevision {
 		return
 	}
