@@ -218,12 +218,23 @@ func (r *Rink) addGhost(name string, lease int64) {
 	r.fx().awaitLeaseGone(name, lease)
 }
 
+// ghostPoll returns how long to wait before asking etcd again about a
+// ghost's lease, after asked answers that it lives with ttlLeft seconds
+// (a session's TTL is ttl): 50 ms, doubling, up to a quarter of the TTL
+// and the lease's time left. A member that fenced and came back revokes
+// its old lease a round trip after the others see its key rebound (see
+// resume): most ghosts end within a few questions.
+func ghostPoll(asked int, ttlLeft int64, ttl time.Duration) time.Duration {
+	wait := 50 * time.Millisecond << min(asked, 8)
+	return max(min(wait, time.Duration(ttlLeft)*time.Second, ttl/4), 50*time.Millisecond)
+}
+
 // awaitLeaseGone asks etcd until lease is gone, then (when tell) tells the
 // run goroutine, with the map key read right after the answer (see
 // endGhost). checkOwnName waits on it without telling.
 func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 	b := newBackoff()
-	logged := false
+	logged, began, asked := false, time.Now(), 0
 	for r.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
 		resp, err := r.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
@@ -248,12 +259,13 @@ func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, e) })
 			return
 		case err == nil:
-			if !logged {
+			if !logged && time.Since(began) >= r.opts.ttl/4 {
 				logged = true
-				r.log.Warn("a member's key was deleted while its lease lives: starting nothing until the lease is gone",
+				r.log.Warn("a member's keys say it went while its lease lives: starting nothing it may hold until the lease is gone",
 					zap.String("member", name), zap.Int64("ttl", resp.TTL))
 			}
-			wait = max(min(time.Duration(resp.TTL)*time.Second, r.opts.ttl/4), 50*time.Millisecond)
+			wait = ghostPoll(asked, resp.TTL, r.opts.ttl)
+			asked++
 		}
 		t := time.NewTimer(wait)
 		select {

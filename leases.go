@@ -206,13 +206,14 @@ func leasesIn(whole []byte) (map[string]int64, bool) {
 // go.
 func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 	st := &r.st
-	if st.recorded == nil || r.planted(plantForgetRecorded) {
+	if st.recorded == nil || r.planted(plantForgetRecorded) || r.planted(plantForgetGhosts) {
 		return
 	}
 	if all {
 		names = maps.Keys(st.recorded)
 	}
-	for _, name := range slices.Sorted(names) { // (in one order: a history replays)
+	var want []string // (made ghosts in one order, below: a history replays; a pass costs no sort)
+	for name := range names {
 		l, ok := st.recorded[name]
 		if !ok || l == r.ownLease() {
 			continue // (our own incarnations: see addGhost)
@@ -232,7 +233,11 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 		if _, ok := st.ghosts[l]; ok {
 			continue
 		}
-		r.addGhost(name, l)
+		want = append(want, name)
+	}
+	slices.Sort(want)
+	for _, name := range want {
+		r.addGhost(name, st.recorded[name])
 	}
 	for _, l := range slices.Sorted(maps.Keys(st.others)) {
 		name := st.others[l]

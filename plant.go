@@ -7,7 +7,7 @@ const (
 	plantSkipBarrier  = "skip-barrier"  // start owned slots without waiting for the barrier
 	plantEarlyAck     = "early-ack"     // acknowledge a map before releasing the slots it takes
 	plantIgnoreFence  = "ignore-fence"  // act on after the lease's deadline has passed
-	plantForgetGhosts = "forget-ghosts" // find no ghosts from election keys (see noteCandidates)
+	plantForgetGhosts = "forget-ghosts" // find no ghosts from election keys (see noteCandidates), nor from the leases maps record (see noteRecorded)
 	// plantSkipReplicaBarrier starts memberships of replica sets without
 	// the barrier that keeps at most k members holding a slot (see
 	// secondary.go); the primary's own barrier stays. It can fail only in

@@ -121,10 +121,13 @@ func testRejoinRevokesOldLease(t *testing.T, deleteKey bool) {
 		t.Fatalf("b's member key was not rebound: %v %v", resp, err)
 	}
 	waitLeaseGone(t, admin, old, resumed)
-	time.Sleep(500 * time.Millisecond) // (a ghost's first question, had anybody made one)
+	time.Sleep(ttl/4 + 500*time.Millisecond) // (past the warning of a ghost that outlives a quarter TTL, had there been one)
 	for i, l := range logs {
+		// (A member that plans makes a ghost of the lease the map
+		// records for b until etcd says it ended (issue 42): it must end
+		// within a few questions, before the warning.)
 		if n := l.FilterMessageSnippet("while its lease lives").Len(); n > 0 {
-			t.Errorf("%s made a ghost of b's old lease and waited for it (%d warnings)", ms[2*i].Member(), n)
+			t.Errorf("%s waited for b's old lease for a quarter TTL or more (%d warnings)", ms[2*i].Member(), n)
 		}
 	}
 	h.check(t)

@@ -142,6 +142,10 @@ func (fx simEffects) checkOwnName(own int64) {
 // awaitLeaseGone asks etcd until lease is gone, then calls then (see
 // Rink.awaitLeaseGone).
 func (m *simMember) awaitLeaseGone(lease int64, then func(rev int64)) {
+	m.askLeaseGone(lease, 0, then)
+}
+
+func (m *simMember) askLeaseGone(lease int64, asked int, then func(rev int64)) {
 	m.etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}, func(resp *etcdserverpb.LeaseTimeToLiveResponse, err error) {
 		if m.dead {
 			return
@@ -152,11 +156,11 @@ func (m *simMember) awaitLeaseGone(lease int64, then func(rev int64)) {
 		}
 		wait := m.backoff()
 		if err == nil {
-			wait = max(min(time.Duration(resp.TTL)*time.Second, m.r.opts.ttl/4), 50*time.Millisecond)
+			wait = ghostPoll(asked, resp.TTL, m.r.opts.ttl)
 		}
 		m.env.After(wait, func() {
 			if !m.dead {
-				m.awaitLeaseGone(lease, then)
+				m.askLeaseGone(lease, asked+1, then)
 			}
 		})
 	})
