@@ -115,7 +115,7 @@ func TestRinkReplaysBySeedWithReplicas(t *testing.T) {
 
 // TestPlantedBugsAreFound: the simulator can fail. Each bug planted in the
 // members' cores (simhook.Plants) is found within the first 2,000 seeds.
-// forget-ghosts is the slowest (seed 295): it needs an operator to delete
+// forget-ghosts is the slowest (seed 547; it also forgets the ghosts the maps' leases show, the layer that masked it): it needs an operator to delete
 // a live member's key at the right time, one fault kind of eighteen.
 // skip-replica-barrier can fail only with replicas: it is looked for in a
 // rink of six members in three zones with two replicas per slot (found at
