@@ -107,7 +107,8 @@
 // many distinct zones as the members' zones allow, so that losing a zone
 // promotes its primaries to secondaries in other zones. Owners lists a
 // role's replicas, primary first. Every member must agree on k; with one
-// (the default) the rink's map is that of earlier releases, byte for byte.
+// (the default) the rink's map is that of earlier releases, plus the leases
+// it records (which they ignore).
 //
 // # Guarantees
 //
