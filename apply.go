@@ -159,6 +159,9 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		t = transitionOf(kv.Value)
 	}
 	st.curView = t.View
+	if t.Quiet && fresh {
+		r.quietStarts() // (a process new to the rink, in a lineage that just replaced another: see transition.Quiet)
+	}
 	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.createRev && m.Version > st.topVer {
 		// Our name is another process's now (see transition.Incs): our
 		// key went, though our own watch has not said so yet.
@@ -202,6 +205,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	r.hushBegun(kv.Version, kv.ModRevision, !newLineage && st.prevSeq == kv.Version-1 && st.prevSeq > 0)
 	prevIdx := st.selfIdx
 	r.indexCur(st.prev.Members, delta)
+	r.keepOwnLease(&m, rec)
 	if fresh {
 		// Before it, this member owned nothing.
 		if movedFor(&rankMap{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {

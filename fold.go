@@ -128,7 +128,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		} else {
 			r.mapGone(b.rev)
 			if st.view.wide {
-				r.listedLeases(nil, nil)
+				r.listedLeases(nil, snapKV)
 			}
 		}
 		for _, kv := range b.kvs {

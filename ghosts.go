@@ -21,6 +21,11 @@ type ghostState struct {
 	// Entries whose lease is no ghost's are dropped as the leader plans.
 	ghostMeta map[int64]memberInfo
 	leaseBook // the leases the maps record, and those etcd said ended (see leases.go)
+	// ownLeaseRec is the lease the applied map records for this member
+	// (0: none), and leasesOn whether it records leases at all (a map of
+	// an earlier leader does not): see leaseGate.
+	ownLeaseRec int64
+	leasesOn    bool
 	// ending holds, by lease, ghosts etcd said are gone while the map
 	// key was older than the view's, with the view's revision then (see
 	// endGhost).

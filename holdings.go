@@ -280,6 +280,9 @@ func (r *Rink) tryAcquire() {
 		// startIncarnation), so the view gets there.
 		return
 	}
+	if !r.leaseGate() && !r.planted(plantSkipBarrier) {
+		return // the map does not record the lease we hold slots under yet (see leaseGate)
+	}
 	var others []memberBound
 	var low int64
 	ok := false

@@ -18,6 +18,9 @@ type leadState struct {
 // leadership is the run goroutine's state while this member leads.
 type leadership struct {
 	inc *incarnation
+	// quietUntil: the maps this leader proclaims say Quiet until then,
+	// one TTL after it began a lineage that replaced another.
+	quietUntil time.Time
 	key string // our election key
 	rev int64  // its create revision: proclamations are guarded by it
 

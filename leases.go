@@ -142,7 +142,21 @@ func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 			r.keepOther(st.cur.Leases[i], name)
 		}
 	}
-	if mapKV == nil || st.curRev != mapKV.ModRevision {
+	if mapKV == nil {
+		// The map key is gone; the whole map beside it may still say
+		// what the last lineage recorded (rink-sim -keys seed 53692: a
+		// lineage a restore brought back was dropped, and the member
+		// elected next had applied no whole map of it).
+		if snapKV != nil {
+			if other, ok := leasesIn(snapKV.Value); ok {
+				for name, l := range other {
+					r.keepOther(l, name)
+				}
+			}
+		}
+		return
+	}
+	if st.curRev != mapKV.ModRevision {
 		return
 	}
 	cur, ok := wholeLeases(mapKV, snapKV)
@@ -249,6 +263,40 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 			r.addGhost(name, l)
 		}
 	}
+}
+
+// keepOwnLease notes what the map m just applied (rec: its change
+// record, nil for a whole map) records of this member's lease (see
+// leaseGate). Every member keeps it, at the cost of a lookup per map.
+func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
+	st := &r.st
+	switch {
+	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
+		st.leasesOn, st.ownLeaseRec = true, 0
+		if st.selfIdx >= 0 && st.selfIdx < len(m.Leases) {
+			st.ownLeaseRec = m.Leases[st.selfIdx]
+		}
+	case rec != nil:
+		if l, ok := rec.Leases[r.opts.member]; ok {
+			st.ownLeaseRec = l
+		}
+	default:
+		st.leasesOn, st.ownLeaseRec = false, 0 // (a whole map that records no leases: an earlier leader's, or one written by hand)
+	}
+}
+
+// leaseGate reports whether this member may start slots under its
+// current lease: the applied map records that lease for it, or records
+// no leases at all (a map of a leader before issue 42). A member that
+// came back under a new lease after a fence holds its slots under a lease
+// that no map names until the leader records it, which it does once etcd
+// said the old one ended (see leasesFor); until then a planner that knew
+// only the map would take the member as gone once the old lease ended,
+// and start its slots while the member, cut off with its keys deleted,
+// starts them too (rink-sim -keys seed 55019). So it starts nothing.
+func (r *Rink) leaseGate() bool {
+	st := &r.st
+	return !st.leasesOn || st.inc != nil && st.ownLeaseRec == int64(st.inc.lease)
 }
 
 // leaseEnded records that etcd said lease is gone.

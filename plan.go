@@ -201,6 +201,10 @@ func (r *Rink) plan() {
 		base = rankMap{}
 	}
 	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
+	if mapRev == 0 && st.cur.Version > 0 {
+		l.quietUntil = now.Add(r.opts.ttl) // a lineage that replaces another (see transition.Quiet)
+	}
+	t.Quiet = now.Before(l.quietUntil)
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.fx().proclaim(l, base, next, mapRev, t)
 }

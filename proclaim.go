@@ -31,7 +31,7 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 		// ranked name waits past, and the names whose keys other
 		// processes hold now (transition.Incs); not what it changed from
 		// a base.
-		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader})), 0)}
+		return []*etcdserverpb.RequestOp{putOp(r.keys.rankMap(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version

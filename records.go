@@ -89,6 +89,14 @@ type transition struct {
 	// skips its check for an earlier incarnation of its name only on such
 	// a map (see checkOwnName).
 	ByLeader bool `json:"byLeader,omitempty"`
+	// Quiet says that the map's lineage replaced another less than a TTL
+	// ago (issue 42): a member whose first map it is (a process new to
+	// the rink) starts nothing for a TTL, as a member that saw the
+	// lineage change does (see quietStarts). The lineage it replaced may
+	// rank a member, cut off, whose keys and lease nothing in etcd names
+	// any more, and which acts until it fences (rink-sim -keys seed
+	// 53692).
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // transitionOf returns the transition a map key's value carries (zero:
