@@ -21,8 +21,8 @@ type leadership struct {
 	// quietUntil: the maps this leader proclaims say Quiet until then,
 	// one TTL after it began a lineage that replaced another.
 	quietUntil time.Time
-	key string // our election key
-	rev int64  // its create revision: proclamations are guarded by it
+	key        string // our election key
+	rev        int64  // its create revision: proclamations are guarded by it
 
 	since   map[string]time.Time // when each waiting member was first seen (monotonic)
 	busy    bool                 // a proclamation is in flight
