@@ -244,3 +244,36 @@ func TestNoteGoneByRecords(t *testing.T) {
 		t.Fatalf("%s and %s, still ranked, recorded as gone: %v", kept, moved, g)
 	}
 }
+
+// TestRecordLeasesFollowTheChange: what a change record says of leases
+// (issue 42) costs what the change changed, whatever the rink's size: a
+// join names the newcomer's lease alone, a departure whose heir takes the
+// leaver's index the heir's alone, a map that moves slots between members
+// none.
+func TestRecordLeasesFollowTheChange(t *testing.T) {
+	for _, n := range []int{8, 1000, 10000} {
+		prev := rankMap{Schema: schemaVersion, Version: 5, Slots: 1024, Table: make(slotTable, 1024)}
+		for i := range n {
+			prev.Members = append(prev.Members, fmt.Sprintf("m%05d", i))
+			prev.Leases = append(prev.Leases, 7587879283487342080+int64(i))
+		}
+		join := prev
+		join.Members = append(slices.Clone(prev.Members), "new")
+		join.Leases = append(slices.Clone(prev.Leases), 42)
+		leave := prev
+		leave.Members, leave.Leases = slices.Clone(prev.Members), slices.Clone(prev.Leases)
+		leave.Members[1], leave.Leases[1] = "heir", 43
+		moved := prev
+		moved.Table = slices.Clone(prev.Table)
+		moved.Table[7] = 1
+		for _, c := range []struct {
+			what string
+			next rankMap
+			want map[string]int64
+		}{{"join", join, map[string]int64{"new": 42}}, {"leave", leave, map[string]int64{"heir": 43}}, {"move", moved, nil}} {
+			if got := diff(&prev, &c.next).Leases; !maps.Equal(got, c.want) {
+				t.Errorf("%d members, %s: the record's leases are %v, want %v", n, c.what, got, c.want)
+			}
+		}
+	}
+}

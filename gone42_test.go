@@ -300,16 +300,7 @@ func testKeysDeletedWhileCutOff(t *testing.T, ackAndLoad bool) {
 func TestFencedResumeDoesNotStallOthersHandover(t *testing.T) {
 	const ttl = 4 * time.Second
 	h := &history{}
-	name := rinkName(t)
-	opts := func(member string) []Option {
-		return []Option{WithMemberName(member), WithSessionTTL(ttl), h.hook()}
-	}
-	p := newProxy(t)
-	a := join(t, newClient(t), name, opts("a")...)
-	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
-	b := join(t, proxyClient(t, p), name, opts("b")...)
-	c := join(t, newClient(t), name, opts("c")...)
-	waitSettled(t, a, b, c)
+	name, a, b, c, p := proxiedTrio(t, h, ttl, "b")
 	roleC := roleOf(t, c)
 	if _, err := c.AwaitRoleContext(ctxTimeout(t, 5*time.Second), roleC); err != nil {
 		t.Fatal(err)
@@ -421,16 +412,7 @@ func TestGhostOfKilledMemberCostsOnlyItsSlots(t *testing.T) {
 func testGhostCostsOnlyItsSlots(t *testing.T, deleteKey bool) {
 	const ttl = 4 * time.Second
 	h := &history{}
-	name := rinkName(t)
-	opts := func(member string) []Option {
-		return []Option{WithMemberName(member), WithSessionTTL(ttl), h.hook()}
-	}
-	p := newProxy(t)
-	a := join(t, newClient(t), name, opts("a")...)
-	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
-	x := join(t, proxyClient(t, p), name, opts("x")...)
-	c := join(t, newClient(t), name, opts("c")...)
-	waitSettled(t, a, x, c)
+	name, a, x, c, p := proxiedTrio(t, h, ttl, "x")
 	roleX := roleOf(t, x)
 	ctxX, err := x.AwaitRoleContext(ctxTimeout(t, 5*time.Second), roleX)
 	if err != nil {
@@ -493,4 +475,21 @@ func testGhostCostsOnlyItsSlots(t *testing.T, deleteKey bool) {
 	}
 	eventually(t, 10*time.Second, roleX+" held again, by a", func() bool { return len(holding(roleX, a)) == 1 })
 	cutOffGoneOnlyAfterX(t, h, roleX, slotOf(roleX, x.opts.slots), ended, cut)
+}
+
+// proxiedTrio starts a rink (named name) of a (ranked first), mid (through the proxy
+// it returns, so that a test can cut it off) and c, at session TTL ttl,
+// recorded in h, and waits until it is settled.
+func proxiedTrio(t *testing.T, h *history, ttl time.Duration, mid string) (name string, a, m, c *Rink, p proxy.Server) {
+	name = rinkName(t)
+	opts := func(member string) []Option {
+		return []Option{WithMemberName(member), WithSessionTTL(ttl), h.hook()}
+	}
+	p = newProxy(t)
+	a = join(t, newClient(t), name, opts("a")...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	m = join(t, proxyClient(t, p), name, opts(mid)...)
+	c = join(t, newClient(t), name, opts("c")...)
+	waitSettled(t, a, m, c)
+	return name, a, m, c, p
 }

@@ -73,13 +73,7 @@ func (r *Rink) keepLeases(m *rankMap, rec *change) {
 	}
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
-		next := make(map[string]int64, len(m.Members))
-		for i, name := range m.Members {
-			if l := m.Leases[i]; l != 0 {
-				next[name] = l
-			}
-		}
-		r.replaceBook(next)
+		r.replaceBook(byName(m.Members, m.Leases))
 	case rec != nil && st.recorded != nil:
 		for name, l := range rec.Leases {
 			if old := st.recorded[name]; old != 0 && old != l {
@@ -201,13 +195,19 @@ func leasesIn(whole []byte) (map[string]int64, bool) {
 	if json.Unmarshal(whole, &m) != nil || len(m.Leases) != len(m.Members) || len(m.Members) == 0 {
 		return nil, false
 	}
-	out := make(map[string]int64, len(m.Members))
-	for i, name := range m.Members {
-		if l := m.Leases[i]; l != 0 {
+	return byName(m.Members, m.Leases), true
+}
+
+// byName returns the leases a map records (index by index with names),
+// by name, leaving out those not known (0).
+func byName(names []string, leases []int64) map[string]int64 {
+	out := make(map[string]int64, len(names))
+	for i, name := range names {
+		if l := leases[i]; l != 0 {
 			out[name] = l
 		}
 	}
-	return out, true
+	return out
 }
 
 // noteRecorded makes a ghost of each recorded lease (see leaseBook) that
