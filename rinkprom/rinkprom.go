@@ -5,36 +5,67 @@
 //	r, err := rink.New(cli, "orders", rink.WithEvents(m.Observe))
 //
 // One Metrics value serves every member in the process; each series carries
-// the labels rink and member, and exists from the member's first event on.
-// Call Forget after a member's Shutdown to stop exporting it.
+// the labels rink and member, and exists (at 0) from the member's first
+// event on, but rink_load_imbalance. Call Forget after a member's Shutdown
+// to stop exporting it.
 //
-// | metric | type | meaning |
-// | --- | --- | --- |
-// | rink_member_index | gauge | this member's index; -1 while waiting or out of the rink |
-// | rink_size | gauge | ranked members in the newest map this member applied |
-// | rink_member_waiting | gauge | 1 while the map lists this member as waiting to be ranked |
-// | rink_member_leader | gauge | 1 while this member is the rink's leader: the member that coordinates the rink (Rank().Leader), not the holder of a role named "leader" |
-// | rink_slots_held | gauge | slots this member holds (a role is held with its slot); with more than one replica per slot (rink.WithReplicas), those it holds as primary |
-// | rink_acquisitions_total | counter | slots this member started holding (as primary) |
-// | rink_releases_total | counter | slots this member stopped holding (as primary) |
-// | rink_secondary_slots_held | gauge | slots this member holds as a secondary, keeping their roles warm for their primary on another member (0 with one replica per slot) |
-// | rink_secondary_acquisitions_total | counter | slots this member started holding as a secondary |
-// | rink_secondary_releases_total | counter | slots this member stopped holding as a secondary, promotions included |
-// | rink_promotions_total | counter | slots this member held as a secondary and then took as primary (rink.ErrPromoted): a failover or a move that found the roles warm |
-// | rink_handovers_total | counter | acquisitions of a slot another member owned before |
-// | rink_fences_total | counter | times this member dropped every holding at once (session lost, or left the rink) |
-// | rink_rejoins_total | counter | times this member joined again with a new session |
-// | rink_maps_applied_total | counter | map versions this member applied |
-// | rink_handover_wait_seconds | histogram | time from the map that gave this member a slot to holding it |
-// | rink_map_apply_seconds | histogram | time this member took to apply a map |
-// | rink_settled | gauge | 1 while this member sees the rink at rest (rink.Rank.Settled): the leader plans no move and every member has acknowledged the map |
-// | rink_member_load | gauge | this member's load rate over the slots it holds, units per second (rink.Rink.AddLoad), as last reported |
-// | rink_member_awaited_roles | gauge | distinct roles this member awaits in the slots it holds, as last reported |
-// | rink_load_imbalance | gauge | while this member leads and balances by load: the most loaded member's load per capacity over the mean, as estimated after its last round |
-// | rink_load_rounds_total | counter | rounds of balancing by load this member ran as the rink's leader |
-// | rink_load_moves_total | counter | slots those rounds moved |
-// | rink_drain_seconds | histogram | time a given-away slot waited for the functions Run and Watch ran on it (rink.WithDrainTimeout) |
-// | rink_drain_timeouts_total | counter | drains that ran out of time, handing a slot over with work still running on it |
+// The metrics, with their types:
+//
+//   - rink_member_index (gauge): this member's index; -1 while waiting, out
+//     of the rink, or shut down.
+//   - rink_size (gauge): ranked members in the newest map this member applied.
+//   - rink_member_waiting (gauge): 1 while the map lists this member as
+//     waiting to be ranked.
+//   - rink_member_leader (gauge): 1 while this member is the rink's leader,
+//     the member that coordinates the rink (rink.Rank.Leader), not the
+//     holder of a role named "leader".
+//   - rink_slots_held (gauge): slots this member holds (a role is held with
+//     its slot); with more than one replica per slot (rink.WithReplicas),
+//     those it holds as primary.
+//   - rink_settled (gauge): 1 while this member sees the rink at rest
+//     (rink.Rank.Settled): the leader plans no move and every member has
+//     acknowledged the map.
+//   - rink_acquisitions_total (counter): slots this member started holding
+//     (as primary).
+//   - rink_releases_total (counter): slots this member stopped holding (as
+//     primary).
+//   - rink_handovers_total (counter): acquisitions of a slot another member
+//     owned before.
+//   - rink_fences_total (counter): times this member dropped every holding at
+//     once (session lost, or left the rink).
+//   - rink_rejoins_total (counter): times this member joined again with a new
+//     session.
+//   - rink_maps_applied_total (counter): map versions this member applied.
+//   - rink_handover_wait_seconds (histogram): time from the map that gave
+//     this member a slot to holding it.
+//   - rink_map_apply_seconds (histogram): time this member took to apply a
+//     map.
+//   - rink_drain_seconds (histogram): time a slot this member gave away
+//     waited for the functions Run and Watch ran on it
+//     (rink.WithDrainTimeout), timed-out drains included.
+//   - rink_drain_timeouts_total (counter): drains that ran out of time,
+//     handing a slot over with work still running on it.
+//   - rink_member_load (gauge): this member's load rate over the slots it
+//     holds, units per second (rink.Rink.AddLoad), as last reported.
+//   - rink_member_awaited_roles (gauge): distinct roles this member awaits in
+//     the slots it holds, as last reported.
+//   - rink_load_imbalance (gauge): while this member leads and balances by
+//     load, the most loaded member's load per capacity over the mean, as
+//     estimated after its last round; it has no series before its first
+//     round.
+//   - rink_load_rounds_total (counter): rounds of balancing by load this
+//     member ran as the rink's leader.
+//   - rink_load_moves_total (counter): slots those rounds moved.
+//   - rink_secondary_slots_held (gauge): slots this member holds as a
+//     secondary, keeping their roles warm for their primary on another
+//     member (0 with one replica per slot).
+//   - rink_secondary_acquisitions_total (counter): slots this member started
+//     holding as a secondary.
+//   - rink_secondary_releases_total (counter): slots this member stopped
+//     holding as a secondary, promotions included.
+//   - rink_promotions_total (counter): slots this member held as a secondary
+//     and then took as primary (rink.ErrPromoted): a failover, or a move
+//     that found the roles warm.
 package rinkprom
 
 import (
@@ -140,8 +171,10 @@ func (m *Metrics) Observe(e rink.Event) {
 	if _, loaded := m.seen.LoadOrStore([2]string{e.Rink, e.Member}, true); !loaded {
 		// Every series of a member exists from its first event on, at 0,
 		// so that rates and alerts see zeros rather than gaps.
+		// (Not rink_load_imbalance: it has no value until a round of
+		// balancing by load, and 0 would read as a perfect balance.)
 		for _, c := range []*prometheus.CounterVec{m.acquisitions, m.releases, m.handovers, m.fences, m.rejoins, m.applied, m.rounds, m.moves,
-			m.secAcquisitions, m.secReleases, m.promotions} {
+			m.secAcquisitions, m.secReleases, m.promotions, m.drainTimeouts} {
 			c.With(l)
 		}
 		for _, g := range []*prometheus.GaugeVec{m.size, m.waiting, m.leader, m.held, m.settled, m.load, m.roles, m.secondaries} {
@@ -149,6 +182,7 @@ func (m *Metrics) Observe(e rink.Event) {
 		}
 		m.handoverWait.With(l)
 		m.mapApply.With(l)
+		m.drain.With(l)
 		m.index.With(l).Set(-1)
 	}
 	switch e.Kind {
