@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,9 +246,17 @@ func newRink(name string, o options) *Rink {
 func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap()), clientv3.OpGet(r.keys.snapshot())}
 	ops = append(ops, nestingOps(r.name)...)
-	resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+	var resp *clientv3.TxnResponse
+	need := fmt.Sprintf("read-write on the keys under %q", r.keys.prefix)
+	if strings.Contains(r.name, "/") {
+		need += ", and read on " + ancestorKeys(r.name)
+	}
+	err := contact(ctx, r.cli, need, func(ctx context.Context) (err error) {
+		resp, err = r.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
+		return nil, fmt.Errorf("rink: joining rink %q: reading the rank map: %w", r.name, err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		var snap *mvccpb.KeyValue
