@@ -187,7 +187,9 @@ type observed struct{ s State }
 
 // NewObserver starts following the rink called name and returns once it
 // has read the rink's current state. A rink with no keys yet is not an
-// error: its State has Version 0.
+// error: its State has Version 0. It fails as New does when etcd cannot be
+// reached (ErrUnreachable) or denies the client; an Observer needs read
+// permission on the rink's keys.
 //
 // An Observer takes two options: WithLogger, and WithJoinTimeout, which
 // bounds the first read (default DefaultJoinTimeout). Any other option

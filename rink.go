@@ -136,8 +136,15 @@ type Rink struct {
 // New joins the rink called name on etcd and returns once this member's
 // key exists. It does not wait to be ranked. It fails with ErrIncompatible
 // when the rink's map was made with other settings, ErrMemberExists when the
-// member name is held by a live member, and a context.DeadlineExceeded error
-// when etcd does not answer within the join timeout. It is NewContext with
+// member name is held by a live member, ErrUnreachable as soon as etcd is
+// known to be out of reach (every endpoint refuses the connection for a
+// couple of seconds, or fails the TLS handshake), and a
+// context.DeadlineExceeded error when etcd does not answer within the join
+// timeout (wrapping ErrUnreachable too if no endpoint could be connected
+// to). These errors name the endpoints and what failed at each; an etcd
+// that denies the client (a wrong password, a role without permission on
+// the rink's keys) is reported at once, with the user and the permission
+// rink needs (see docs/operations.md). It is NewContext with
 // context.Background(): the join timeout alone bounds it.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	return NewContext(context.Background(), cli, name, opts...)
