@@ -187,7 +187,9 @@ type observed struct{ s State }
 
 // NewObserver starts following the rink called name and returns once it
 // has read the rink's current state. A rink with no keys yet is not an
-// error: its State has Version 0.
+// error: its State has Version 0. It fails as New does when etcd cannot be
+// reached (ErrUnreachable) or denies the client; an Observer needs read
+// permission on the rink's keys.
 //
 // An Observer takes two options: WithLogger, and WithJoinTimeout, which
 // bounds the first read (default DefaultJoinTimeout). Any other option
@@ -202,6 +204,17 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 		return nil, err
 	}
 	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}
+	// A first read, which says why etcd cannot be reached or read (the
+	// watch below retries whatever fails, quietly).
+	ctx, cancel := context.WithTimeout(context.Background(), o.joinTimeout)
+	defer cancel()
+	err = contact(ctx, cli, fmt.Sprintf("read on the keys under %q", ob.keys.prefix), func(ctx context.Context) error {
+		_, err := cli.Get(ctx, ob.keys.rankMap())
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rink: reading rink %q: %w", name, err)
+	}
 	ob.ctx, ob.cancel = context.WithCancel(context.Background())
 	ob.state.Store(&observed{State{Rink: name, changed: make(chan struct{})}})
 
@@ -228,9 +241,9 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 	select {
 	case <-ready:
 		return ob, nil
-	case <-time.After(o.joinTimeout):
+	case <-ctx.Done():
 		ob.Close()
-		return nil, fmt.Errorf("rink: reading rink %q: %w", name, context.DeadlineExceeded)
+		return nil, fmt.Errorf("rink: reading rink %q: %w", name, ctx.Err())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,8 +136,15 @@ type Rink struct {
 // New joins the rink called name on etcd and returns once this member's
 // key exists. It does not wait to be ranked. It fails with ErrIncompatible
 // when the rink's map was made with other settings, ErrMemberExists when the
-// member name is held by a live member, and a context.DeadlineExceeded error
-// when etcd does not answer within the join timeout. It is NewContext with
+// member name is held by a live member, ErrUnreachable as soon as etcd is
+// known to be out of reach (every endpoint refuses the connection for a
+// couple of seconds, or fails the TLS handshake), and a
+// context.DeadlineExceeded error when etcd does not answer within the join
+// timeout (wrapping ErrUnreachable too if no endpoint could be connected
+// to). These errors name the endpoints and what failed at each; an etcd
+// that denies the client (a wrong password, a role without permission on
+// the rink's keys) is reported at once, with the user and the permission
+// rink needs (see docs/operations.md). It is NewContext with
 // context.Background(): the join timeout alone bounds it.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Rink, error) {
 	return NewContext(context.Background(), cli, name, opts...)
@@ -245,9 +253,17 @@ func newRink(name string, o options) *Rink {
 func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap()), clientv3.OpGet(r.keys.snapshot())}
 	ops = append(ops, nestingOps(r.name)...)
-	resp, err := r.cli.Txn(ctx).Then(ops...).Commit()
+	var resp *clientv3.TxnResponse
+	need := fmt.Sprintf("read-write on the keys under %q", r.keys.prefix)
+	if strings.Contains(r.name, "/") {
+		need += ", and read on " + ancestorKeys(r.name)
+	}
+	err := contact(ctx, r.cli, need, func(ctx context.Context) (err error) {
+		resp, err = r.cli.Txn(ctx).Then(ops...).Commit()
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("rink: reading the rank map: %w", err)
+		return nil, fmt.Errorf("rink: joining rink %q: reading the rank map: %w", r.name, err)
 	}
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		var snap *mvccpb.KeyValue

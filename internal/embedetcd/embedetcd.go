@@ -33,6 +33,12 @@ type Options struct {
 	// TLS, when set, serves clients over TLS and requires client
 	// certificates signed by TLS.CA.
 	TLS *TLSFiles
+	// BcryptCost is the cost of hashing the passwords of etcd's auth
+	// (0: etcd's default, 10). A client with a user name and password
+	// has the server check the password each time it opens a stream (a
+	// watch, or a lease renewal), so tests with auth set it low
+	// (bcrypt.MinCost is 4).
+	BcryptCost uint
 }
 
 // TLSFiles names PEM files.
@@ -56,6 +62,9 @@ func Start(o Options) (*Server, error) {
 	cfg.Dir = s.dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = o.NoFsync
+	if o.BcryptCost > 0 {
+		cfg.BcryptCost = o.BcryptCost
+	}
 	// No HTTP/JSON gateway: nothing here uses it, and the goroutine that
 	// builds it reads os.Stderr (logrus.New) after Start has returned. Under
 	// 'go test -json', testing.M.Run assigns os.Stderr, so an etcd started
