@@ -137,8 +137,8 @@ func (l *loadAcc) wake() {
 // Observers show it (MemberState.Load). A slot's rate below half a unit
 // per window counts as none: choose units so that a busy role adds many
 // per window. AddLoad takes nanoseconds and does not allocate: call it on
-// the hot path. A role with an empty name, and units that are not positive
-// and finite, are ignored.
+// the hot path. A role with an empty name, units that are not positive
+// and finite, and any units once the rink has stopped, are ignored.
 func (r *Rink) AddLoad(role string, units float64) {
 	if role == "" || !(units > 0) || math.IsInf(units, 1) {
 		return
