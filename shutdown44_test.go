@@ -214,3 +214,22 @@ func TestObserverAfterClose(t *testing.T) {
 		t.Errorf("State.Owner of a state taken before Close = %q, %v; want %q", m, ok, r.Member())
 	}
 }
+
+// TestRankAfterShutdownNamesNoLeader: a member that shut down in a rink
+// that goes on names no leader, in either view of the rink.
+func TestRankAfterShutdownNamesNoLeader(t *testing.T) {
+	h := &history{}
+	_, ms, _ := cluster(t, h, 2)
+	waitSettled(t, ms...)
+	for _, m := range ms {
+		if m.Rank().Leader == "" {
+			t.Fatalf("%s names no leader while it runs", m.Member())
+		}
+	}
+	if err := ms[1].Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if rk := ms[1].Rank(); rk.Leader != "" || rk.Index != -1 || rk.Size != 0 {
+		t.Errorf("Rank after Shutdown: leader %q, index %d, size %d; want no leader, -1, 0", rk.Leader, rk.Index, rk.Size)
+	}
+}
