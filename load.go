@@ -161,6 +161,14 @@ func (l *loadAcc) noteRole(role string, s int) {
 	}
 }
 
+// rolesIn returns how many distinct roles this member has awaited in
+// slot s (see Event.Roles).
+func (l *loadAcc) rolesIn(s int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.count[s])
+}
+
 // loadReport is a member's load summary: per slot it holds, the slot's
 // rate, how long the member has held it, and its awaited roles. A slot it
 // does not list in Slots it did not hold when it wrote the summary (or
