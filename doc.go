@@ -39,8 +39,9 @@
 // so errors.Is(err, ErrShutdown) tells that the rink stopped either way.
 // Ready is false from then on. Once the rink has stopped, or Shutdown has
 // returned, Get, Owner and Owners answer false (a router must not route by
-// a stopped member's last map), Rank has Index -1, Size 0 and no Leader,
-// and AddLoad is ignored; RoleSets have had every role revoked. An
+// a stopped member's last map); once Done is closed, Rank has Index -1,
+// Size 0 and no Leader, AddLoad is ignored, and RoleSets have had every
+// role revoked. An
 // Observer after Close answers no Owner or Owners, and its State is empty
 // but for Rink and Closed; a State taken before Close stays a snapshot.
 //

@@ -297,8 +297,8 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 // Watch and RoleSet.Add return ErrShutdown (ErrClientClosed if the client
 // was closed first: see Err) and Ready is false; once Shutdown has
 // returned, or the rink has stopped for any reason, Get, Owner and Owners
-// answer false and Rank has Index -1, Size 0 and no Leader. AddLoad is
-// ignored. A member that leaves with a warm-up (WithWarmup) keeps its
+// answer false; once Done is closed, Rank has Index -1, Size 0 and no
+// Leader, and AddLoad is ignored. A member that leaves with a warm-up (WithWarmup) keeps its
 // roles, and Get and Owner keep answering, while it waits for its heirs.
 func (r *Rink) Shutdown(ctx context.Context) error {
 	r.stop(ctx, ErrShutdown)
