@@ -28,6 +28,37 @@
 // gives up when its context ends (a SIGTERM during a long join); Err tells,
 // once Done is closed, why the rink stopped.
 //
+// # After a stop
+//
+// A rink stops on Shutdown, or when its etcd client is closed under it.
+// Whatever stopped it, its methods agree on why: from the moment the stop
+// begins, AwaitRole's context comes back cancelled and AwaitRoleContext,
+// Run, Watch and RoleSet.Add return an error, and the role contexts the
+// stop ends are cancelled with a cause, all of them the error Err gives
+// once Done is closed — ErrShutdown, or ErrClientClosed, which wraps it,
+// so errors.Is(err, ErrShutdown) tells that the rink stopped either way.
+// Ready is false from then on. Once the rink has stopped, or Shutdown has
+// returned, Get, Owner and Owners answer false (a router must not route by
+// a stopped member's last map); once Done is closed, Rank has Index -1,
+// Size 0 and no Leader, AddLoad is ignored, and RoleSets have had every
+// role revoked. An
+// Observer after Close answers no Owner or Owners, and its State is empty
+// but for Rink and Closed; a State taken before Close stays a snapshot.
+//
+// # Events
+//
+// WithEvents reports this member's state changes as Events, for metrics
+// and logs (rinkprom turns them into Prometheus metrics; Event.String
+// prints one as a line). Holdings are reported per slot, not per role: a
+// member acquires and releases every slot its map gives it, one
+// EventAcquired and one EventReleased each, whether any role hashes there
+// or not — a lone member of a rink of 1,024 slots logs 1,024 acquisitions
+// as it starts, however few roles it awaits. Event.Roles counts the roles
+// this member awaits in the slot, so a log that keeps only the events
+// whose Roles is not 0 shows the acquisitions that matter to the service.
+// To act on roles, read AwaitRole, Run or Watch (Handler.Assigned and
+// Revoked name each role), not events.
+//
 // # The rink's leader
 //
 // In this documentation "the leader", "the rink's leader" and Rank().Leader

@@ -158,7 +158,8 @@ func (r *Rink) awaitDrains(ctx context.Context) {
 
 // Run runs fn with the role's context each time this member holds role,
 // until ctx ends (it returns ctx's error) or the rink shuts down (it
-// returns ErrShutdown). fn's context is the role's (see AwaitRole), also
+// returns ErrShutdown, or ErrClientClosed if the rink stopped because its
+// etcd client was closed: the error Err gives). fn's context is the role's (see AwaitRole), also
 // cancelled when ctx ends. fn should return soon after its context is
 // cancelled; with WithDrainTimeout the heir starts the role only once fn
 // has returned (or the drain timeout has passed), so fn may finish what

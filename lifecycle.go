@@ -182,12 +182,12 @@ func (r *Rink) shutdown(cause error) {
 		// others: hand nothing over, and let the lease expire.
 		r.log.Info("shutting down in a quiet time after a restore or a resume: leaving the member key to expire with its lease")
 		releaseAll()
-		r.abandon(st.inc, ErrShutdown)
+		r.abandon(st.inc, r.stopErr())
 	case st.inc != nil && cause == nil:
 		r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
 		r.awaitDrains(r.stopCtx)
-		err = r.leave(ctx, st.inc, ErrShutdown)
+		err = r.leave(ctx, st.inc, r.stopErr())
 	}
 	releaseAll()
 	r.stopLeading()
@@ -199,10 +199,7 @@ func (r *Rink) shutdown(cause error) {
 	clear(st.electOf)
 	r.publishRank()
 	r.shutdownErr = err
-	r.stopCause = cause
-	if cause == nil {
-		r.stopCause = ErrShutdown
-	}
+	r.stopCause = r.stopErr() // (what the role contexts and the API said)
 	r.log.Info("left the rink", zap.Error(err))
 }
 
@@ -211,11 +208,12 @@ func (r *Rink) shutdown(cause error) {
 // stop for the shortest time before the heirs start.
 func (r *Rink) releaseAll() {
 	st := &r.st
-	r.endAllSecondaries(ErrShutdown)
+	why := r.stopErr()
+	r.endAllSecondaries(why)
 	for _, used := range [2]bool{false, true} {
 		for _, s := range slices.Sorted(st.mine.all()) {
 			if cur := r.slots.load(s); st.mine.isHeld(s) && (cur != nil && cur.used.Load()) == used {
-				r.release(s, ErrShutdown)
+				r.release(s, why)
 			}
 		}
 	}

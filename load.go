@@ -137,8 +137,8 @@ func (l *loadAcc) wake() {
 // Observers show it (MemberState.Load). A slot's rate below half a unit
 // per window counts as none: choose units so that a busy role adds many
 // per window. AddLoad takes nanoseconds and does not allocate: call it on
-// the hot path. A role with an empty name, and units that are not positive
-// and finite, are ignored.
+// the hot path. A role with an empty name, units that are not positive
+// and finite, and any units once the rink has stopped, are ignored.
 func (r *Rink) AddLoad(role string, units float64) {
 	if role == "" || !(units > 0) || math.IsInf(units, 1) {
 		return
@@ -159,6 +159,14 @@ func (l *loadAcc) noteRole(role string, s int) {
 	if added {
 		l.wake()
 	}
+}
+
+// rolesIn returns how many distinct roles this member has awaited in
+// slot s (see Event.Roles).
+func (l *loadAcc) rolesIn(s int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.count[s])
 }
 
 // loadReport is a member's load summary: per slot it holds, the slot's

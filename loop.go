@@ -30,6 +30,7 @@ type core struct {
 // run is the rink's single state-owning goroutine.
 func (r *Rink) run(first *incarnation) {
 	defer close(r.done)
+	defer r.over.Store(true)
 	st := &r.st
 	// The client's end reaches the run loop through the inbox: a select on
 	// its context, which every member of a shared client would wait on,
@@ -117,7 +118,7 @@ func (r *Rink) onMail(m mail) bool {
 	st := &r.st
 	if m.clientClosed {
 		r.log.Error("etcd client closed under a running rink: stopping")
-		r.stop(r.cli.Ctx())
+		r.stop(r.cli.Ctx(), ErrClientClosed)
 		r.shutdown(ErrClientClosed)
 		return false
 	}

@@ -89,6 +89,10 @@ type State struct {
 	// moves slots only while Imbalance exceeds 1+Tolerance, or to finish
 	// a round that ran out of budget.
 	Imbalance, Tolerance float64
+	// Closed reports that the Observer was closed: it follows the rink no
+	// more, so the state it returns from then on names nothing but Rink,
+	// and its Owner and Owners answer false (see Observer.Close).
+	Closed bool
 
 	table   slotTable  // the map's table: a row of Slots entries per replica
 	names   memberList // the map's members by index, as table names them
@@ -488,17 +492,28 @@ func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
 		len(cur.Leave) == 0 && f.settled(lineage, cur.Version, seq)
 }
 
-// State returns the rink's state as last seen.
-func (ob *Observer) State() State { return ob.state.Load().s }
+// State returns the rink's state as last seen. Once the observer is
+// closed it returns a State that says so: Closed is true, Rink is set,
+// every other field is zero, its Owner and Owners answer false, and its
+// Changed channel is nil (nothing newer will come). A State taken before
+// Close stays what it was: a snapshot, whose Owner still answers.
+func (ob *Observer) State() State {
+	if ob.ctx.Err() != nil {
+		return State{Rink: ob.name, Closed: true}
+	}
+	return ob.state.Load().s
+}
 
 // Owner returns the member that owns role in the newest map seen: the
 // primary of its slot when the rink has more than one replica per slot.
+// Once the observer is closed, ok is false.
 func (ob *Observer) Owner(role string) (string, bool) { return ob.State().Owner(role) }
 
 // Owners returns the members that hold role in the newest map seen, its
 // primary first, then its secondaries, the one that has held it longest
 // first: State.Owners of the current State. A router that cannot reach a
-// role's primary can tell which members keep its roles warm.
+// role's primary can tell which members keep its roles warm. Once the
+// observer is closed, ok is false.
 func (ob *Observer) Owners(role string) (members []string, ok bool) {
 	return ob.State().Owners(role)
 }
@@ -508,6 +523,8 @@ func (ob *Observer) Owners(role string) (members []string, ok bool) {
 func (ob *Observer) Done() <-chan struct{} { return ob.ctx.Done() }
 
 // Close stops following the rink and waits for the observer's goroutines.
+// From then on Owner and Owners answer false and State returns a State
+// whose Closed is true (see State).
 func (ob *Observer) Close() error {
 	ob.cancel()
 	ob.wg.Wait()

@@ -6,7 +6,8 @@ import "go.uber.org/zap"
 func (r *Rink) publishRank() {
 	st := &r.st
 	rk := Rank{Member: r.opts.member, Index: -1, Size: len(st.cur.Members), Version: st.cur.Version}
-	if st.stopping && st.inc == nil {
+	stopped := st.stopping && st.inc == nil
+	if stopped {
 		rk.Size = 0 // shut down: no longer part of any rink
 	}
 	if st.inc != nil && st.selfSeen && st.incompatible == nil {
@@ -26,6 +27,9 @@ func (r *Rink) publishRank() {
 		if st.floor.Leader != "" {
 			rk.Leader = st.floor.Leader
 		}
+	}
+	if stopped {
+		rk.Leader = "" // (it follows the rink no more)
 	}
 	rk.Settled = rk.Index >= 0 && r.settled()
 	if rk.Index >= 0 || rk.Waiting {

@@ -37,8 +37,11 @@ var (
 	// usable map appears. (A map in a protocol this member does not speak
 	// is waited out instead: the member holds nothing but stays.)
 	ErrIncompatible = errors.New("rink: incompatible rank map")
-	// ErrShutdown is returned once the rink has been shut down, and is the
-	// cause of role contexts cancelled by Shutdown.
+	// ErrShutdown is returned once the rink has begun to shut down, and is
+	// the cause of role contexts cancelled by Shutdown. Whatever stopped
+	// the rink, the errors its methods return and the causes of its role
+	// contexts are the error Err gives once Done is closed: ErrShutdown,
+	// or ErrClientClosed, which wraps it.
 	ErrShutdown = errors.New("rink: shut down")
 	// ErrFenced is the cause of role contexts cancelled because this member
 	// could not confirm its lease in time (or the lease ended). The member
@@ -49,8 +52,13 @@ var (
 	// because this member missed maps that may have: it starts the role
 	// again once the barrier lets it).
 	ErrRoleMoved = errors.New("rink: role moved to another member")
-	// ErrClientClosed means the etcd client was closed under a running rink.
-	ErrClientClosed = errors.New("rink: etcd client closed")
+	// ErrClientClosed means the etcd client was closed under a running
+	// rink, which then stopped: the methods that return ErrShutdown after
+	// Shutdown return ErrClientClosed, and it is the cause of the role
+	// contexts it cancelled. It wraps ErrShutdown, so that
+	// errors.Is(err, ErrShutdown) tells that the rink has stopped, whatever
+	// stopped it.
+	ErrClientClosed = fmt.Errorf("%w: etcd client closed", ErrShutdown)
 	// ErrReplicaMismatch means the rink's map has another number of
 	// replicas per slot than this member was configured with (see
 	// WithReplicas). It wraps ErrIncompatible: New returns it, and a
@@ -95,6 +103,8 @@ type Rink struct {
 	stopping    chan struct{} // closed when shutdown begins
 	stopOnce    sync.Once
 	stopCtx     context.Context // the first Shutdown's context; set before stopping is closed
+	stopWhy     error           // ErrShutdown or ErrClientClosed: what stopped the rink; set before stopping is closed
+	over        atomic.Bool     // the rink has stopped, or Shutdown has returned (see Owner)
 	done        chan struct{}   // closed when everything has stopped
 	shutdownErr error           // set before done is closed
 	stopCause   error           // why the rink stopped (see Err); set before done is closed
@@ -298,8 +308,16 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 // already stopped because its etcd client was closed. If ctx ends first,
 // Shutdown returns ctx's error; the rink still stops, and Done is closed
 // when it has. Err tells, once Done is closed, why the rink stopped.
+//
+// From the moment Shutdown begins, AwaitRole, AwaitRoleContext, Run,
+// Watch and RoleSet.Add return ErrShutdown (ErrClientClosed if the client
+// was closed first: see Err) and Ready is false; once Shutdown has
+// returned, or the rink has stopped for any reason, Get, Owner and Owners
+// answer false; once Done is closed, Rank has Index -1, Size 0 and no
+// Leader, and AddLoad is ignored. A member that leaves with a warm-up (WithWarmup) keeps its
+// roles, and Get and Owner keep answering, while it waits for its heirs.
 func (r *Rink) Shutdown(ctx context.Context) error {
-	r.stop(ctx)
+	r.stop(ctx, ErrShutdown)
 	select {
 	case <-r.done:
 		return r.shutdownErr
@@ -307,19 +325,32 @@ func (r *Rink) Shutdown(ctx context.Context) error {
 		// The rink still stops, but no role outlives this return, even
 		// while a departure waits for etcd.
 		if inc := r.loadInc.Load(); inc != nil {
-			inc.cancel(ErrShutdown)
+			inc.cancel(r.stopErr())
 		}
+		r.over.Store(true)
 		return ctx.Err()
 	}
 }
 
-// stop asks the run goroutine to shut down, bounded by ctx. From now on
-// AwaitRole returns at once.
-func (r *Rink) stop(ctx context.Context) {
+// stop asks the run goroutine to shut down, bounded by ctx, because of why
+// (ErrShutdown or ErrClientClosed), unless it was asked before. From now
+// on AwaitRole returns at once.
+func (r *Rink) stop(ctx context.Context, why error) {
 	r.stopOnce.Do(func() {
-		r.stopCtx = ctx
+		r.stopCtx, r.stopWhy = ctx, why
 		close(r.stopping)
 	})
+}
+
+// stopErr is what stopped the rink (see stop): the error the API returns
+// and the cause of the role contexts the stop cancels. Call it only once
+// the stop was asked for (stopping is closed); the simulator's members,
+// which leave without it, get ErrShutdown.
+func (r *Rink) stopErr() error {
+	if r.stopWhy == nil {
+		return ErrShutdown
+	}
+	return r.stopWhy
 }
 
 // Done is closed when the rink has stopped, after Shutdown or when its etcd
@@ -328,10 +359,13 @@ func (r *Rink) Done() <-chan struct{} { return r.done }
 
 // Err returns nil while the rink runs (a Shutdown in progress included)
 // and, once Done is closed, why it stopped: ErrShutdown after Shutdown, or
-// ErrClientClosed when its etcd client was closed under it. Like a
-// context's Err, it never changes once it is not nil. Whether the member
-// left cleanly is what Shutdown returns: Err is ErrShutdown even after a
-// Shutdown that returned nil.
+// ErrClientClosed (which wraps ErrShutdown) when its etcd client was
+// closed under it. Like a context's Err, it never changes once it is not
+// nil. It is the error that AwaitRoleContext, Run, Watch and RoleSet.Add
+// return once the rink is stopping, and the cause of the role contexts
+// that the stop cancelled. Whether the member left cleanly is what
+// Shutdown returns: Err is ErrShutdown even after a Shutdown that returned
+// nil.
 //
 //	<-r.Done()
 //	if errors.Is(r.Err(), rink.ErrClientClosed) {

@@ -74,7 +74,8 @@ func Token(roleCtx context.Context) (int64, bool) {
 }
 
 // Get returns the role's context if this member holds the role right now.
-// It never blocks.
+// It never blocks. Once the rink has stopped (or Shutdown has returned) it
+// answers false: the stop cancelled every role context.
 func (r *Rink) Get(role string) (context.Context, bool) {
 	if role == "" {
 		return nil, false
@@ -89,7 +90,9 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 // AwaitRole blocks until this member holds role and returns the role's
 // context, which is cancelled the moment the role is lost: when a new map
 // moves it (cause ErrRoleMoved), when this member cannot confirm its lease
-// (ErrFenced) or on Shutdown (ErrShutdown); context.Cause tells which.
+// (ErrFenced), on Shutdown (ErrShutdown) or when the rink stops because its
+// etcd client was closed (ErrClientClosed, which wraps ErrShutdown);
+// context.Cause tells which.
 // Check ctx.Err() before each action on the role: it is exact even right
 // after the process was stopped or stalled past its lease. That holds for
 // the role context itself: a context derived from it (context.WithTimeout,
@@ -97,7 +100,7 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 // closes, a moment later, so check the role context, not the derived one.
 //
 // After Shutdown it returns at once a context already cancelled with cause
-// ErrShutdown, so a loop that runs work per holding stops like this (a role
+// ErrShutdown (ErrClientClosed if the client was closed: see Err), so a loop that runs work per holding stops like this (a role
 // named "leader" is a role like any other, unrelated to Rank().Leader, the
 // member that coordinates the rink):
 //
@@ -124,7 +127,8 @@ func (r *Rink) AwaitRole(role string) context.Context {
 
 // AwaitRoleContext is AwaitRole abandoned when ctx ends. It returns
 // ErrInvalidRole for an empty role, ErrShutdown once the rink is shutting
-// down, or ctx's error.
+// down (ErrClientClosed, which wraps it, when the rink stopped because its
+// etcd client was closed: the error Err gives), or ctx's error.
 func (r *Rink) AwaitRoleContext(ctx context.Context, role string) (context.Context, error) {
 	st, err := r.awaitSlot(ctx, role)
 	if err != nil {
@@ -145,7 +149,7 @@ func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 	for {
 		select {
 		case <-r.stopping:
-			return nil, ErrShutdown
+			return nil, r.stopErr()
 		default:
 		}
 		st := p.Load()
@@ -161,7 +165,7 @@ func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 		select {
 		case <-st.changed:
 		case <-r.stopping:
-			return nil, ErrShutdown
+			return nil, r.stopErr()
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -171,8 +175,13 @@ func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 // Owner returns the member that owns role in the newest map this member has
 // applied, for routing a request to the replica that handles it. ok is false
 // while no member is ranked. The owner may not have started the role yet
-// (it waits until the previous holder let go).
+// (it waits until the previous holder let go). Once the rink has stopped,
+// or Shutdown has returned, ok is false: the member follows the rink's maps
+// no more, and a router must not route by what it last saw.
 func (r *Rink) Owner(role string) (member string, ok bool) {
+	if r.over.Load() {
+		return "", false
+	}
 	r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
 	defer r.ownersMu.RUnlock()
 	m := r.owners.Load()
@@ -186,9 +195,13 @@ func (r *Rink) Owner(role string) (member string, ok bool) {
 // has applied: its primary first (Owner's answer), then its secondaries,
 // the one that has held it longest first (see WithReplicas). With one
 // replica per slot it is Owner's answer alone. ok is false while no
-// member is ranked. As with Owner, a member named may not have started
-// its holding yet.
+// member is ranked, and, as Owner's, once the rink has stopped or Shutdown
+// has returned. As with Owner, a member named may not have started its
+// holding yet.
 func (r *Rink) Owners(role string) (members []string, ok bool) {
+	if r.over.Load() {
+		return nil, false
+	}
 	r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
 	defer r.ownersMu.RUnlock()
 	m := r.owners.Load()
@@ -204,7 +217,8 @@ type Rank struct {
 	Member string
 	// Index is this member's 0-based rank, or -1 while it waits to be ranked
 	// (or has not applied any map yet, is rejoining after a fence, or has
-	// shut down).
+	// shut down). Once the rink has stopped, Index is -1, Size 0, Leader
+	// empty, Waiting and Settled false; Version stays the last map's.
 	Index int
 	// Waiting reports that the map lists this member as waiting to be
 	// ranked: the rink's leader (see Leader) knows it. The longest-waiting

@@ -126,14 +126,24 @@ func (s *RoleSet) startWarm(req *warmReq, wg *sync.WaitGroup) context.CancelFunc
 // the callbacks of client-go's leader election and of Kafka's rebalance
 // listener, for any number of roles, at no cost for the roles this member
 // does not hold (a map entry per role, no goroutine). A role already held
-// is assigned at once. Watch returns ErrNilFunc when h.Assigned is nil and
-// ErrInvalidRole for an empty role. Close the set when done with it.
+// is assigned at once. Watch returns ErrNilFunc when h.Assigned is nil,
+// ErrInvalidRole for an empty role, and, once the rink is shutting down,
+// no set and ErrShutdown (ErrClientClosed if its etcd client was closed:
+// the error Err gives). Close the set when done with it.
+//
+// When the rink stops, a set's roles are revoked (Revoked is called for
+// each role assigned) and Add returns the stop's error; close the set.
 func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
 	if h.Assigned == nil {
 		return nil, ErrNilFunc
 	}
 	if slices.Contains(roles, "") {
 		return nil, ErrInvalidRole
+	}
+	select {
+	case <-r.stopping:
+		return nil, r.stopErr()
+	default:
 	}
 	s := &RoleSet{r: r, h: h, bits: make([]atomic.Uint64, (r.opts.slots+63)/64), bySlot: map[int][]string{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
@@ -142,6 +152,7 @@ func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
 	r.publishSets()
 	r.setsMu.Unlock()
 	if err := s.Add(roles...); err != nil {
+		r.dropSet(s) // (the rink began to stop meanwhile)
 		return nil, err
 	}
 	go s.dispatch()
@@ -149,8 +160,10 @@ func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
 }
 
 // Add adds roles to the set; those this member holds are assigned at
-// once. It returns ErrInvalidRole for an empty role (adding none), and
-// ErrShutdown once the set is closed.
+// once. It returns ErrInvalidRole for an empty role (adding none),
+// ErrShutdown once the set is closed, and, once the rink is shutting down,
+// the error that AwaitRoleContext returns then (ErrShutdown, or
+// ErrClientClosed: see Rink.Err).
 func (s *RoleSet) Add(roles ...string) error {
 	if slices.Contains(roles, "") {
 		return ErrInvalidRole
@@ -160,6 +173,11 @@ func (s *RoleSet) Add(roles ...string) error {
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrShutdown
+	}
+	select {
+	case <-r.stopping:
+		return r.stopErr()
+	default:
 	}
 	for _, role := range roles {
 		slot := slotOf(role, r.opts.slots)
@@ -225,13 +243,17 @@ func (s *RoleSet) Close() {
 	}
 	s.mu.Unlock()
 	<-s.stopped
-	r := s.r
+	s.r.dropSet(s)
+}
+
+// dropSet removes s from the rink's sets.
+func (r *Rink) dropSet(s *RoleSet) {
 	r.setsMu.Lock()
+	defer r.setsMu.Unlock()
 	if i := slices.Index(r.sets, s); i >= 0 {
 		r.sets = slices.Delete(r.sets, i, i+1)
 		r.publishSets()
 	}
-	r.setsMu.Unlock()
 }
 
 func (s *RoleSet) signal() {
