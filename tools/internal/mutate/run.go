@@ -31,8 +31,8 @@ type Result struct {
 	ID        string  `json:"id"`
 	Mechanism string  `json:"mechanism"`
 	Outcome   string  `json:"outcome"`
-	How       string  `json:"how,omitempty"`         // for a kill: violation, crash or hang
-	Seed      uint64  `json:"seed,omitempty"`        // the seed that found the violation
+	How       string  `json:"how,omitempty"`          // for a kill: violation, crash or hang
+	Seed      uint64  `json:"seed,omitempty"`         // the seed that found the violation
 	KillSecs  float64 `json:"kill_seconds,omitempty"` // wall time from the simulator's start to the kill
 	Violation string  `json:"violation,omitempty"`
 	Detail    string  `json:"detail,omitempty"` // why a build failed, or a mutant does not apply
