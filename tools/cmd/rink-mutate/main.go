@@ -192,7 +192,7 @@ func table(results []mutate.Result) {
 	row := func(res mutate.Result) {
 		kill, seed := "-", "-"
 		if res.KillSecs > 0 {
-			kill = fmt.Sprintf("%.1fs", res.KillSecs)
+			kill = fmt.Sprintf("%.2fs", res.KillSecs)
 		}
 		if res.Seed != 0 {
 			seed = fmt.Sprint(res.Seed)
@@ -220,7 +220,7 @@ func table(results []mutate.Result) {
 func brief(res mutate.Result) string {
 	switch {
 	case res.Outcome == mutate.Killed:
-		return fmt.Sprintf(" (%s, seed %d, %.1fs)", res.How, res.Seed, res.KillSecs)
+		return fmt.Sprintf(" (%s, seed %d, %.2fs)", res.How, res.Seed, res.KillSecs)
 	case res.Pair != nil:
 		return fmt.Sprintf(" (with %s: %s)", res.Pair.ID, res.Pair.Outcome)
 	case res.Detail != "":

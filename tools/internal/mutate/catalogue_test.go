@@ -143,7 +143,7 @@ func TestRunKills(t *testing.T) {
 	}
 	var m Mutant
 	for _, c := range cat {
-		if c.ID == "barrier-unknown-history" {
+		if c.ID == "barrier-bound-off-by-one" {
 			m = c
 		}
 	}
