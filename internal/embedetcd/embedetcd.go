@@ -33,6 +33,9 @@ type Options struct {
 	// TLS, when set, serves clients over TLS and requires client
 	// certificates signed by TLS.CA.
 	TLS *TLSFiles
+	// ClientAddr is the host:port clients connect to; empty means a free
+	// loopback port. Start fails if the address is in use.
+	ClientAddr string
 }
 
 // TLSFiles names PEM files.
@@ -63,6 +66,9 @@ func Start(o Options) (*Server, error) {
 	// execution"). Clients speak gRPC only.
 	cfg.EnableGRPCGateway = false
 	cu, err := FreeURL()
+	if o.ClientAddr != "" {
+		cu, err = url.URL{Scheme: "http", Host: o.ClientAddr}, nil
+	}
 	if err != nil {
 		return nil, s.cleanup(err)
 	}
@@ -97,6 +103,9 @@ func (s *Server) cleanup(err error) error {
 	}
 	return err
 }
+
+// Dir is the directory that holds the data.
+func (s *Server) Dir() string { return s.dir }
 
 // Endpoint is the client address, host:port.
 func (s *Server) Endpoint() string { return s.etcd.Clients[0].Addr().String() }

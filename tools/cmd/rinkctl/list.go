@@ -21,7 +21,7 @@ func listCmd(g *globals) *cobra.Command {
 		Short: "List the rinks in etcd, with their members and map versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cli, err := g.client()
+			cli, err := g.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -33,7 +33,7 @@ func listCmd(g *globals) *cobra.Command {
 			defer cancel()
 			resp, err := cli.Get(ctx, "rink/", clientv3.WithPrefix())
 			if err != nil {
-				return fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
+				return g.failed(cmd.Context(), err)
 			}
 			type entry struct {
 				Name    string `json:"name"`
@@ -82,7 +82,11 @@ func listCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RINK\tMEMBERS\tVERSION\tLEADER")
 			for _, e := range list {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Name, e.Members, e.Version, orNone(e.Leader))
+				leader := orNone(e.Leader)
+				if e.Members == 0 {
+					leader = "(no live member)" // (rinkctl rm retires it)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Name, e.Members, e.Version, leader)
 			}
 			return tw.Flush()
 		},

@@ -19,7 +19,7 @@ func ownerCmd(g *globals) *cobra.Command {
 					return usage("an empty role name")
 				}
 			}
-			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
+			ob, _, closeAll, err := g.observe(cmd.Context(), args[0], false)
 			if err != nil {
 				return err
 			}

@@ -92,7 +92,7 @@ func statusCmd(g *globals) *cobra.Command {
 		Short: "Show a rink's members, indexes, waiting members, leader, version and slot shares",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
+			ob, _, closeAll, err := g.observe(cmd.Context(), args[0], false)
 			if err != nil {
 				return err
 			}
@@ -173,16 +173,36 @@ func printStatus(w io.Writer, s rink.State) error {
 	for _, name := range s.Joining {
 		fmt.Fprint(tw, cells("-", name, "-", "0", "0", "0.0%", "-", "-", "-", "-", "-", "joining"))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(s.Members) > 0 {
+		_, err := fmt.Fprintln(w, rolesNote)
+		return err
+	}
+	return nil
 }
 
+// rolesNote says what LOAD/S and ROLES show. They come from each member's
+// load summary, which it writes at once when it awaits a role it had not
+// awaited before, and otherwise at most once per load interval, when the
+// figures changed noticeably: after slots move, a member's figures still
+// count the slots it held at its last summary until its next one. Nothing
+// in etcd says what it awaits now.
+const rolesNote = "LOAD/S and ROLES are each member's last report (written at most once per load interval, 10 s by default): after slots move they lag until its next one"
+
 // settledLine says whether the rink is at rest, and if not, what moves
-// are planned or pending.
+// are planned or pending; while the leader balances by load, it says how
+// the load's imbalance stands against the tolerance, and why a rink at
+// rest above the tolerance does not move.
 func settledLine(s rink.State) string {
-	balance := ""
-	if s.Tolerance > 0 || s.Imbalance > 0 {
-		balance = fmt.Sprintf("; imbalance %.2f, tolerance %.2f", s.Imbalance, 1+s.Tolerance)
+	if live, all := liveMembers(s); live == 0 {
+		if all == 0 {
+			return "settled: no members (nobody is ranked, waiting or joining: nothing holds a role)"
+		}
+		return fmt.Sprintf("settled: no live member (%d listed by the map, none with a member key: nothing holds a role; rinkctl rm %s retires the rink once their leases have ended)", all, s.Rink)
 	}
+	balance := loadLine(s)
 	if s.Settled {
 		return "settled: yes, nothing moves until members, awaited roles or load change" + balance
 	}
@@ -212,6 +232,44 @@ func settledLine(s rink.State) string {
 		why = append(why, "the leader has not said it is at rest")
 	}
 	return "settled: no (" + strings.Join(why, ", ") + ")" + balance
+}
+
+// liveMembers counts the members of s with a live member key, and all it
+// lists: ranked, waiting and joining.
+func liveMembers(s rink.State) (live, all int) {
+	for _, m := range s.Members {
+		if m.Live {
+			live++
+		}
+	}
+	for _, w := range s.Waiting {
+		if len(w.Protocols) > 0 { // (a waiting member that is gone speaks none)
+			live++
+		}
+	}
+	live += len(s.Joining)
+	return live, len(s.Members) + len(s.Waiting) + len(s.Joining)
+}
+
+// loadLine says, while the leader balances by load, how the imbalance (the
+// most loaded member's load per capacity over the mean) stands against
+// the tolerance. A round of balancing by load moves slots only while the
+// imbalance exceeds the tolerance and a slot's move would lower the most
+// loaded member's load: a rink at rest above the tolerance is one in which
+// no such move exists (its load sits in too few slots, a hot slot on its
+// own outweighs the rest), or some member has not yet reported its load.
+func loadLine(s rink.State) string {
+	if s.Tolerance <= 0 && s.Imbalance <= 0 {
+		return ""
+	}
+	tol := 1 + s.Tolerance
+	switch {
+	case s.Imbalance <= tol:
+		return fmt.Sprintf("; load imbalance %.2f, within the tolerance %.2f", s.Imbalance, tol)
+	case s.LoadRound:
+		return fmt.Sprintf("; load imbalance %.2f, above the tolerance %.2f", s.Imbalance, tol)
+	}
+	return fmt.Sprintf("; load imbalance %.2f, above the tolerance %.2f, but no slot's move would lower the most loaded member's load (or a member has not reported its load yet), so load rounds move nothing", s.Imbalance, tol)
 }
 
 // capacity prints a member's capacity, "-" when it is gone.
