@@ -1,14 +1,19 @@
 // Command rinkctl inspects rinks from a terminal: who is ranked, who waits,
 // who leads, who owns a role (with replicas, who holds it as a secondary,
-// and in which zones the members are), and what changes. It only reads; it
-// never joins a rink. Flags follow etcdctl: --endpoints (or
-// ETCDCTL_ENDPOINTS), --cacert/--cert/--key, --user, --dial-timeout,
+// and in which zones the members are), and what changes. It never joins a
+// rink; it writes only to retire a rink that no live member is in (rm). It
+// also runs a single-node etcd to try rink with (etcd). Flags follow
+// etcdctl, and so do the ETCDCTL_* variables that stand in for them:
+// --endpoints, --cacert/--cert/--key, --user (name:password, or a name
+// with --password), --insecure-skip-tls-verify, --dial-timeout,
 // -w table|json.
 //
+//	rinkctl etcd
 //	rinkctl list
 //	rinkctl status orders
 //	rinkctl owner orders BTC/ETH partition:42
 //	rinkctl watch orders
+//	rinkctl rm orders
 package main
 
 import (
