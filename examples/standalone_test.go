@@ -25,6 +25,7 @@ var memberPackages = []string{
 	"hotkeys/shard",
 	"cache/shardcache",
 	"replicated/counters",
+	"quickstart",
 }
 
 // allowed reports whether the copyable code may import path: the standard

@@ -39,6 +39,9 @@ type Options struct {
 	// watch, or a lease renewal), so tests with auth set it low
 	// (bcrypt.MinCost is 4).
 	BcryptCost uint
+	// ClientAddr is the host:port clients connect to; empty means a free
+	// loopback port. Start fails if the address is in use.
+	ClientAddr string
 }
 
 // TLSFiles names PEM files.
@@ -72,6 +75,9 @@ func Start(o Options) (*Server, error) {
 	// execution"). Clients speak gRPC only.
 	cfg.EnableGRPCGateway = false
 	cu, err := FreeURL()
+	if o.ClientAddr != "" {
+		cu, err = url.URL{Scheme: "http", Host: o.ClientAddr}, nil
+	}
 	if err != nil {
 		return nil, s.cleanup(err)
 	}
@@ -106,6 +112,9 @@ func (s *Server) cleanup(err error) error {
 	}
 	return err
 }
+
+// Dir is the directory that holds the data.
+func (s *Server) Dir() string { return s.dir }
 
 // Endpoint is the client address, host:port.
 func (s *Server) Endpoint() string { return s.etcd.Clients[0].Addr().String() }

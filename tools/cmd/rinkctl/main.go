@@ -1,14 +1,19 @@
 // Command rinkctl inspects rinks from a terminal: who is ranked, who waits,
 // who leads, who owns a role (with replicas, who holds it as a secondary,
-// and in which zones the members are), and what changes. It only reads; it
-// never joins a rink. Flags follow etcdctl: --endpoints (or
-// ETCDCTL_ENDPOINTS), --cacert/--cert/--key, --user, --dial-timeout,
+// and in which zones the members are), and what changes. It never joins a
+// rink; it writes only to retire a rink that no live member is in (rm). It
+// also runs a single-node etcd to try rink with (etcd). Flags follow
+// etcdctl, and so do the ETCDCTL_* variables that stand in for them:
+// --endpoints, --cacert/--cert/--key, --user (name:password, or a name
+// with --password), --insecure-skip-tls-verify, --dial-timeout,
 // -w table|json.
 //
+//	rinkctl etcd
 //	rinkctl list
 //	rinkctl status orders
 //	rinkctl owner orders BTC/ETH partition:42
 //	rinkctl watch orders
+//	rinkctl rm orders
 package main
 
 import (
@@ -20,18 +25,18 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.etcd.io/etcd/api/v3/mvccpb"
+	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/rink-go/rink"
 )
@@ -44,10 +49,13 @@ func main() {
 
 // globals are the etcdctl-style flags every command takes.
 type globals struct {
+	flags       *pflag.FlagSet
 	endpoints   []string
 	cacert      string
 	cert, key   string
 	user        string
+	password    string
+	insecure    bool // --insecure-skip-tls-verify
 	dialTimeout time.Duration
 	output      string
 }
@@ -70,30 +78,30 @@ var (
 func run(ctx context.Context, args []string, out, errOut io.Writer) int {
 	g := &globals{}
 	root := &cobra.Command{
-		Use:           "rinkctl",
-		Short:         "Inspect rinks (sticky ranked rings) stored in etcd",
-		SilenceUsage:  true,
-		SilenceErrors: true,
+		Use:               "rinkctl",
+		Short:             "Inspect rinks (sticky ranked rings) stored in etcd, retire dead ones, or run an etcd to try rink with",
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: func(*cobra.Command, []string) error { return g.fromEnv() },
 	}
 	root.SetArgs(args)
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.SetContext(ctx)
-	defaultEndpoints := []string{"127.0.0.1:2379"}
-	if env := os.Getenv("ETCDCTL_ENDPOINTS"); env != "" {
-		defaultEndpoints = strings.Split(env, ",")
-	}
 	pf := root.PersistentFlags()
-	pf.StringSliceVar(&g.endpoints, "endpoints", defaultEndpoints, "etcd endpoints (default from ETCDCTL_ENDPOINTS)")
-	pf.StringVar(&g.cacert, "cacert", "", "verify the server's certificate with this CA bundle")
-	pf.StringVar(&g.cert, "cert", "", "client certificate for TLS")
-	pf.StringVar(&g.key, "key", "", "client key for TLS")
-	pf.StringVar(&g.user, "user", "", "username[:password] for authentication")
-	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "how long to wait for etcd to answer")
+	g.flags = pf
+	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints (default from ETCDCTL_ENDPOINTS)")
+	pf.StringVar(&g.cacert, "cacert", "", "verify the server's certificate with this CA bundle (default from ETCDCTL_CACERT)")
+	pf.StringVar(&g.cert, "cert", "", "client certificate for TLS (default from ETCDCTL_CERT)")
+	pf.StringVar(&g.key, "key", "", "client key for TLS (default from ETCDCTL_KEY)")
+	pf.StringVar(&g.user, "user", "", "name:password, or a name with --password, for authentication (default from ETCDCTL_USER)")
+	pf.StringVar(&g.password, "password", "", "password for authentication; --user is then the name alone (default from ETCDCTL_PASSWORD)")
+	pf.BoolVar(&g.insecure, "insecure-skip-tls-verify", false, "accept any server certificate (default from ETCDCTL_INSECURE_SKIP_TLS_VERIFY)")
+	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "how long to wait for etcd to answer (default from ETCDCTL_DIAL_TIMEOUT)")
 	pf.StringVarP(&g.output, "write-out", "w", "table", "output format: table or json")
 
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %v", errUsage, err) })
-	root.AddCommand(listCmd(g), statusCmd(g), ownerCmd(g), watchCmd(g))
+	root.AddCommand(listCmd(g), statusCmd(g), ownerCmd(g), watchCmd(g), rmCmd(g), etcdCmd(g))
 	cmd, err := root.ExecuteC()
 	if err != nil {
 		fmt.Fprintln(errOut, "Error:", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
@@ -115,557 +123,168 @@ func usage(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
-// client connects to etcd as the global flags say.
-func (g *globals) client() (*clientv3.Client, error) {
+// fromEnv takes, for each connection flag not given, its value from the
+// environment variable etcdctl reads (a flag wins over its variable).
+func (g *globals) fromEnv() error {
+	strs := []struct {
+		flag, env string
+		to        *string
+	}{
+		{"cacert", "ETCDCTL_CACERT", &g.cacert},
+		{"cert", "ETCDCTL_CERT", &g.cert},
+		{"key", "ETCDCTL_KEY", &g.key},
+		{"user", "ETCDCTL_USER", &g.user},
+		{"password", "ETCDCTL_PASSWORD", &g.password},
+	}
+	for _, s := range strs {
+		if v, ok := os.LookupEnv(s.env); ok && !g.flags.Changed(s.flag) {
+			*s.to = v
+		}
+	}
+	if v := os.Getenv("ETCDCTL_ENDPOINTS"); v != "" && !g.flags.Changed("endpoints") {
+		g.endpoints = strings.Split(v, ",")
+	}
+	if v := os.Getenv("ETCDCTL_DIAL_TIMEOUT"); v != "" && !g.flags.Changed("dial-timeout") {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return usage("ETCDCTL_DIAL_TIMEOUT=%q: want a duration such as 2s", v)
+		}
+		g.dialTimeout = d
+	}
+	if v := os.Getenv("ETCDCTL_INSECURE_SKIP_TLS_VERIFY"); v != "" && !g.flags.Changed("insecure-skip-tls-verify") {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return usage("ETCDCTL_INSECURE_SKIP_TLS_VERIFY=%q: want true or false", v)
+		}
+		g.insecure = b
+	}
+	return nil
+}
+
+// where names the endpoints in messages.
+func (g *globals) where() string { return strings.Join(g.endpoints, ",") }
+
+// config returns the etcd client's configuration, as the global flags say.
+func (g *globals) config() (clientv3.Config, error) {
 	if g.output != "table" && g.output != "json" {
-		return nil, usage("-w %q: want table or json", g.output)
+		return clientv3.Config{}, usage("-w %q: want table or json", g.output)
 	}
 	if g.dialTimeout <= 0 {
-		return nil, usage("--dial-timeout %v: want > 0", g.dialTimeout)
+		return clientv3.Config{}, usage("--dial-timeout %v: want > 0", g.dialTimeout)
 	}
 	cfg := clientv3.Config{
 		Endpoints:   g.endpoints,
 		DialTimeout: g.dialTimeout,
 		Logger:      zap.NewNop(),
 	}
-	if g.cacert != "" || g.cert != "" || g.key != "" {
+	if g.cacert != "" || g.cert != "" || g.key != "" || g.insecure {
 		if (g.cert == "") != (g.key == "") {
-			return nil, usage("--cert and --key go together")
+			return clientv3.Config{}, usage("--cert and --key go together")
 		}
-		info := transport.TLSInfo{CertFile: g.cert, KeyFile: g.key, TrustedCAFile: g.cacert}
-		var tc *tls.Config
-		var err error
-		if tc, err = info.ClientConfig(); err != nil {
-			return nil, usage("reading TLS files: %v", err)
+		tc := &tls.Config{}
+		if g.cacert != "" || g.cert != "" {
+			info := transport.TLSInfo{CertFile: g.cert, KeyFile: g.key, TrustedCAFile: g.cacert}
+			var err error
+			if tc, err = info.ClientConfig(); err != nil {
+				return clientv3.Config{}, usage("reading TLS files: %v", err)
+			}
 		}
+		tc.InsecureSkipVerify = g.insecure
 		cfg.TLS = tc
 	}
-	if g.user != "" {
-		name, pass, _ := strings.Cut(g.user, ":")
+	switch name, pass, colon := strings.Cut(g.user, ":"); {
+	case g.user == "" && g.password != "":
+		return clientv3.Config{}, usage("--password without --user")
+	case g.password != "":
+		cfg.Username, cfg.Password = g.user, g.password // (as etcdctl: --user is the name alone)
+	case g.user != "" && !colon:
+		return clientv3.Config{}, usage("--user %s: give name:password, or the password with --password", g.user)
+	case g.user != "":
 		cfg.Username, cfg.Password = name, pass
+	}
+	return cfg, nil
+}
+
+// client connects to etcd as the global flags say. It first dials every
+// endpoint (see reach): when none can be reached it says why at once,
+// rather than when the first request times out.
+func (g *globals) client(ctx context.Context) (*clientv3.Client, error) {
+	cfg, err := g.config()
+	if err != nil {
+		return nil, err
+	}
+	if err := reach(ctx, cfg, false); err != nil {
+		return nil, fmt.Errorf("%w at %s: %v", errConnection, g.where(), err)
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
+		return nil, fmt.Errorf("%w at %s: %v", errConnection, g.where(), err)
 	}
 	return cli, nil
+}
+
+// failed wraps the error of a request to etcd: it names the endpoints and
+// etcd's answer, and when the request timed out, what dialing the
+// endpoints again says (a server that refuses our certificate says so
+// only after the handshake).
+func (g *globals) failed(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded {
+		cfg, _ := g.config()
+		if why := reach(ctx, cfg, true); why != nil {
+			return fmt.Errorf("%w at %s: no answer within %v (--dial-timeout): %v", errConnection, g.where(), g.dialTimeout, why)
+		}
+		return fmt.Errorf("%w at %s: no answer within %v (--dial-timeout)", errConnection, g.where(), g.dialTimeout)
+	}
+	return fmt.Errorf("%w at %s: %v", errConnection, g.where(), err)
 }
 
 // probe makes one small read so that an unreachable etcd, a TLS mismatch or
 // a refused login is reported as itself rather than as a timeout later.
 func (g *globals) probe(ctx context.Context, cli *clientv3.Client, key string) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	rctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
 	defer cancel()
-	resp, err := cli.Get(ctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(rctx, key, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
+		return 0, g.failed(ctx, err)
 	}
 	return resp.Count, nil
 }
 
 // observe connects and follows one rink; it fails for a rink with no keys
-// unless allowEmpty.
-func (g *globals) observe(ctx context.Context, name string, allowEmpty bool) (*rink.Observer, func(), error) {
+// of its own unless allowEmpty.
+func (g *globals) observe(ctx context.Context, name string, allowEmpty bool) (*rink.Observer, *clientv3.Client, func(), error) {
 	if strings.TrimSpace(name) == "" {
-		return nil, nil, usage("an empty rink name")
+		return nil, nil, nil, usage("an empty rink name")
 	}
-	cli, err := g.client()
+	if err := rink.ValidRinkName(name); err != nil {
+		return nil, nil, nil, usage("%v", err)
+	}
+	cli, err := g.client(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	keys, err := g.probe(ctx, cli, "rink/"+name+"/")
+	exists, nested, err := g.lookUp(ctx, cli, name)
 	if err != nil {
 		cli.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if !exists && !allowEmpty {
+		cli.Close()
+		return nil, nil, nil, noSuchRink(name, nested)
 	}
 	ob, err := rink.NewObserver(cli, name, rink.WithJoinTimeout(g.dialTimeout))
 	if err != nil {
 		cli.Close()
 		if errors.Is(err, rink.ErrInvalidName) {
-			return nil, nil, usage("%v", err)
+			return nil, nil, nil, usage("%v", err)
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, nil, fmt.Errorf("%w at %s: no answer within %v (--dial-timeout)", errConnection, strings.Join(g.endpoints, ","), g.dialTimeout)
-		}
-		return nil, nil, err
+		return nil, nil, nil, g.failed(ctx, err)
 	}
-	if keys == 0 && !allowEmpty {
-		ob.Close()
-		cli.Close()
-		return nil, nil, fmt.Errorf("no rink named %q (see rinkctl list)", name)
-	}
-	return ob, func() { ob.Close(); cli.Close() }, nil
+	return ob, cli, func() { ob.Close(); cli.Close() }, nil
 }
 
 func (g *globals) json(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-func listCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
-		Short: "List the rinks in etcd, with their members and map versions",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cli, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			if _, err := g.probe(cmd.Context(), cli, "rink/"); err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), g.dialTimeout)
-			defer cancel()
-			resp, err := cli.Get(ctx, "rink/", clientv3.WithPrefix())
-			if err != nil {
-				return fmt.Errorf("%w at %s: %v", errConnection, strings.Join(g.endpoints, ","), err)
-			}
-			type entry struct {
-				Name    string `json:"name"`
-				Members int    `json:"members"`
-				Version int64  `json:"version"`
-				Leader  string `json:"leader"`
-			}
-			found := map[string]*entry{}
-			oldest := map[string]int64{} // rink -> create revision of its oldest candidate
-			for _, kv := range resp.Kvs {
-				name, rest, ok := splitRinkKey(string(kv.Key))
-				if !ok || rink.ValidRinkName(name) != nil || stray(rest, kv) {
-					continue
-				}
-				e := found[name]
-				if e == nil {
-					e = &entry{Name: name}
-					found[name] = e
-				}
-				switch {
-				case strings.HasPrefix(rest, "members/"):
-					e.Members++
-				case strings.HasPrefix(rest, "election/"):
-					if o, ok := oldest[name]; !ok || kv.CreateRevision < o {
-						oldest[name], e.Leader = kv.CreateRevision, string(kv.Value)
-						if rink.ValidMemberName(e.Leader) != nil {
-							e.Leader = ""
-						}
-					}
-				case rest == "map":
-					var m struct {
-						Version int64 `json:"version"`
-					}
-					_ = json.Unmarshal(kv.Value, &m)
-					e.Version = m.Version
-				}
-			}
-			list := make([]*entry, 0, len(found))
-			for _, e := range found {
-				list = append(list, e)
-			}
-			sort.Slice(list, func(i, j int) bool { return list[i].Name < list[j].Name })
-			if g.output == "json" {
-				return g.json(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RINK\tMEMBERS\tVERSION\tLEADER")
-			for _, e := range list {
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Name, e.Members, e.Version, orNone(e.Leader))
-			}
-			return tw.Flush()
-		},
-	}
-}
-
-// stray reports whether a rink-relative key is one that members ignore (an
-// operator's stray key): a member key whose name no member can have, or an
-// election key that no campaign made (campaigns name it by the lease it is
-// bound to).
-func stray(rest string, kv *mvccpb.KeyValue) bool {
-	if m, ok := strings.CutPrefix(rest, "members/"); ok {
-		return rink.ValidMemberName(m) != nil
-	}
-	if l, ok := strings.CutPrefix(rest, "election/"); ok {
-		return kv.Lease == 0 || l != fmt.Sprintf("%x", kv.Lease)
-	}
-	return false
-}
-
-// splitRinkKey splits "rink/<name>/<rest>" into the rink's name and the
-// rink-relative key: "map", "members/<member>" or "election/<lease>". It
-// reads from the right, since rink names may contain '/' while member names
-// and leases do not.
-func splitRinkKey(key string) (name, rest string, ok bool) {
-	key, found := strings.CutPrefix(key, "rink/")
-	if !found {
-		return "", "", false
-	}
-	if n, isMap := strings.CutSuffix(key, "/map"); isMap && n != "" {
-		return n, "map", true
-	}
-	i := strings.LastIndexByte(key, '/')
-	if i <= 0 {
-		return "", "", false
-	}
-	j := strings.LastIndexByte(key[:i], '/')
-	if j <= 0 {
-		return "", "", false
-	}
-	switch key[j+1 : i] {
-	case "members", "election":
-		return key[:j], key[j+1:], true
-	}
-	return "", "", false
-}
-
-// statusJSON is the JSON form of a rink's state.
-type statusJSON struct {
-	Rink     string        `json:"rink"`
-	Version  int64         `json:"version"`
-	Lineage  int64         `json:"lineage"`
-	Revision int64         `json:"revision"`
-	Leader   string        `json:"leader"`
-	Slots    int           `json:"slots"`
-	Replicas int           `json:"replicas,omitempty"` // members holding each slot (rink.WithReplicas), left out when 1
-	Protocol int           `json:"protocol"`
-	ByLoad   bool          `json:"byLoad"`
-	Members  []memberJSON  `json:"members"`
-	Waiting  []waitingJSON `json:"waiting"`
-	Joining  []string      `json:"joining"`
-	MapError string        `json:"mapError,omitempty"`
-	// Settled: the rink is at rest (see rink.State.Settled); Announced,
-	// LoadRound, Imbalance and Tolerance say what moves are planned.
-	Settled   bool    `json:"settled"`
-	Announced int     `json:"announced"`
-	LoadRound bool    `json:"loadRound"`
-	Imbalance float64 `json:"imbalance,omitempty"`
-	Tolerance float64 `json:"tolerance,omitempty"`
-}
-
-type memberJSON struct {
-	Name  string  `json:"name"`
-	Index int     `json:"index"`
-	Slots int     `json:"slots"`
-	Share float64 `json:"share"`
-	Ack   int64   `json:"ack"`
-	Live  bool    `json:"live"`
-	// Protocols the member speaks (empty when it is gone).
-	Protocols []int `json:"protocols"`
-	// Capacity is the member's capacity (0 when it is gone).
-	Capacity float64 `json:"capacity"`
-	// Load is the member's reported load rate (units per second) and
-	// Roles the roles it awaits in its slots.
-	Load  float64 `json:"load"`
-	Roles int     `json:"roles"`
-	// Zone is the member's failure domain (rink.WithZone), left out when
-	// it names none. Secondaries counts the slots it holds as a secondary
-	// (rink.WithReplicas; Slots and Share count those it owns, as
-	// primary), left out when there are none.
-	Zone        string `json:"zone,omitempty"`
-	Secondaries int    `json:"secondaries,omitempty"`
-}
-
-type waitingJSON struct {
-	Name      string    `json:"name"`
-	Since     time.Time `json:"since"`
-	Protocols []int     `json:"protocols"`
-	Capacity  float64   `json:"capacity"`
-	Zone      string    `json:"zone,omitempty"` // (rink.WithZone)
-}
-
-func toJSON(s rink.State) statusJSON {
-	j := statusJSON{Rink: s.Rink, Version: s.Version, Lineage: s.Lineage, Revision: s.Revision, Leader: s.Leader, Slots: s.Slots, Protocol: s.Protocol, ByLoad: s.ByLoad, MapError: s.MapError,
-		Members: []memberJSON{}, Waiting: []waitingJSON{}, Joining: append([]string{}, s.Joining...),
-		Settled: s.Settled, Announced: s.Announced, LoadRound: s.LoadRound, Imbalance: s.Imbalance, Tolerance: s.Tolerance}
-	if s.Replicas > 1 {
-		j.Replicas = s.Replicas
-	}
-	for _, m := range s.Members {
-		j.Members = append(j.Members, memberJSON{Name: m.Name, Index: m.Index, Zone: m.Zone, Slots: m.Slots, Secondaries: m.Secondaries,
-			Share: float64(m.Slots) / float64(max(s.Slots, 1)), Ack: m.Ack, Live: m.Live, Protocols: append([]int{}, m.Protocols...),
-			Capacity: m.Capacity, Load: m.Load, Roles: m.Roles})
-	}
-	for _, w := range s.Waiting {
-		j.Waiting = append(j.Waiting, waitingJSON{Name: w.Name, Zone: w.Zone, Since: w.Since, Protocols: append([]int{}, w.Protocols...), Capacity: w.Capacity})
-	}
-	return j
-}
-
-func statusCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "status NAME",
-		Short: "Show a rink's members, indexes, waiting members, leader, version and slot shares",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			s := ob.State()
-			if g.output == "json" {
-				return g.json(cmd.OutOrStdout(), toJSON(s))
-			}
-			return printStatus(cmd.OutOrStdout(), s)
-		},
-	}
-}
-
-// printStatus writes a rink's state as the status command's table. A rink
-// of more than one replica per slot says so in its first line, and its
-// table has a column of each member's secondaries (SLOTS and SHARE count
-// the slots it owns, as primary); a ZONE column appears when the rink has
-// replicas or any member names a zone. A rink of one replica with no
-// zones prints as it did before replicas, so that scripts reading the
-// table are not broken by a release that adds them.
-func printStatus(w io.Writer, s rink.State) error {
-	balance := "by count"
-	if s.ByLoad {
-		balance = "by load"
-	}
-	replicated := s.Replicas > 1
-	slots := fmt.Sprintf("%d slots", s.Slots)
-	if replicated {
-		slots += fmt.Sprintf(" (%d replicas each)", s.Replicas)
-	}
-	fmt.Fprintf(w, "rink %s: version %d, protocol %d, leader %s, %d ranked, %d waiting, %s balanced %s\n",
-		s.Rink, s.Version, s.Protocol, orNone(s.Leader), len(s.Members), len(s.Waiting)+len(s.Joining), slots, balance)
-	fmt.Fprintln(w, settledLine(s))
-	if s.MapError != "" {
-		fmt.Fprintf(w, "THE MAP IN ETCD CANNOT BE USED (%s): members hold no roles; below is the last usable map\n", s.MapError)
-	}
-	zoned := replicated
-	for _, m := range s.Members {
-		zoned = zoned || m.Zone != ""
-	}
-	for _, wt := range s.Waiting {
-		zoned = zoned || wt.Zone != ""
-	}
-	// cells returns a row's cells, the replicas' columns (zone after the
-	// member, secondaries after its slots) only when the rink shows them.
-	cells := func(index, name, zone, slots, secondaries string, rest ...string) string {
-		row := []string{index, name}
-		if zoned {
-			row = append(row, zone)
-		}
-		row = append(row, slots)
-		if replicated {
-			row = append(row, secondaries)
-		}
-		return strings.Join(append(row, rest...), "\t") + "\n"
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprint(tw, cells("INDEX", "MEMBER", "ZONE", "SLOTS", "SECONDARIES", "SHARE", "CAPACITY", "LOAD/S", "ROLES", "ACK", "PROTOCOLS", "STATE"))
-	for _, m := range s.Members {
-		state := "live"
-		switch {
-		case !m.Live:
-			state = "gone (being replaced)"
-		case m.Ack != s.Version:
-			state = fmt.Sprintf("live, applying (ack %d)", m.Ack)
-		}
-		if m.Name == s.Leader {
-			state += ", leader"
-		}
-		fmt.Fprint(tw, cells(strconv.Itoa(m.Index), m.Name, orDash(m.Zone), strconv.Itoa(m.Slots), strconv.Itoa(m.Secondaries),
-			fmt.Sprintf("%.1f%%", 100*float64(m.Slots)/float64(max(s.Slots, 1))), capacity(m.Capacity), strconv.FormatFloat(m.Load, 'g', 4, 64),
-			strconv.Itoa(m.Roles), strconv.FormatInt(m.Ack, 10), protocols(m.Protocols), state))
-	}
-	for _, wt := range s.Waiting {
-		fmt.Fprint(tw, cells("-", wt.Name, orDash(wt.Zone), "0", "0", "0.0%", capacity(wt.Capacity), "-", "-", "-", protocols(wt.Protocols),
-			"waiting since "+wt.Since.UTC().Format(time.RFC3339)))
-	}
-	for _, name := range s.Joining {
-		fmt.Fprint(tw, cells("-", name, "-", "0", "0", "0.0%", "-", "-", "-", "-", "-", "joining"))
-	}
-	return tw.Flush()
-}
-
-// settledLine says whether the rink is at rest, and if not, what moves
-// are planned or pending.
-func settledLine(s rink.State) string {
-	balance := ""
-	if s.Tolerance > 0 || s.Imbalance > 0 {
-		balance = fmt.Sprintf("; imbalance %.2f, tolerance %.2f", s.Imbalance, 1+s.Tolerance)
-	}
-	if s.Settled {
-		return "settled: yes, nothing moves until members, awaited roles or load change" + balance
-	}
-	var why []string
-	if n := len(s.Waiting) + len(s.Joining); n > 0 {
-		why = append(why, fmt.Sprintf("%d to be ranked", n))
-	}
-	if s.Announced > 0 {
-		why = append(why, fmt.Sprintf("%d slots announced to warming heirs", s.Announced))
-	}
-	if s.LoadRound {
-		why = append(why, "a load round will move slots")
-	}
-	for _, m := range s.Members {
-		if !m.Live {
-			why = append(why, "a gone member to replace")
-			break
-		}
-	}
-	for _, m := range s.Members {
-		if m.Live && m.Ack != s.Version {
-			why = append(why, "acknowledgements pending")
-			break
-		}
-	}
-	if len(why) == 0 {
-		why = append(why, "the leader has not said it is at rest")
-	}
-	return "settled: no (" + strings.Join(why, ", ") + ")" + balance
-}
-
-// capacity prints a member's capacity, "-" when it is gone.
-func capacity(c float64) string {
-	if c == 0 {
-		return "-"
-	}
-	return strconv.FormatFloat(c, 'g', 4, 64)
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
-}
-
-// orDash prints s, or "-" when it is empty (a member that names no zone).
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func ownerCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "owner NAME ROLE...",
-		Short: "Show which member owns each role, and with replicas which members hold it as secondaries",
-		Args:  cobra.MinimumNArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			for _, role := range args[1:] {
-				if role == "" {
-					return usage("an empty role name")
-				}
-			}
-			ob, closeAll, err := g.observe(cmd.Context(), args[0], false)
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			s := ob.State()
-			// With replicas, Owners lists every member holding the
-			// role, its owner (the primary) first; a rink of one
-			// replica prints, and encodes, as it did before them.
-			type owned struct {
-				Role   string   `json:"role"`
-				Owner  string   `json:"owner"`
-				Owners []string `json:"owners,omitempty"`
-			}
-			replicated := s.Replicas > 1
-			var list []owned
-			for _, role := range args[1:] {
-				o, _ := s.Owner(role)
-				e := owned{Role: role, Owner: o}
-				if replicated {
-					e.Owners, _ = s.Owners(role)
-				}
-				list = append(list, e)
-			}
-			if g.output == "json" {
-				return g.json(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			if !replicated {
-				fmt.Fprintln(tw, "ROLE\tOWNER")
-				for _, o := range list {
-					fmt.Fprintf(tw, "%s\t%s\n", o.Role, orNone(o.Owner))
-				}
-				return tw.Flush()
-			}
-			fmt.Fprintln(tw, "ROLE\tOWNER\tSECONDARIES")
-			for _, o := range list {
-				secondaries := "-"
-				if len(o.Owners) > 1 {
-					secondaries = strings.Join(o.Owners[1:], ",") // the one that has held it longest first
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", o.Role, orNone(o.Owner), secondaries)
-			}
-			return tw.Flush()
-		},
-	}
-}
-
-func watchCmd(g *globals) *cobra.Command {
-	var maxChanges int
-	cmd := &cobra.Command{
-		Use:   "watch NAME",
-		Short: "Print a line for every change of a rink: joins, promotions, leaves, leader, slots moved",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ob, closeAll, err := g.observe(cmd.Context(), args[0], true)
-			if err != nil {
-				return err
-			}
-			defer closeAll()
-			w := cmd.OutOrStdout()
-			prev := ob.State()
-			print := func(s rink.State, what []rink.Change) error {
-				if g.output == "json" {
-					return json.NewEncoder(w).Encode(struct {
-						Time    time.Time     `json:"time"`
-						Version int64         `json:"version"`
-						Changes []rink.Change `json:"changes"`
-					}{time.Now().UTC(), s.Version, what})
-				}
-				words := make([]string, len(what))
-				for i, c := range what {
-					words[i] = c.String()
-				}
-				_, err := fmt.Fprintf(w, "%s v%d %s\n", time.Now().UTC().Format("15:04:05.000"), s.Version, strings.Join(words, "; "))
-				return err
-			}
-			if g.output == "table" {
-				fmt.Fprintf(w, "%s v%d watching: %d ranked, %d waiting, leader %s\n", time.Now().UTC().Format("15:04:05.000"),
-					prev.Version, len(prev.Members), len(prev.Waiting)+len(prev.Joining), orNone(prev.Leader))
-			}
-			for n := 0; maxChanges <= 0 || n < maxChanges; {
-				select {
-				case <-prev.Changed():
-				case <-cmd.Context().Done():
-					return nil
-				case <-ob.Done():
-					return nil
-				}
-				next := ob.State()
-				if what := rink.Diff(prev, next); len(what) > 0 {
-					if err := print(next, what); err != nil {
-						return err
-					}
-					n++
-				}
-				prev = next
-			}
-			return nil
-		},
-	}
-	cmd.Flags().IntVar(&maxChanges, "max-changes", 0, "exit after this many changes (0: until interrupted)")
-	return cmd
-}
-
-// protocols renders a member's protocols ("2", "2,3"), or "-".
-func protocols(ps []int) string {
-	if len(ps) == 0 {
-		return "-"
-	}
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = strconv.Itoa(p)
-	}
-	return strings.Join(out, ",")
 }
