@@ -146,6 +146,13 @@ func (r *Rink) AddLoad(role string, units float64) {
 	r.load.acc.add(slotOf(role, r.opts.slots), units)
 }
 
+// awaiting reports whether any role is awaited.
+func (l *loadAcc) awaiting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.count) > 0
+}
+
 // noteRole counts role as awaited in slot s.
 func (l *loadAcc) noteRole(role string, s int) {
 	l.mu.Lock()
