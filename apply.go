@@ -232,6 +232,13 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		st.verSeq[m.Version] = kv.Version
 	}
 	r.owners.Store(&m)
+	if st.changedSeq == st.curSeq && !m.ByLoad && r.load.awaiting() {
+		// The slots this member owns changed, in a rink balanced by count:
+		// the roles it awaits in them go into its summary (see withRoles)
+		// now, not at its next load interval. Until the leader hears of
+		// them it sees no load, and says the rink is at rest (issue 44).
+		r.load.wake()
+	}
 	st.moved = false
 	if delta != nil && !delta.renamed {
 		r.reconcileSlots(delta.moved)

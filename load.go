@@ -146,6 +146,17 @@ func (r *Rink) AddLoad(role string, units float64) {
 	r.load.acc.add(slotOf(role, r.opts.slots), units)
 }
 
+// awaiting reports whether any role is awaited (false on a nil l: a Rink
+// built by hand, with no reporter).
+func (l *loadAcc) awaiting() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.count) > 0
+}
+
 // noteRole counts role as awaited in slot s.
 func (l *loadAcc) noteRole(role string, s int) {
 	l.mu.Lock()

@@ -420,3 +420,33 @@ func TestLoadWrittenWithKey(t *testing.T) {
 		t.Fatalf("an idle member rewrote its load summary %d times in half a second", n)
 	}
 }
+
+// A member that awaits roles before it owns a slot reports them once a
+// map gives it slots, not at its next load interval: in a rink that has
+// seen no load, they are what turns the leader to balancing by load, and
+// until it hears of them it says that the rink is at rest, balanced by
+// count, and moves slots a load interval later (issue 44: the flake of
+// TestNewLeaderKeepsLoadBalance, whose first member's summary went out
+// before the map that ranked it, and said nothing of its roles).
+func TestGainedSlotsReportRoles(t *testing.T) {
+	name := rinkName(t)
+	// (b's first load interval ends after the test: only an early write
+	// can tell the leader. Early writes come at most one per tenth of an
+	// interval, 2 s: the delay ranks b after b's last.)
+	opts := []Option{WithLoadInterval(20 * time.Second), WithSlots(64)}
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"), WithRebalanceDelay(4*time.Second))...)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+	set, err := b.Watch(Handler{Assigned: func(context.Context, string) {}}, partitions(256)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	// b awaits roles in every slot and owns none: what it writes as it
+	// joins and as it awaits them says nothing of them.
+	eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index >= 0 && len(a.ownersNow().Members) == 2 })
+	if a.ownersNow().ByLoad {
+		t.Fatal("the map that ranks b is balanced by load: the test shows nothing")
+	}
+	eventually(t, 10*time.Second, "the rink balanced by load (b's roles reported)", func() bool { return a.ownersNow().ByLoad })
+}
