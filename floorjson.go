@@ -220,7 +220,7 @@ func plainFloat(v []byte) (float64, bool) {
 // recordFields are the JSON names of change's fields, the transition's
 // included, which encoding/json matches without regard to case.
 var recordFields = []string{"schema", "change", "version", "leader", "size", "names", "moves", "waiting", "unwait", "wait",
-	"byLoad", "incoming", "leave", "view", "from", "gone", "incs", "byLeader", "leases", "quiet"}
+	"byLoad", "incoming", "leave", "view", "from", "gone", "incs", "byLeader", "leases", "quiet", "leased"}
 
 // parseRecord decodes a change record in the form leaders write it, as
 // parseFloor does a floor: the waiting list, the announcements and the
@@ -273,6 +273,8 @@ func parseRecord(b []byte) (c change, ok bool) {
 			c.ByLeader, ok = plainBool(v)
 		case "quiet":
 			c.Quiet, ok = plainBool(v)
+		case "leased":
+			c.Leased, ok = plainBool(v)
 		case "byLoad":
 			var by bool
 			by, ok = plainBool(v)

@@ -276,9 +276,11 @@ func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
 		if st.selfIdx >= 0 && st.selfIdx < len(m.Leases) {
 			st.ownLeaseRec = m.Leases[st.selfIdx]
 		}
+	case rec != nil && !rec.Leased:
+		st.leasesOn, st.ownLeaseRec = false, 0 // (a record of a leader that records no leases: an earlier build's)
 	case rec != nil:
 		if l, ok := rec.Leases[r.opts.member]; ok {
-			st.ownLeaseRec = l
+			st.leasesOn, st.ownLeaseRec = true, l // (on again after an earlier build's records)
 		}
 	default:
 		st.leasesOn, st.ownLeaseRec = false, 0 // (a whole map that records no leases: an earlier leader's, or one written by hand)

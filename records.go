@@ -54,6 +54,12 @@ type change struct {
 	// that the record ranks anew. Only members that plan keep leases
 	// (see leaseBook); a map derived from a record has none.
 	Leases map[string]int64 `json:"leases,omitempty"`
+	// Leased says that the map records leases (its leader is of a build
+	// that records them, since issue 42). A record without it is of a
+	// leader that does not: the map records none, and a member starts
+	// its slots without waiting for its lease to be recorded, as with a
+	// whole map that records none (see keepOwnLease).
+	Leased bool `json:"leased,omitempty"`
 	transition
 }
 
@@ -195,6 +201,7 @@ func diff(prev, next *rankMap) change {
 		c.Leave = &l
 	}
 	c.Leases = leaseChanges(prev, next)
+	c.Leased = len(next.Leases) == len(next.Members) && len(next.Members) > 0
 	return c
 }
 

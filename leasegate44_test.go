@@ -1,0 +1,83 @@
+package rink
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// A member of this build in a rink whose leader is of an earlier build
+// (one that records no leases: a mixed-version roll) starts its slots.
+// The leader's records say nothing of leases; a member that had applied a
+// whole map of a leader that records them kept waiting for its own lease
+// to be recorded, which the earlier leader never does, and held none of
+// the slots the map gave it (TestMixedVersionUpgrade, now and then:
+// "role partition:4: owner c3, newest holder b4", c3 acknowledged and at
+// rest, holding nothing).
+func TestLeaseGateUnderALeaderThatRecordsNoLeases(t *testing.T) {
+	r := &Rink{opts: options{member: "c"}}
+	r.st.inc = &incarnation{lease: 7}
+	// A whole map of a leader that records leases, c waiting.
+	r.st.selfIdx = -1
+	r.keepOwnLease(&rankMap{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	// A leader of this build ranks c: its record names c's lease.
+	next := rankMap{Members: []string{"a", "c"}, Leases: []int64{5, 7}}
+	rec := diff(&rankMap{Members: []string{"a"}, Leases: []int64{5}}, &next)
+	r.st.selfIdx = 1
+	r.keepOwnLease(&rankMap{Members: next.Members}, decoded(t, rec))
+	if !r.leaseGate() {
+		t.Fatal("a record that records c's lease leaves c gated")
+	}
+	// One that ranks c with another lease keeps c gated (issue 42).
+	r.st.selfIdx = -1
+	r.keepOwnLease(&rankMap{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	next.Leases[1] = 6
+	rec = diff(&rankMap{Members: []string{"a"}, Leases: []int64{5}}, &next)
+	r.st.selfIdx = 1
+	r.keepOwnLease(&rankMap{Members: next.Members}, decoded(t, rec))
+	if r.leaseGate() {
+		t.Fatal("a record that records another lease for c lets c start slots")
+	}
+	// A leader of an earlier build ranks c: its record says nothing of
+	// leases (encoded as that build does: no lease field at all).
+	r.st.selfIdx = -1
+	r.keepOwnLease(&rankMap{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	old := diff(&rankMap{Members: []string{"a"}}, &rankMap{Members: []string{"a", "c"}})
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if json.Valid(b) && string(b) != "" && containsField(b, "leases") {
+		t.Fatalf("the earlier build's record %s names leases", b)
+	}
+	r.st.selfIdx = 1
+	r.keepOwnLease(&rankMap{Members: []string{"a", "c"}}, decoded(t, old))
+	if !r.leaseGate() {
+		t.Fatal("under a leader that records no leases, c starts nothing")
+	}
+	// A leader of this build follows, and records another lease for c
+	// (its view is older than c's rejoin): c is gated again.
+	back := diff(&rankMap{Members: []string{"a", "c"}}, &rankMap{Members: []string{"a", "c"}, Leases: []int64{5, 6}})
+	r.keepOwnLease(&rankMap{Members: []string{"a", "c"}}, decoded(t, back))
+	if r.leaseGate() {
+		t.Fatal("after an earlier build's leader, a record of another lease for c lets c start slots")
+	}
+}
+
+// decoded returns c as a member decodes it from the map key.
+func decoded(t *testing.T, c change) *change {
+	t.Helper()
+	out, ok := decodeRecord(c.encode())
+	if !ok {
+		t.Fatalf("record %s does not decode", c.encode())
+	}
+	return &out
+}
+
+func containsField(b []byte, name string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	_, ok := m[name]
+	return ok
+}
