@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -132,12 +133,15 @@ type MemberState struct {
 	// key says (0 when it is gone). The leader gives it a share of the
 	// slots in proportion.
 	Capacity float64
-	// Load is the member's load rate, units per second over the slots it
-	// holds, as it last reported it (see AddLoad; 0 before its first
-	// report, and while it is gone).
+	// Load is the member's load rate, units per second over the slots the
+	// map gives it (see AddLoad; 0 while it is gone): each slot's rate as
+	// the member last reported it, or, for a slot it gained since its
+	// last summary, as the member that held it before reported it, as the
+	// leader estimates it. It follows the map at once, where each
+	// member's summary lags a move by up to a load interval.
 	Load float64
-	// Roles is how many distinct roles the member awaits in the slots it
-	// holds, as it last reported it.
+	// Roles is how many distinct roles are awaited in the slots the map
+	// gives the member, counted as Load is.
 	Roles int
 }
 
@@ -402,6 +406,7 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 	s.ByLoad = cur.ByLoad
 	s.Leader = elect[lowestKey(elect)].value
 	count, secondaries := slotCounts(&cur)
+	figs := slotFigures(&cur, members, loads)
 	listed := map[string]bool{}
 	for i, name := range cur.Members {
 		m, live := members[name]
@@ -418,11 +423,11 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 			}
 		}
 		ms := MemberState{Name: name, Index: i, Slots: count[i], Secondaries: secondaries[i], Zone: m.zone, Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
-		if l, ok := loads[name]; live && ok && l.lease == m.lease {
-			for _, sl := range l.report.Slots {
-				if sl.Slot < cur.Slots {
-					ms.Load += sl.Rate
-					ms.Roles += sl.Roles
+		if live {
+			for sl := range min(cur.Slots, len(cur.Table)) {
+				if int(cur.Table[sl]) == i {
+					ms.Load += figs[sl].rate
+					ms.Roles += figs[sl].roles
 				}
 			}
 		}
@@ -442,6 +447,56 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 	settleState(&s, cur, lineage, seq, floor)
 	old := ob.state.Swap(&observed{s})
 	close(old.s.changed)
+}
+
+// slotFigure is a slot's load rate and the roles awaited in it, as a
+// member's summary reported them; own says the member was the slot's
+// owner in the map at hand.
+type slotFigure struct {
+	rate  float64
+	roles int
+	own   bool
+}
+
+// slotFigures returns each slot's figures from the live members'
+// summaries: its owner's, or, for a slot its owner has not reported yet
+// (it gained it since its last summary), the figure of a member that
+// reported it, its previous owner, as the leader estimates the load of
+// slots that moved. A member's figures then follow the map at once,
+// where its own summary lags a move by up to a load interval.
+func slotFigures(cur *rankMap, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
+	figs := make([]slotFigure, cur.Slots)
+	if len(loads) == 0 || len(cur.Table) < cur.Slots {
+		return figs
+	}
+	index := make(map[string]int, len(cur.Members))
+	for i, name := range cur.Members {
+		index[name] = i
+	}
+	for _, name := range slices.Sorted(maps.Keys(loads)) {
+		l := loads[name]
+		if m, live := members[name]; !live || l.lease != m.lease {
+			continue
+		}
+		i, ranked := index[name]
+		owns := func(s int) bool { return ranked && int(cur.Table[s]) == i }
+		for _, sl := range l.report.Slots {
+			if sl.Slot < 0 || sl.Slot >= cur.Slots {
+				continue
+			}
+			if own := owns(sl.Slot); own || !figs[sl.Slot].own {
+				figs[sl.Slot] = slotFigure{rate: sl.Rate, roles: sl.Roles, own: own}
+			}
+		}
+		for _, a := range l.report.Await {
+			// (roles it awaits in a slot it owns and did not hold: the
+			// rate is the previous owner's, if any reported it)
+			if a.Slot >= 0 && a.Slot < cur.Slots && owns(a.Slot) && !figs[a.Slot].own {
+				figs[a.Slot] = slotFigure{rate: figs[a.Slot].rate, roles: a.Roles, own: true}
+			}
+		}
+	}
+	return figs
 }
 
 // slotCounts counts, per index of m's members, the slots each owns (as

@@ -398,12 +398,3 @@ func TestSettledLine(t *testing.T) {
 	}
 }
 
-// TestRolesLabelled: the status table says that LOAD/S and ROLES are the
-// members' last reports, which lag moves of slots.
-func TestRolesLabelled(t *testing.T) {
-	var b strings.Builder
-	s := rink.State{Rink: "r", Version: 1, Slots: 4, Members: []rink.MemberState{{Name: "a", Live: true, Ack: 1, Slots: 4, Roles: 3}}}
-	if err := printStatus(&b, s); err != nil || !strings.Contains(b.String(), "\nLOAD/S and ROLES are each member's last report") {
-		t.Fatalf("status:\n%s", b.String())
-	}
-}

@@ -173,23 +173,8 @@ func printStatus(w io.Writer, s rink.State) error {
 	for _, name := range s.Joining {
 		fmt.Fprint(tw, cells("-", name, "-", "0", "0", "0.0%", "-", "-", "-", "-", "-", "joining"))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(s.Members) > 0 {
-		_, err := fmt.Fprintln(w, rolesNote)
-		return err
-	}
-	return nil
+	return tw.Flush()
 }
-
-// rolesNote says what LOAD/S and ROLES show. They come from each member's
-// load summary, which it writes at once when it awaits a role it had not
-// awaited before, and otherwise at most once per load interval, when the
-// figures changed noticeably: after slots move, a member's figures still
-// count the slots it held at its last summary until its next one. Nothing
-// in etcd says what it awaits now.
-const rolesNote = "LOAD/S and ROLES are each member's last report (written at most once per load interval, 10 s by default): after slots move they lag until its next one"
 
 // settledLine says whether the rink is at rest, and if not, what moves
 // are planned or pending; while the leader balances by load, it says how

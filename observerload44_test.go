@@ -1,0 +1,42 @@
+package rink
+
+import (
+	"context"
+	"testing"
+)
+
+// An Observer gives each member the load and the roles of the slots the
+// map gives it now: a slot its owner has not reported yet (it gained it
+// since its last summary) counts with the figure of the member that
+// reported it, its previous owner, as the leader estimates it (rinkctl
+// status's LOAD/S and ROLES lagged moves by up to a load interval:
+// issue 44).
+func TestObserverLoadFollowsTheMap(t *testing.T) {
+	ob := &Observer{name: "r"}
+	ob.ctx, ob.cancel = context.WithCancel(context.Background())
+	defer ob.cancel()
+	ob.state.Store(&observed{State{changed: make(chan struct{})}})
+	// b was ranked and took slots 2 and 3 from a; a's summary predates
+	// the move, and b has written none yet.
+	cur := rankMap{Schema: 3, Version: 2, Slots: 4, Members: []string{"a", "b"}, Table: []int32{0, 0, 1, 1}}
+	members := map[string]memberInfo{"a": {lease: 1, capacity: 1}, "b": {lease: 2, capacity: 1}}
+	loads := map[string]memberLoad{"a": {lease: 1, report: loadReport{Slots: []slotLoad{
+		{Slot: 0, Rate: 1, Roles: 1}, {Slot: 1, Rate: 2, Roles: 1}, {Slot: 2, Rate: 4, Roles: 1}, {Slot: 3, Rate: 8, Roles: 2}}}}}
+	ob.publish(cur, 1, 1, 10, &ackFloor{}, "", members, nil, nil, loads)
+	got := map[string]MemberState{}
+	for _, m := range ob.State().Members {
+		got[m.Name] = m
+	}
+	if a, b := got["a"], got["b"]; a.Roles != 2 || a.Load != 3 || b.Roles != 3 || b.Load != 12 {
+		t.Fatalf("a: %d roles, load %v (want 2, 3); b: %d roles, load %v (want 3, 12)", a.Roles, a.Load, b.Roles, b.Load)
+	}
+	// b's own summary, once written, is what counts for its slots.
+	loads["b"] = memberLoad{lease: 2, report: loadReport{Slots: []slotLoad{{Slot: 2, Rate: 5, Roles: 1}, {Slot: 3, Rate: 0, Roles: 0}}}}
+	ob.publish(cur, 1, 1, 11, &ackFloor{}, "", members, nil, nil, loads)
+	for _, m := range ob.State().Members {
+		got[m.Name] = m
+	}
+	if a, b := got["a"], got["b"]; a.Roles != 2 || a.Load != 3 || b.Roles != 1 || b.Load != 5 {
+		t.Fatalf("after b's summary, a: %d roles, load %v (want 2, 3); b: %d roles, load %v (want 1, 5)", a.Roles, a.Load, b.Roles, b.Load)
+	}
+}
