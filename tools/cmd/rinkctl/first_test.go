@@ -397,4 +397,3 @@ func TestSettledLine(t *testing.T) {
 		}
 	}
 }
-
