@@ -80,6 +80,7 @@ type handOver struct {
 	viewRev, version   int64
 	ghosts             map[int64]string
 	leases             map[string]int64 // the leases cur records, by name (see leaseBook)
+	leased             bool             // cur records leases (see mapLeased)
 	narrow             bool             // the member follows the narrow view: list the member keys first
 	attempts           int
 	done, ok           bool
@@ -98,7 +99,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 		return nil, false
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
-		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, narrow: !st.view.wide,
+		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, leased: st.curLeased, narrow: !st.view.wide,
 		lineage: st.lineage, createRev: st.inc.createRev, lease: st.inc.lease}, true
 }
 
@@ -137,7 +138,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	self := r.opts.member
 	key := r.keys.member(self)
 	cur := d.cur
-	cur.Leases = alignedLeases(cur.Members, d.leases) // (what the record changes: see leaseChanges)
+	cur.Leases = baseLeases(cur.Members, d.leases, d.leased) // (what the record changes: see leaseChanges)
 	// Every ranked member without a key stays ranked, with its slots:
 	// this member cannot tell a crash from a ghost (keys are evidence,
 	// leases are proof: see leases.go), and the leader moves them as it
@@ -240,6 +241,13 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 				return false // unusable, another lineage, or etcd went back: leave it to the leader
 			}
 			d.cur, d.curRev, d.curSeq = m, kv.ModRevision, kv.Version
+			if kv.ModRevision != prevRev {
+				var rec *change
+				if c, ok := decodeRecord(kv.Value); ok {
+					rec = &c
+				}
+				d.leased = mapLeased(&m, rec)
+			}
 			if l, ok := wholeLeases(kv, snap); ok {
 				d.leases = l
 			}

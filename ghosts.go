@@ -26,6 +26,12 @@ type ghostState struct {
 	// an earlier leader does not): see leaseGate.
 	ownLeaseRec int64
 	leasesOn    bool
+	// curLeased says that the applied map records leases: a whole map
+	// that lists them, or a record that says so (see change.Leased). A
+	// member that plans from a map that does not writes its next record
+	// with every ranked member's lease, and a leader proclaims one at
+	// once: an earlier build's record opened every member's gate.
+	curLeased bool
 	// ending holds, by lease, ghosts etcd said are gone while the map
 	// key was older than the view's, with the view's revision then (see
 	// endGhost).

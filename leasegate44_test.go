@@ -1,8 +1,13 @@
 package rink
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A member of this build in a rink whose leader is of an earlier build
@@ -80,4 +85,49 @@ func containsField(b []byte, name string) bool {
 	}
 	_, ok := m[name]
 	return ok
+}
+
+// A leader of this build whose rink applied a record of an earlier
+// build's member (a departure in a rolling upgrade: no "leased") proclaims
+// again, with a record that names every ranked member's lease: the earlier
+// record opened every member's lease gate, and one whose lease did not
+// change would otherwise stay outside it until a whole map came (a member
+// that fenced and resumed meanwhile would start its slots while the map
+// recorded its old lease: issue 42's hazard).
+func TestLeaderRecordsLeasesAfterAnUnleasedRecord(t *testing.T) {
+	name := rinkName(t)
+	cli := newClient(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), WithRebalanceDelay(time.Second))
+	eventually(t, 10*time.Second, "a leads", func() bool { return a.Rank().Leader == "a" && a.Rank().Index == 0 })
+	c := join(t, newClient(t), name, WithMemberName("c"), WithRebalanceDelay(time.Second))
+	waitSettled(t, a, c)
+	k := newKeys(name)
+	leaseOf := func(member string) int64 {
+		resp, err := cli.Get(context.Background(), k.member(member))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("member key of %s: %v", member, err)
+		}
+		return resp.Kvs[0].Lease
+	}
+	la, lc := leaseOf("a"), leaseOf("c")
+	// An earlier build's record: nothing changes, and it says nothing of
+	// leases.
+	resp, err := cli.Get(context.Background(), k.rankMap())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the map key: %v", err)
+	}
+	m := a.ownersNow()
+	old := fmt.Sprintf(`{"schema":%d,"change":true,"version":%d}`, m.Schema, m.Version+1)
+	if _, err := cli.Txn(context.Background()).If(clientv3.Compare(clientv3.ModRevision(k.rankMap()), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(k.rankMap(), old)).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a record that names every member's lease", func() bool {
+		resp, err := cli.Get(context.Background(), k.rankMap())
+		if err != nil || len(resp.Kvs) != 1 {
+			return false
+		}
+		rec, ok := decodeRecord(resp.Kvs[0].Value)
+		return ok && rec.Version > m.Version+1 && rec.Leased && rec.Leases["a"] == la && rec.Leases["c"] == lc
+	})
 }

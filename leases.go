@@ -270,6 +270,7 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 // leaseGate). Every member keeps it, at the cost of a lookup per map.
 func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
 	st := &r.st
+	st.curLeased = mapLeased(m, rec)
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
 		st.leasesOn, st.ownLeaseRec = true, 0
@@ -285,6 +286,26 @@ func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
 	default:
 		st.leasesOn, st.ownLeaseRec = false, 0 // (a whole map that records no leases: an earlier leader's, or one written by hand)
 	}
+}
+
+// mapLeased reports whether map m, applied from record rec (nil: a whole
+// map), records leases.
+func mapLeased(m *rankMap, rec *change) bool {
+	if rec != nil {
+		return rec.Leased
+	}
+	return len(m.Leases) == len(m.Members) && len(m.Members) > 0
+}
+
+// baseLeases returns the leases a record planned from the applied map
+// (members) changes from: the ones the book holds for them, or none when
+// the map records none (leased false), so that the record names every
+// lease (see leaseChanges).
+func baseLeases(members []string, book map[string]int64, leased bool) []int64 {
+	if !leased {
+		return nil
+	}
+	return alignedLeases(members, book)
 }
 
 // leaseGate reports whether this member may start slots under its

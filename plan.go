@@ -160,7 +160,7 @@ func (r *Rink) plan() {
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
 	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts, r.opts.member, r.ownLease())
-	if next.sameAssignment(st.cur) && slices.Equal(next.Leases, alignedLeases(st.cur.Members, st.recorded)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
+	if next.sameAssignment(st.cur) && slices.Equal(next.Leases, baseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
@@ -194,7 +194,7 @@ func (r *Rink) plan() {
 	l.refused = ""
 	l.busy = true
 	mapRev, base := st.curRev, st.cur
-	base.Leases = alignedLeases(base.Members, st.recorded) // (what the record changes: see leaseChanges)
+	base.Leases = baseLeases(base.Members, st.recorded, st.curLeased) // (what the record changes: see leaseChanges)
 	if underived {
 		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
 	} else if repeated {
