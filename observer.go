@@ -161,7 +161,8 @@ type WaitingState struct {
 	Zone string
 }
 
-// Changed returns a channel that is closed once a newer State is available.
+// Changed returns a channel that is closed once a newer State is available
+// (or the Observer is closed: its State then says Closed).
 func (s State) Changed() <-chan struct{} { return s.changed }
 
 // Owner returns the member that owns role in this state: the primary of
@@ -406,7 +407,7 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 	s.ByLoad = cur.ByLoad
 	s.Leader = elect[lowestKey(elect)].value
 	count, secondaries := slotCounts(&cur)
-	figs := slotFigures(&cur, members, loads)
+	loadOf, rolesOf := memberFigures(&cur, members, loads)
 	listed := map[string]bool{}
 	for i, name := range cur.Members {
 		m, live := members[name]
@@ -423,13 +424,8 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 			}
 		}
 		ms := MemberState{Name: name, Index: i, Slots: count[i], Secondaries: secondaries[i], Zone: m.zone, Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
-		if live {
-			for sl := range min(cur.Slots, len(cur.Table)) {
-				if int(cur.Table[sl]) == i {
-					ms.Load += figs[sl].rate
-					ms.Roles += figs[sl].roles
-				}
-			}
+		if live && loadOf != nil {
+			ms.Load, ms.Roles = loadOf[i], rolesOf[i]
 		}
 		s.Members = append(s.Members, ms)
 		listed[name] = true
@@ -465,10 +461,10 @@ type slotFigure struct {
 // slots that moved. A member's figures then follow the map at once,
 // where its own summary lags a move by up to a load interval.
 func slotFigures(cur *rankMap, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
-	figs := make([]slotFigure, cur.Slots)
-	if len(loads) == 0 || len(cur.Table) < cur.Slots {
-		return figs
+	if len(loads) == 0 || cur.Slots <= 0 || len(cur.Table) < cur.Slots {
+		return nil
 	}
+	figs := make([]slotFigure, cur.Slots)
 	index := make(map[string]int, len(cur.Members))
 	for i, name := range cur.Members {
 		index[name] = i
@@ -497,6 +493,24 @@ func slotFigures(cur *rankMap, members map[string]memberInfo, loads map[string]m
 		}
 	}
 	return figs
+}
+
+// memberFigures sums, per index of cur's members, the figures of the
+// slots the map gives it (see slotFigures), in one pass over the slots;
+// nil when no member reported any.
+func memberFigures(cur *rankMap, members map[string]memberInfo, loads map[string]memberLoad) (load []float64, roles []int) {
+	figs := slotFigures(cur, members, loads)
+	if figs == nil {
+		return nil, nil
+	}
+	load, roles = make([]float64, len(cur.Members)), make([]int, len(cur.Members))
+	for sl, f := range figs {
+		if i := int(cur.Table[sl]); i >= 0 && i < len(load) {
+			load[i] += f.rate
+			roles[i] += f.roles
+		}
+	}
+	return load, roles
 }
 
 // slotCounts counts, per index of m's members, the slots each owns (as
@@ -573,16 +587,20 @@ func (ob *Observer) Owners(role string) (members []string, ok bool) {
 	return ob.State().Owners(role)
 }
 
-// Done is closed when the observer is closed. State().Changed() is not:
-// a loop that waits for changes should select on both.
+// Done is closed when the observer is closed; so is the Changed channel
+// of the last State it published, whose newer State says Closed.
 func (ob *Observer) Done() <-chan struct{} { return ob.ctx.Done() }
 
 // Close stops following the rink and waits for the observer's goroutines.
 // From then on Owner and Owners answer false and State returns a State
-// whose Closed is true (see State).
+// whose Closed is true (see State); a loop waiting on the Changed channel
+// of an earlier State wakes, and finds it.
 func (ob *Observer) Close() error {
 	ob.cancel()
 	ob.wg.Wait()
+	if old := ob.state.Swap(&observed{State{Rink: ob.name, Closed: true}}); old != nil && old.s.changed != nil {
+		close(old.s.changed)
+	}
 	return nil
 }
 

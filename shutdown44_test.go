@@ -213,6 +213,16 @@ func TestObserverAfterClose(t *testing.T) {
 	if m, ok := before.Owner("r44"); !ok || m != r.Member() {
 		t.Errorf("State.Owner of a state taken before Close = %q, %v; want %q", m, ok, r.Member())
 	}
+	// A loop waiting for the next State wakes, and finds the observer
+	// closed.
+	select {
+	case <-before.Changed():
+	default:
+		t.Error("the Changed channel of the last State before Close is still open")
+	}
+	if err := ob.Close(); err != nil { // (twice: no panic)
+		t.Fatal(err)
+	}
 }
 
 // TestRankAfterShutdownNamesNoLeader: a member that shut down in a rink
