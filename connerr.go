@@ -36,8 +36,11 @@ const (
 	// endpoints are probed: a healthy etcd has answered by then, and
 	// costs no probe.
 	probeAfter = 200 * time.Millisecond
-	// probeEvery is the pause between two rounds of probes.
-	probeEvery = 250 * time.Millisecond
+	// probeEvery is the pause between two rounds of probes while every
+	// endpoint fails; while one connects, the pause doubles up to
+	// probeEveryAlive.
+	probeEvery      = 250 * time.Millisecond
+	probeEveryAlive = 2 * time.Second
 	// probeTimeout bounds one endpoint's probe: an endpoint that has
 	// neither connected nor failed by then is merely slow.
 	probeTimeout = time.Second
@@ -223,14 +226,17 @@ func contact(ctx context.Context, cli *clientv3.Client, need string, req func(co
 	if ctx.Err() == nil {
 		return err
 	}
+	if !errors.Is(err, ctx.Err()) {
+		err = ctx.Err() // (the probes' verdict canceled req as ctx ended: ctx's error is the answer)
+	}
 	// Out of time: say what the probes last saw.
 	ps := last.Load()
 	if ps == nil {
 		return err
 	}
-	down := true
+	down := true // (no endpoint connected: refused, unresolved, TLS, or packets dropped)
 	for _, p := range *ps {
-		down = down && p.kind != probeUp && p.kind != probeSlow
+		down = down && p.kind != probeUp
 	}
 	if down {
 		return &unreachableError{probes: *ps, timeout: err}
@@ -256,6 +262,7 @@ func watchEndpoints(ctx context.Context, cli *clientv3.Client, last *atomic.Poin
 		return
 	}
 	var since time.Time // since when every endpoint has failed definitely
+	pause := probeEvery / 2
 	for ctx.Err() == nil && cli.Ctx().Err() == nil {
 		eps := cli.Endpoints()
 		round := make([]epProbe, len(eps))
@@ -287,7 +294,18 @@ func watchEndpoints(ctx context.Context, cli *clientv3.Client, last *atomic.Poin
 			fail(&unreachableError{probes: round, lasted: time.Since(since)})
 			return
 		}
-		sleep(ctx, probeEvery)
+		if allDefinite {
+			pause = probeEvery
+		} else {
+			// An endpoint connected, or is slow to: etcd is there, and
+			// may be without quorum or busy, or may yet refuse the
+			// client (TLS 1.3 says so after the handshake). Probe less
+			// and less often (a fleet that restarts against such an
+			// etcd would otherwise open a connection per member and
+			// endpoint four times a second).
+			pause = min(2*pause, probeEveryAlive)
+		}
+		sleep(ctx, pause)
 	}
 }
 

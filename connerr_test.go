@@ -135,6 +135,11 @@ func TestNewWaitsForASlowEtcd(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("%v: want context.DeadlineExceeded", err)
 	}
+	// No connection completed (as behind a firewall that drops packets):
+	// a caller that retries on ErrUnreachable retries this too.
+	if !errors.Is(err, ErrUnreachable) {
+		t.Errorf("%v: want ErrUnreachable (no connection to etcd completed)", err)
+	}
 }
 
 // secureEtcd is an embedded etcd that serves clients over TLS with client
