@@ -342,3 +342,29 @@ func TestSecureRink(t *testing.T) {
 }
 
 func must[T any](v T, _ bool) T { return v }
+
+// TestNewObserverContextEnds: NewObserverContext gives up when its
+// context ends, with the context's error and what the probes saw; a nil
+// context is refused, by it and by NewContext, rather than a panic.
+func TestNewObserverContextEnds(t *testing.T) {
+	addr := freeURL().Host // nothing listens here
+	cli := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err := NewObserverContext(ctx, cli, rinkName(t))
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("returned after %v; its context ended after 500ms", took)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), addr) {
+		t.Errorf("NewObserverContext: %v; want context.DeadlineExceeded naming %s", err, addr)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := NewObserverContext(nil, cli, rinkName(t)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("NewObserverContext(nil, ...): %v; want ErrInvalidOption", err)
+	}
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := NewContext(nil, cli, rinkName(t)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("NewContext(nil, ...): %v; want ErrInvalidOption", err)
+	}
+}

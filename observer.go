@@ -206,8 +206,17 @@ type observed struct{ s State }
 // WithEvents) configures a member, not an Observer: NewObserver refuses it
 // with an error wrapping ErrInvalidOption that names it, rather than
 // ignore it. An Observer reads maps of any slot count and any number of
-// replicas per slot.
+// replicas per slot. It is NewObserverContext with context.Background().
 func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
+	return NewObserverContext(context.Background(), cli, name, opts...)
+}
+
+// NewObserverContext is NewObserver, abandoned when ctx ends before the
+// rink's state is read: the error then wraps ctx's (context.Canceled, or
+// context.DeadlineExceeded), with what the probes of etcd's endpoints saw
+// meanwhile. ctx bounds only that first read; the Observer follows the
+// rink until Close.
+func NewObserverContext(ctx context.Context, cli *clientv3.Client, name string, opts ...Option) (*Observer, error) {
 	o, err := checkArgs(cli, name, opts)
 	if err = errors.Join(err, o.refuse("an Observer", "WithLogger", "WithJoinTimeout")); err != nil {
 		return nil, err
@@ -215,7 +224,10 @@ func NewObserver(cli *clientv3.Client, name string, opts ...Option) (*Observer, 
 	ob := &Observer{cli: cli, name: name, keys: newKeys(name), log: o.log.With(zap.String("rink", name), zap.String("observer", "true"))}
 	// A first read, which says why etcd cannot be reached or read (the
 	// watch below retries whatever fails, quietly).
-	ctx, cancel := context.WithTimeout(context.Background(), o.joinTimeout)
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: a nil context", ErrInvalidOption)
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	defer cancel()
 	err = contact(ctx, cli, fmt.Sprintf("read on the keys under %q", ob.keys.prefix), func(ctx context.Context) error {
 		_, err := cli.Get(ctx, ob.keys.rankMap())

@@ -177,6 +177,9 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 	if err != nil {
 		return nil, err
 	}
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: a nil context", ErrInvalidOption)
+	}
 	if o.member == "" {
 		o.member = defaultMemberName()
 	}
