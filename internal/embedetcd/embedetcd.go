@@ -119,6 +119,21 @@ func (s *Server) Dir() string { return s.dir }
 // Endpoint is the client address, host:port.
 func (s *Server) Endpoint() string { return s.etcd.Clients[0].Addr().String() }
 
+// Stopped is closed when etcd stops by itself (a fatal error: Err says
+// which), not by Close.
+func (s *Server) Stopped() <-chan struct{} { return s.etcd.Server.StopNotify() }
+
+// Err returns the error etcd stopped with, if any: it is read once etcd
+// has stopped (see Stopped).
+func (s *Server) Err() error {
+	select {
+	case err := <-s.etcd.Err():
+		return err
+	default:
+		return nil
+	}
+}
+
 // Close stops etcd and removes a temporary data directory.
 func (s *Server) Close() {
 	s.etcd.Close()

@@ -88,7 +88,13 @@ production etcd: one node, plain HTTP on loopback.`,
 			if ep != defaultEtcdAddr {
 				fmt.Fprintf(out, "for rinkctl and etcdctl in another shell:\nexport ETCDCTL_ENDPOINTS=%s\n", ep)
 			}
-			<-cmd.Context().Done()
+			select {
+			case <-cmd.Context().Done():
+			case <-srv.Stopped():
+				err := srv.Err()
+				srv.Close()
+				return fmt.Errorf("etcd stopped by itself (its data stays in %s): %v", dataDir, err)
+			}
 			srv.Close()
 			fmt.Fprintf(out, "etcd stopped; its data stays in %s\n", dataDir)
 			return nil
