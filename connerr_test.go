@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rink-go/rink/internal/embedetcd"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
@@ -155,6 +156,10 @@ const (
 	rootPassword = "root-secret"
 	rinkUser     = "orders-svc"
 	rinkPassword = "orders-secret"
+	// viewUser's role may only read the keys under rink/<rinkPrefix>: what
+	// an Observer needs (docs/operations.md).
+	viewUser     = "orders-router"
+	viewPassword = "router-secret"
 )
 
 func startSecureEtcd(t *testing.T, rinkPrefix string) *secureEtcd {
@@ -182,6 +187,13 @@ func startSecureEtcd(t *testing.T, rinkPrefix string) *secureEtcd {
 		},
 		func() error { _, err := root.UserAdd(ctx, rinkUser, rinkPassword); return err },
 		func() error { _, err := root.UserGrantRole(ctx, rinkUser, "rink-orders"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "rink-orders-read"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "rink-orders-read", rinkPrefix, clientv3.GetPrefixRangeEnd(rinkPrefix), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, viewUser, viewPassword); return err },
+		func() error { _, err := root.UserGrantRole(ctx, viewUser, "rink-orders-read"); return err },
 		func() error { _, err := root.AuthEnable(ctx); return err },
 	}
 	for _, step := range steps {
@@ -293,11 +305,16 @@ func TestSecureRink(t *testing.T) {
 		ms = append(ms, join(t, cli, "orders", WithMemberName(fmt.Sprintf("m%d", i)), h.hook()))
 	}
 	waitSettled(t, ms...)
-	ob, err := NewObserver(s.client(t, s.tls(t), rinkUser, rinkPassword), "orders")
+	// The observer reads as a user that may only read the rink's keys.
+	viewer := s.client(t, s.tls(t), viewUser, viewPassword)
+	ob, err := NewObserver(viewer, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ob.Close()
+	if _, err := New(viewer, "orders", WithMemberName("viewer")); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Errorf("a member joined as a user that may only read: %v", err)
+	}
 
 	role := roleOf(t, ms[0])
 	ctx0, err := ms[0].AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
