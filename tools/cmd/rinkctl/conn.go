@@ -47,12 +47,17 @@ func reach(ctx context.Context, cfg clientv3.Config, readBack bool) error {
 }
 
 // dialOne dials one endpoint ("host:port", "http://host:port",
-// "https://host:port", "unix://path" or "unixs://path") as the etcd client
+// "https://host:port", "unix://path", "unix:path", or the same with
+// unixs) as the etcd client
 // would: over TLS when its scheme says so, or when it names none and tc is
 // set.
 func dialOne(ctx context.Context, ep string, tc *tls.Config, timeout time.Duration, readBack bool) error {
 	network, addr, secure := "tcp", ep, tc != nil
-	if i := strings.Index(ep, "://"); i >= 0 {
+	if rest, ok := strings.CutPrefix(ep, "unix:"); ok && !strings.HasPrefix(rest, "//") {
+		network, addr = "unix", rest // ("unix:path", as clientv3 takes it)
+	} else if rest, ok := strings.CutPrefix(ep, "unixs:"); ok && !strings.HasPrefix(rest, "//") {
+		network, addr, secure = "unix", rest, true
+	} else if i := strings.Index(ep, "://"); i >= 0 {
 		u, err := url.Parse(ep)
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -395,5 +396,24 @@ func TestSettledLine(t *testing.T) {
 		if got := settledLine(tt.s); got != tt.want {
 			t.Errorf("%s:\n got %s\nwant %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestDialUnix: dialOne takes etcd's unix endpoints in both forms clientv3
+// takes ("unix:path" and "unix://path").
+func TestDialUnix(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "etcd.sock")
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, ep := range []string{"unix:" + path, "unix://" + path} {
+		if err := dialOne(context.Background(), ep, nil, time.Second, false); err != nil {
+			t.Errorf("%s: %v", ep, err)
+		}
+	}
+	if err := dialOne(context.Background(), "unix:"+path+".none", nil, time.Second, false); err == nil {
+		t.Error("a unix socket that does not exist answered")
 	}
 }
