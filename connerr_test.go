@@ -85,13 +85,16 @@ func TestJoinTimeoutSaysWhy(t *testing.T) {
 // the grace, then serves, is joined.
 func TestNewWaitsForARestartingEtcd(t *testing.T) {
 	from := freeURL()
-	cli := newClient(t, from.Host)
 	up := make(chan proxy.Server, 1)
+	// (Cleanups run last first: the proxy closes after the client. The
+	// other way round, its Close waits for connections the client still
+	// holds, for ever: the README's test command hung here once in five.)
+	t.Cleanup(func() { (<-up).Close() })
+	cli := newClient(t, from.Host)
 	time.AfterFunc(refusedGrace/2, func() {
 		from.Scheme = "tcp"
 		up <- proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: url.URL{Scheme: "tcp", Host: testEndpoint}})
 	})
-	t.Cleanup(func() { (<-up).Close() })
 	began := time.Now()
 	r := join(t, cli, rinkName(t))
 	t.Logf("joined after %v", time.Since(began).Round(time.Millisecond))
