@@ -148,9 +148,12 @@ func (h *history) snapshot() []Event {
 
 // holders returns, per slot, the members holding it at the end of the
 // history.
-func (h *history) holders() map[int][]string {
+func (h *history) holders() map[int][]string { return holdersIn(h.snapshot()) }
+
+// holdersIn returns, per slot, the members holding it at the end of evs.
+func holdersIn(evs []Event) map[int][]string {
 	open := map[int]map[string]bool{}
-	for _, e := range h.snapshot() {
+	for _, e := range evs {
 		switch e.Kind {
 		case EventAcquired:
 			if open[e.Slot] == nil {
