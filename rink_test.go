@@ -399,6 +399,16 @@ func settle(t testing.TB, h *history, ms ...*Rink) {
 				return false
 			}
 		}
+		// Every member is in the map, ranked or waiting: a member that
+		// has just joined has the map of before it, as the others do,
+		// until the leader proclaims one that lists it
+		// (TestChangeRecordsInTheMapKey read that earlier map now and
+		// then: issue 44).
+		for _, r := range ms {
+			if m.index(r.Member()) < 0 && !slices.ContainsFunc(m.Waiting, func(w waiter) bool { return w.Name == r.Member() }) {
+				return false
+			}
+		}
 		return true
 	})
 }
