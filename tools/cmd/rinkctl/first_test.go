@@ -108,16 +108,7 @@ func TestRefusedAtOnce(t *testing.T) {
 // TestEnvironment: etcdctl's variables stand in for the flags, and a flag
 // wins over its variable.
 func TestEnvironment(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	newCert(t, dir, "server", ca, caKey)
-	newCert(t, dir, "client", ca, caKey)
-	p := func(n string) string { return filepath.Join(dir, n) }
-	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true, TLS: &embedetcd.TLSFiles{Cert: p("server.pem"), Key: p("server-key.pem"), CA: p("ca.pem")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, p := tlsEtcd(t)
 	dead, _ := embedetcd.FreeURL()
 	t.Setenv("ETCDCTL_ENDPOINTS", "https://"+srv.Endpoint())
 	t.Setenv("ETCDCTL_CACERT", p("ca.pem"))

@@ -215,16 +215,7 @@ func TestErrors(t *testing.T) {
 
 // TestTLS serves etcd over TLS with client certificates made here.
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca, caKey := newCert(t, dir, "ca", nil, nil)
-	newCert(t, dir, "server", ca, caKey)
-	newCert(t, dir, "client", ca, caKey)
-	p := func(n string) string { return filepath.Join(dir, n) }
-	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true, TLS: &embedetcd.TLSFiles{Cert: p("server.pem"), Key: p("server-key.pem"), CA: p("ca.pem")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv, p := tlsEtcd(t)
 	tlsArgs := []string{"--endpoints", "https://" + srv.Endpoint(), "--cacert", p("ca.pem"), "--cert", p("client.pem"), "--key", p("client-key.pem")}
 	code, out, errOut := rinkctl(t, append([]string{"list"}, tlsArgs...)...)
 	if code != 0 || !strings.Contains(out, "RINK") {
@@ -434,4 +425,22 @@ func TestReplicas(t *testing.T) {
 		return strings.Contains(w, "kv-2 left") && strings.Contains(w, "slots promoted from secondaries") && strings.Contains(w, "secondaries moved")
 	})
 	t.Logf("watch:\n%s", wout.String())
+}
+
+// tlsEtcd starts an etcd that serves clients over TLS with client
+// certificates made here; p names the PEM files (ca.pem, client.pem,
+// client-key.pem, …). It stops when the test ends.
+func tlsEtcd(t *testing.T) (srv *embedetcd.Server, p func(string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	ca, caKey := newCert(t, dir, "ca", nil, nil)
+	newCert(t, dir, "server", ca, caKey)
+	newCert(t, dir, "client", ca, caKey)
+	p = func(n string) string { return filepath.Join(dir, n) }
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true, TLS: &embedetcd.TLSFiles{Cert: p("server.pem"), Key: p("server-key.pem"), CA: p("ca.pem")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv, p
 }
