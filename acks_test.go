@@ -59,17 +59,17 @@ func newFloorSteps(t *testing.T) *floorSteps {
 }
 
 func (s *floorSteps) member(name string, lease, rev int64) {
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
 }
 
 func (s *floorSteps) ack(name string, lease, seq int64) {
 	val, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq})
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.ack(name)), Value: val, Lease: lease}, false)
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack(name)), Value: val, Lease: lease}, false)
 }
 
 func (s *floorSteps) mapAt(seq, rev int64, members []string, table slotTable) {
 	m := rankMap{Members: members, Table: table, Version: seq, Slots: len(table), Schema: schemaVersion}
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 }
 
 // offer returns whether the floor was asked for at once, and else how
@@ -168,7 +168,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	s.mapAt(6, 50, []string{"n", "b", "c"}, slotTable{1, 1, 1, 0}) // c -> b, n -> b
 	step("the map", false, long)
 	val, _ := json.Marshal(ackValue{Ack: 6, Lineage: 10})
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.ack("b")), Value: val, Lease: 2}, false)
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack("b")), Value: val, Lease: 2}, false)
 	step("b acknowledged in versions only", true, 0)
 }
 
@@ -235,16 +235,16 @@ func (f *foldEvents) put(key string, value []byte, lease, rev int64) *clientv3.E
 }
 
 func (f *foldEvents) member(name string, lease, rev int64) *clientv3.Event {
-	return f.put(f.s.k.member(name), []byte(memberValue(1)), lease, rev)
+	return f.put(f.s.k.Member(name), []byte(memberValue(1)), lease, rev)
 }
 
 func (f *foldEvents) ack(name string, lease, seq, rev int64) *clientv3.Event {
 	v, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq})
-	return f.put(f.s.k.ack(name), v, lease, rev)
+	return f.put(f.s.k.Ack(name), v, lease, rev)
 }
 
 func (f *foldEvents) floor(value []byte, rev int64) *clientv3.Event {
-	return f.put(f.s.k.floor(), value, 0, rev)
+	return f.put(f.s.k.Floor(), value, 0, rev)
 }
 
 // start folds two members, a map of lineage 10 and their two
@@ -252,7 +252,7 @@ func (f *foldEvents) floor(value []byte, rev int64) *clientv3.Event {
 // for (the second before the first is seen written).
 func (f *foldEvents) start(t *testing.T) (first, second []byte) {
 	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
-	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
+	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	first = f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
 	if first == nil {
 		t.Fatal("no floor asked for")
@@ -346,10 +346,10 @@ func TestFloorRestDroppedHeldLongest(t *testing.T) {
 func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 	f := newFoldEvents(t)
 	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
-	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
+	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
-	del := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.member("b")), ModRevision: 20}}
+	del := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Member("b")), ModRevision: 20}}
 	got := f.fold(del)
 	var fl ackFloor
 	if got != nil {
@@ -374,7 +374,7 @@ func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 		}
 	}
 	m2 := rankMap{Members: []string{"a"}, Table: slotTable{0, 0}, Version: 2, Slots: 2, Schema: schemaVersion}
-	got = f.fold(&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m2.encode(), CreateRevision: 10, ModRevision: 21, Version: 2}}, f.ack("a", 1, 2, 22))
+	got = f.fold(&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m2.encode(), CreateRevision: 10, ModRevision: 21, Version: 2}}, f.ack("a", 1, 2, 22))
 	fl = ackFloor{}
 	_ = json.Unmarshal(got, &fl)
 	if got == nil || fl.Ghosts != 0 || !fl.Complete || fl.Floor != 2 {
@@ -390,10 +390,10 @@ func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
 	f := newFoldEvents(t)
 	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
-	mapKV := &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}
+	mapKV := &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), &clientv3.Event{Type: clientv3.EventTypePut, Kv: mapKV}, f.ack("a", 1, 1, 11))
-	f.fold(&clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.member("b")), ModRevision: 20}}, f.member("b", 5, 21))
+	f.fold(&clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Member("b")), ModRevision: 20}}, f.member("b", 5, 21))
 	ack := f.ack("a", 1, 1, 11)
 	f.r.fold(f.s.a, watchBatch{snapshot: true, rev: 22, kvs: []*mvccpb.KeyValue{f.member("a", 1, 8).Kv, f.member("b", 5, 21).Kv, mapKV, ack.Kv}})
 	f.s.a.unhold()
@@ -419,7 +419,7 @@ func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
 func TestFloorCountsAMemberKeyPutWithoutALease(t *testing.T) {
 	f := newFoldEvents(t)
 	m := rankMap{Members: []string{"a", "b"}, Table: slotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
-	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
+	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
 	got := f.fold(f.member("b", 0, 20))

@@ -53,11 +53,11 @@ type ackKey struct {
 func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 	key := string(kv.Key)
 	switch {
-	case k.isMember(key):
+	case k.IsMember(key):
 		// Stray member keys are left out, as members leave them out of
 		// their views (the run goroutine logs them); a put that makes a
 		// key stray takes its member out.
-		name, ok := k.liveMember(kv)
+		name, ok := k.LiveMember(kv)
 		if !ok {
 			delete(v.members, name)
 			v.changes.forget(name)
@@ -71,11 +71,11 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 			}
 		}
 		v.members[name] = m
-	case k.isAck(key):
+	case k.IsAck(key):
 		a := ackKey{lease: kv.Lease}
 		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
-		v.acks[k.ackName(key)] = a
-	case k.isMap(key):
+		v.acks[k.AckName(key)] = a
+	case k.IsMap(key):
 		var version int64
 		var shape *mapShape // nil: unknown (a change record this view cannot apply)
 		if c, ok := decodeRecord(kv.Value); ok {
@@ -109,7 +109,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 			return
 		}
 		v.seeShape(*shape)
-	case k.isSnapshot(key):
+	case k.IsSnapshot(key):
 		v.snap = kv
 		if v.whole == nil && v.mapRev == kv.ModRevision && v.seq > 0 {
 			// The whole map written with a record this view could not apply.
@@ -118,7 +118,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 				v.seeShape(*shape)
 			}
 		}
-	case k.isFloor(key):
+	case k.IsFloor(key):
 		v.floor = kv.Value
 	}
 }
@@ -210,17 +210,17 @@ func lowerLagging(complete bool, lagging map[string]int64, name string, ack, top
 
 func (v *ackView) del(k keys, key string) {
 	switch {
-	case k.isMember(key):
-		delete(v.members, k.memberName(key))
-		v.changes.forget(k.memberName(key))
-	case k.isAck(key):
-		delete(v.acks, k.ackName(key))
-	case k.isMap(key):
+	case k.IsMember(key):
+		delete(v.members, k.MemberName(key))
+		v.changes.forget(k.MemberName(key))
+	case k.IsAck(key):
+		delete(v.acks, k.AckName(key))
+	case k.IsMap(key):
 		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
 		v.mapRev, v.whole = 0, nil
 		v.changes.reset()
 		clear(v.ranked)
-	case k.isFloor(key):
+	case k.IsFloor(key):
 		v.floor = nil
 	}
 }
@@ -240,10 +240,10 @@ func (v *ackView) seqAt(rev int64) int64 {
 // whether it was one. A summary that does not decode counts as none.
 func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, deleted bool) bool {
 	key := string(kv.Key)
-	if !r.keys.isLoad(key) {
+	if !r.keys.IsLoad(key) {
 		return false
 	}
-	name := r.keys.loadName(key)
+	name := r.keys.LoadName(key)
 	if rep, ok := decodeLoad(kv.Value, r.opts.slots); ok && !deleted && validName(name, false) == "" {
 		loads[name] = rep
 	} else {

@@ -46,7 +46,7 @@ type ackWriter struct {
 }
 
 func newAckWriter(k keys, member string, log *zap.Logger) *ackWriter {
-	return &ackWriter{member: k.member(member), key: k.ack(member), log: log, b: newBackoff()}
+	return &ackWriter{member: k.Member(member), key: k.Ack(member), log: log, b: newBackoff()}
 }
 
 // take adopts req, the newest acknowledgement, in place of one not yet

@@ -191,7 +191,7 @@ func TestNewContextCancelWhileWaiting(t *testing.T) {
 		t.Fatalf("the live member x: Err %v, rank %+v", a.Err(), a.Rank())
 	}
 	// The live member's key is still its own.
-	resp, err := a.cli.Get(ctxTimeout(t, 5*time.Second), a.keys.member("x"))
+	resp, err := a.cli.Get(ctxTimeout(t, 5*time.Second), a.keys.Member("x"))
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("member key of x: %v, %v", resp, err)
 	}

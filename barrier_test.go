@@ -70,7 +70,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 // and the floor a leader would compute from every acknowledgement so far.
 func memberKV(name string, createRev, modRev, ack, lineage int64) *mvccpb.KeyValue {
 	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage, Seq: ack})
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
 }
 
 // seen turns the test's keys into the keys the member follows, and adds
@@ -81,14 +81,14 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	rev := int64(0)
 	for _, kv := range kvs {
 		rev = max(rev, kv.ModRevision)
-		if !k.isMember(string(kv.Key)) {
+		if !k.IsMember(string(kv.Key)) {
 			b.sim.put(k, kv, false)
 			out = append(out, kv)
 			continue
 		}
-		name := k.memberName(string(kv.Key))
+		name := k.MemberName(string(kv.Key))
 		b.sim.put(k, kv, false)
-		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
+		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
 		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
 	if f := b.sim.compute(); f != nil && !b.manual {
@@ -96,7 +96,7 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 			f.Still, f.Base = false, 0
 		}
 		v, _ := json.Marshal(f)
-		out = append(out, &mvccpb.KeyValue{Key: []byte(k.floor()), Value: v, ModRevision: rev})
+		out = append(out, &mvccpb.KeyValue{Key: []byte(k.Floor()), Value: v, ModRevision: rev})
 	}
 	return out
 }
@@ -105,7 +105,7 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 // Its seq (the key's etcd version) is the map's version, as when leaders
 // alone write the key; mapKVSeq sets another.
 func mapKV(m rankMap, createRev, modRev int64) *mvccpb.KeyValue {
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").rankMap()), Value: m.encode(), CreateRevision: createRev, ModRevision: modRev, Version: m.Version}
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Map()), Value: m.encode(), CreateRevision: createRev, ModRevision: modRev, Version: m.Version}
 }
 
 func twoSlots(version int64, members []string, table ...int) rankMap {
@@ -161,7 +161,7 @@ func TestBarrierWaitsForPreviousOwner(t *testing.T) {
 	b.r.simFx = fx
 	b.put(mapKV(twoSlots(3, []string{"b"}, 0, 0), L, 14))
 	b.wantHeld(0, false, "a still acknowledged only v2")
-	b.del(newKeys("bare").member("a"), 15)
+	b.del(newKeys("bare").Member("a"), 15)
 	// (No map said a departed, and v2 gave it a slot: its key may have
 	// been deleted by hand while it acts. Gone once etcd says its lease
 	// is: see TestDeletionAfterAnOlderMapMakesAGhost.)
@@ -198,7 +198,7 @@ func TestBarrierNewLineage(t *testing.T) {
 	b.put(memberKV("b", 5, 5, 0, 0), memberKV("c", 6, 6, 0, 0))
 	b.put(mapKV(twoSlots(9, []string{"c", "b"}, 0, 1), 10, 30), memberKV("c", 6, 31, 9, 10))
 	b.wantHeld(1, true, "ours, c acknowledged v9")
-	b.del(newKeys("bare").rankMap(), 40)
+	b.del(newKeys("bare").Map(), 40)
 	// A new leader, whose view stopped at v9, proclaims "v10" in a new
 	// lineage; c has acknowledged the old lineage's v10 (which gave c slot 0).
 	b.put(memberKV("c", 6, 41, 10, 10), mapKV(twoSlots(10, []string{"b", "c"}, 0, 1), 42, 42))
@@ -241,7 +241,7 @@ func TestNewLineageWaitsOutMembersARestoreErased(t *testing.T) {
 	b.put(mapKV(twoSlots(2, []string{"x", "b", "c"}, 0), L, 12))
 	b.wantHeld(0, false, "x's since 12")
 	// The restore; the listing after it.
-	b.sim.del(newKeys("bare"), newKeys("bare").member("x"))
+	b.sim.del(newKeys("bare"), newKeys("bare").Member("x"))
 	b.snapshot(1000115, memberKV("b", 5, 5, 0, 0), memberKV("c", 6, 1000110, 1, 1000105),
 		mapKV(twoSlots(1, []string{"b", "c"}, 0), 1000105, 1000105))
 	b.wantHeld(0, false, "a new lineage: x, whom nobody sees, may still act")
@@ -256,7 +256,7 @@ func TestBarrierOwnKeyDeleted(t *testing.T) {
 	b.put(memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), 7, 7))
 	b.wantHeld(0, true, "alone")
 	ctx := b.r.slots.load(0).ctx
-	b.del(newKeys("bare").member("b"), 8)
+	b.del(newKeys("bare").Member("b"), 8)
 	if ctx.Err() == nil {
 		t.Fatal("role context still live after our key was deleted")
 	}
@@ -334,7 +334,7 @@ func TestBarrierUnusableMapDeleted(t *testing.T) {
 	if len(rejoined) != 1 || rejoined[0] {
 		t.Fatalf("after an unusable map: rejoin calls %v, want one that only revokes", rejoined)
 	}
-	b.del(newKeys("bare").rankMap(), 9)
+	b.del(newKeys("bare").Map(), 9)
 	if b.r.st.incompatible != nil || len(rejoined) != 2 || !rejoined[1] {
 		t.Fatalf("after the unusable map was deleted: incompatible %v, rejoin calls %v", b.r.st.incompatible, rejoined)
 	}
@@ -405,7 +405,7 @@ func TestRoleContextFencesAtDeadline(t *testing.T) {
 
 func floorKV(f ackFloor, modRev int64) *mvccpb.KeyValue {
 	v, _ := json.Marshal(f)
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").floor()), Value: v, CreateRevision: 1, ModRevision: modRev}
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Floor()), Value: v, CreateRevision: 1, ModRevision: modRev}
 }
 
 // The floor gives each member a lower bound of its acknowledgement; the
@@ -459,7 +459,7 @@ func TestBarrierFloorBounds(t *testing.T) {
 
 	// A deleted floor is forgotten.
 	b = start()
-	b.del(newKeys("bare").floor(), 13)
+	b.del(newKeys("bare").Floor(), 13)
 	b.wantHeld(0, false, "no floor")
 }
 
@@ -472,11 +472,11 @@ func TestFloorFromView(t *testing.T) {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease}, false)
 	}
 	ack := func(name string, lease, lineage, version int64) {
 		val, _ := json.Marshal(ackValue{Ack: version, Lineage: lineage, Seq: version})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20), false)
 	member("a", 1)
@@ -495,7 +495,7 @@ func TestFloorFromView(t *testing.T) {
 	}
 	// A member that predates seqs: known in versions, unknown in seqs.
 	val, _ := json.Marshal(ackValue{Ack: 5, Lineage: 10})
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack("a")), Value: val, Lease: 1}, false)
+	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack("a")), Value: val, Lease: 1}, false)
 	if f := v.compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
 		t.Fatalf("an ack without seq: %+v", f)
 	} else if _, ok := f.Lagging["a"]; ok {
@@ -513,7 +513,7 @@ func TestFloorFromView(t *testing.T) {
 	if f.Complete || f.Lagging != nil || f.Floor != 0 {
 		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", maxLagging+4, f)
 	}
-	v.del(k, k.rankMap())
+	v.del(k, k.Map())
 	if v.compute() != nil {
 		t.Fatal("a floor after the map was deleted")
 	}
@@ -530,11 +530,11 @@ func TestFloorBoundsUnknownAcks(t *testing.T) {
 	k := newKeys("bare")
 	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
 	member := func(name string, lease, createRev, modRev int64, listed bool) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
 	}
 	ack := func(name string, lease, seq int64) {
 		val, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	check := func(what string, seqFloor int64, lagging map[string]int64) {
 		t.Helper()
@@ -554,7 +554,7 @@ func TestFloorBoundsUnknownAcks(t *testing.T) {
 	// still.go.)
 	check("the next map", 0, map[string]int64{"a": 0, "b": 5})
 	member("b", 4, 16, 31, false) // a resume: rebound to lease 4, its old ack key still there
-	v.del(k, k.ack("b"))          // and gone with the old lease
+	v.del(k, k.Ack("b"))          // and gone with the old lease
 	check("b resumed", 0, map[string]int64{"a": 0, "b": 5})
 	member("b", 4, 16, 32, false) // a rewrite under the same lease keeps what was carried
 	check("b rewritten", 0, map[string]int64{"a": 0, "b": 5})
@@ -567,7 +567,7 @@ func TestFloorBoundsUnknownAcks(t *testing.T) {
 	check("n ranked", 0, map[string]int64{"a": 0, "n": 6})
 	// A listing tells nothing carried, and no map put before it.
 	clear(v.members) // (as fold does for a listing)
-	v.del(k, k.ack("b"))
+	v.del(k, k.Ack("b"))
 	v.put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), true)
 	member("a", 1, 15, 15, true)
 	member("b", 4, 16, 32, true)
@@ -701,7 +701,7 @@ func mapKVSeq(m rankMap, createRev, modRev, seq int64) *mvccpb.KeyValue {
 // instance it applied by its seq.
 func memberKVSeq(name string, createRev, modRev, ack, seq, lineage int64) *mvccpb.KeyValue {
 	v, _ := json.Marshal(ackValue{Ack: ack, Lineage: lineage, Seq: seq})
-	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
+	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
 }
 
 // The map rewritten by hand with the same version and another table
@@ -771,17 +771,17 @@ func TestLazyAcksArrive(t *testing.T) {
 	settle(t, h, ms...)
 	cli := newClient(t)
 	k := newKeys(name)
-	resp, err := cli.Get(context.Background(), k.rankMap())
+	resp, err := cli.Get(context.Background(), k.Map())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatal("no map", err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	wch := cli.Watch(wctx, k.acks(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	wch := cli.Watch(wctx, k.Acks(), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
 	const puts = 5
 	t0 := time.Now()
 	for i := 0; i < puts; i++ {
-		if _, err := cli.Put(context.Background(), k.rankMap(), string(resp.Kvs[0].Value)); err != nil {
+		if _, err := cli.Put(context.Background(), k.Map(), string(resp.Kvs[0].Value)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -793,18 +793,18 @@ func TestLazyAcksArrive(t *testing.T) {
 			select {
 			case wr := <-wch:
 				for _, ev := range wr.Events {
-					writes[k.ackName(string(ev.Kv.Key))]++
+					writes[k.AckName(string(ev.Kv.Key))]++
 				}
 				continue
 			default:
 			}
 			break
 		}
-		m, err := cli.Get(context.Background(), k.rankMap())
+		m, err := cli.Get(context.Background(), k.Map())
 		if err != nil || len(m.Kvs) != 1 {
 			return false
 		}
-		f, err := cli.Get(context.Background(), k.floor())
+		f, err := cli.Get(context.Background(), k.Floor())
 		if err != nil || len(f.Kvs) != 1 {
 			return false
 		}
@@ -838,9 +838,9 @@ func TestMapOlderThanItsAbsenceIsARestore(t *testing.T) {
 	b.wantHeld(0, true, "alone")
 	// The snapshot is taken at 30. Then the map key is deleted, a new
 	// lineage (45) is written, and the map key is deleted again.
-	b.del(newKeys("bare").rankMap(), 40)
+	b.del(newKeys("bare").Map(), 40)
 	b.put(mapKV(twoSlots(1, []string{"b"}, 0), 45, 45))
-	b.del(newKeys("bare").rankMap(), 50)
+	b.del(newKeys("bare").Map(), 50)
 	ctx := b.r.st.inc.ctx
 	// The restore: lineage L's map, put at 20, is back.
 	b.snapshot(1000050, memberKV("b", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"b"}, 0), L, 20))

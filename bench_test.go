@@ -158,7 +158,7 @@ func BenchmarkTakeOverHalf(b *testing.B) {
 		b.StartTimer()
 		m.r.onWatch(watchBatch{wide: true, rev: 12, events: []*clientv3.Event{
 			{Type: clientv3.EventTypePut, Kv: next},
-			{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(newKeys("bare").member("a")), ModRevision: 12}},
+			{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(newKeys("bare").Member("a")), ModRevision: 12}},
 		}})
 		m.r.tryAcquire()
 		b.StopTimer()

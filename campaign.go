@@ -50,7 +50,7 @@ const (
 )
 
 func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *campaigner {
-	return &campaigner{inc: inc, hint: inc.hint, key: k.electionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
+	return &campaigner{inc: inc, hint: inc.hint, key: k.ElectionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
 }
 
 // candidacyHint is the newest candidacy before ours, as our join read it
@@ -90,7 +90,7 @@ func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey
 			Failure: []*etcdserverpb.RequestOp{getOp(c.key)},
 		}, "", 0, time.Time{}
 	case campaignList:
-		prefix := c.k.election()
+		prefix := c.k.Election()
 		return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{{Request: &etcdserverpb.RequestOp_RequestRange{
 			RequestRange: &etcdserverpb.RangeRequest{
 				Key: []byte(prefix), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(prefix)),
@@ -129,7 +129,7 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 			c.rev = kvs[0].CreateRevision
 		}
 		c.stage = campaignList
-		if h := c.hint; h.key != "" && h.key != c.key && h.rev < c.rev && c.k.isElection(h.key) {
+		if h := c.hint; h.key != "" && h.key != c.key && h.rev < c.rev && c.k.IsElection(h.key) {
 			c.below, c.stage = &mvccpb.KeyValue{Key: []byte(h.key), CreateRevision: h.rev}, campaignPeek
 		}
 		c.hint = candidacyHint{}
@@ -147,7 +147,7 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 		}
 		c.below, c.belowRev = kvs[0], resp.Header.Revision
 		c.stage = campaignWait
-		if !c.k.isCandidate(c.below) {
+		if !c.k.IsCandidate(c.below) {
 			c.stage = campaignDelete
 		}
 	case campaignDelete:

@@ -38,7 +38,7 @@ func TestCampaignerSteps(t *testing.T) {
 		return txn
 	}
 
-	if txn := expectTxn("write"); string(txn.Success[0].GetRequestPut().Key) != k.electionKey(0x20) {
+	if txn := expectTxn("write"); string(txn.Success[0].GetRequestPut().Key) != k.ElectionKey(0x20) {
 		t.Fatalf("writes %s", txn.Success[0].GetRequestPut().Key)
 	}
 	c.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
@@ -56,7 +56,7 @@ func TestCampaignerSteps(t *testing.T) {
 		c.replied(rangeResp(readRev, kv), nil, now)
 	}
 	// A stray below (no lease): deleted, guarded by its revision.
-	stray := &mvccpb.KeyValue{Key: []byte(k.election() + "zz"), CreateRevision: 9, ModRevision: 9}
+	stray := &mvccpb.KeyValue{Key: []byte(k.Election() + "zz"), CreateRevision: 9, ModRevision: 9}
 	peek(31, 31, stray)
 	if txn := expectTxn("delete"); string(txn.Success[0].GetRequestDeleteRange().Key) != string(stray.Key) || txn.Compare[0].GetModRevision() != 9 {
 		t.Fatalf("deletes %v", txn)
@@ -65,7 +65,7 @@ func TestCampaignerSteps(t *testing.T) {
 	// A candidate below: waited for, from the listing's revision.
 	// (A key below that went, or was made anew, between the listing and
 	// the read: listed again.)
-	cand := &mvccpb.KeyValue{Key: []byte(k.electionKey(0x10)), Lease: 0x10, CreateRevision: 8, ModRevision: 8}
+	cand := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(0x10)), Lease: 0x10, CreateRevision: 8, ModRevision: 8}
 	expectTxn("list again")
 	c.replied(rangeResp(33, &mvccpb.KeyValue{Key: cand.Key, CreateRevision: 7, ModRevision: 7}), nil, now)
 	expectTxn("read the key below")
@@ -87,7 +87,7 @@ func TestCampaignerSteps(t *testing.T) {
 	c.replied(&etcdserverpb.TxnResponse{Header: hdr(40), Responses: []*etcdserverpb.ResponseOp{
 		{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: &etcdserverpb.RangeResponse{Kvs: []*mvccpb.KeyValue{{CreateRevision: 30}}}}}}}, nil, now)
 	expectTxn("list after the retry")
-	if won := c.replied(rangeResp(41), nil, now); won == nil || won.rev != 30 || won.key != k.electionKey(0x20) {
+	if won := c.replied(rangeResp(41), nil, now); won == nil || won.rev != 30 || won.key != k.ElectionKey(0x20) {
 		t.Fatalf("won %+v", won)
 	}
 }
@@ -106,7 +106,7 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 			{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: &etcdserverpb.RangeResponse{Kvs: kvs}}}}}
 	}
 	now := time.Unix(100, 0)
-	below := &mvccpb.KeyValue{Key: []byte(k.electionKey(0x10)), Lease: 0x10, CreateRevision: 20, ModRevision: 20}
+	below := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(0x10)), Lease: 0x10, CreateRevision: 20, ModRevision: 20}
 	for _, c := range []struct {
 		name  string
 		hint  candidacyHint
@@ -119,7 +119,7 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 		{"gone", candidacyHint{key: string(below.Key), rev: 20}, nil, true, false},
 		{"made anew", candidacyHint{key: string(below.Key), rev: 19}, below, true, false},
 		{"above ours", candidacyHint{key: string(below.Key), rev: 40}, nil, false, false},
-		{"our own", candidacyHint{key: k.electionKey(0x20), rev: 20}, nil, false, false},
+		{"our own", candidacyHint{key: k.ElectionKey(0x20), rev: 20}, nil, false, false},
 		{"not an election key", candidacyHint{key: "r/members/x", rev: 20}, nil, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -167,7 +167,7 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 // members).
 func TestJoinsListNoCandidates(t *testing.T) {
 	name := rinkName(t)
-	prefix := newKeys(name).election()
+	prefix := newKeys(name).Election()
 	var listings atomic.Int64
 	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
@@ -197,12 +197,12 @@ func TestJoinsListNoCandidates(t *testing.T) {
 	// revision of the put, not of its creation; a key that is not there)
 	// costs the next joiner a listing, and nothing else.
 	k := newKeys(name)
-	resp, err := cli.Get(context.Background(), k.election(), clientv3.WithPrefix())
+	resp, err := cli.Get(context.Background(), k.Election(), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatal("no election key", err)
 	}
-	for i, val := range []string{"garbage", string(resp.Kvs[0].Key), k.electionKey(0x7777)} {
-		if _, err := cli.Put(context.Background(), k.tail(), val); err != nil {
+	for i, val := range []string{"garbage", string(resp.Kvs[0].Key), k.ElectionKey(0x7777)} {
+		if _, err := cli.Put(context.Background(), k.Tail(), val); err != nil {
 			t.Fatal(err)
 		}
 		ms = append(ms, join(t, cli, name, WithMemberName(fmt.Sprintf("h%d", i))))

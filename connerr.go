@@ -361,7 +361,7 @@ func ancestorKeys(name string) string {
 	segs := strings.Split(name, "/")
 	for i := 1; i < len(segs); i++ {
 		k := newKeys(strings.Join(segs[:i], "/"))
-		ks = append(ks, fmt.Sprintf("%q", k.rankMap()), fmt.Sprintf("the keys under %q", k.members()))
+		ks = append(ks, fmt.Sprintf("%q", k.Map()), fmt.Sprintf("the keys under %q", k.Members()))
 	}
 	return strings.Join(ks, ", ")
 }

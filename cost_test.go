@@ -26,7 +26,7 @@ func eventBytes(t *testing.T, n int) float64 {
 	for i := 0; i < n; i++ {
 		rev := int64(10 + i)
 		evs = append(evs, &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{
-			Key: []byte(k.member(fmt.Sprintf("member-%05d", i))), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}})
+			Key: []byte(k.Member(fmt.Sprintf("member-%05d", i))), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}})
 	}
 	rev := int64(10 + n)
 	b.r.onWatch(watchBatch{wide: true, events: evs, rev: rev})
@@ -37,7 +37,7 @@ func eventBytes(t *testing.T, n int) float64 {
 	for i := 0; i < rounds; i++ {
 		// A member joins and leaves, outside the map: one put, one delete.
 		rev++
-		kv := &mvccpb.KeyValue{Key: []byte(k.member("newcomer")), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}
+		kv := &mvccpb.KeyValue{Key: []byte(k.Member("newcomer")), Value: []byte(`{"protocols":[2]}`), CreateRevision: rev, ModRevision: rev, Lease: rev}
 		b.r.onWatch(watchBatch{wide: true, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: rev})
 		rev++
 		del := &mvccpb.KeyValue{Key: kv.Key, ModRevision: rev}

@@ -109,7 +109,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 func (d *handOver) listTxn() *etcdserverpb.TxnRequest {
 	k := d.r.keys
 	return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{
-		rangeOp(k.members(), clientv3.GetPrefixRangeEnd(k.members())), getOp(k.rankMap()), getOp(k.snapshot()),
+		rangeOp(k.Members(), clientv3.GetPrefixRangeEnd(k.Members())), getOp(k.Map()), getOp(k.Snapshot()),
 	}}
 }
 
@@ -136,7 +136,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	}
 	d.attempts++
 	self := r.opts.member
-	key := r.keys.member(self)
+	key := r.keys.Member(self)
 	cur := d.cur
 	cur.Leases = baseLeases(cur.Members, d.leases, d.leased) // (what the record changes: see leaseChanges)
 	// Every ranked member without a key stays ranked, with its slots:
@@ -173,16 +173,16 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 		d.done = true
 		return nil, false
 	}
-	fkey, fend := r.keys.followed()
+	fkey, fend := r.keys.Followed()
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.rankMap()), "=", d.curRev)),
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.members()), "<", d.viewRev+1).WithPrefix()),
+			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.Map()), "=", d.curRev)),
+			cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.Members()), "<", d.viewRev+1).WithPrefix()),
 			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", d.createRev)),
 			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", d.lease)),
 		},
 		Success: append(r.mapOps(&cur, &next, d.curRev, transition{View: d.viewRev, Gone: []string{self}}), deleteOp(key)),
-		Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.snapshot())},
+		Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.Snapshot())},
 	}, true
 }
 
@@ -206,7 +206,7 @@ func (d *handOver) answered(resp *etcdserverpb.TxnResponse) bool {
 // key among others. It reports whether the departure can go on.
 func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 	r := d.r
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	d.members, d.viewRev = map[string]memberInfo{}, resp.Header.Revision
 	ours := false
 	var snap *mvccpb.KeyValue
@@ -226,13 +226,13 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 	for _, kv := range kvs {
 		k := string(kv.Key)
 		switch {
-		case r.keys.isMember(k):
-			if name, ok := r.keys.liveMember(kv); ok {
+		case r.keys.IsMember(k):
+			if name, ok := r.keys.LiveMember(kv); ok {
 				protocols, capacity := metaOf(kv.Value)
 				d.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value), zone: zoneOf(kv.Value)}
 			}
 			ours = ours || k == key && kv.CreateRevision == d.createRev && clientv3.LeaseID(kv.Lease) == d.lease
-		case r.keys.isMap(k):
+		case r.keys.IsMap(k):
 			m, err := readMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
 			if kv.ModRevision == prevRev {
 				m, err = d.cur, nil // (the guard failed on the member keys)

@@ -97,7 +97,7 @@ func (fx netEffects) checkOwnName(own int64) {
 		b := newBackoff()
 		for r.ctx.Err() == nil {
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-			resp, err := r.cli.Get(ctx, r.keys.election(), clientv3.WithPrefix())
+			resp, err := r.cli.Get(ctx, r.keys.Election(), clientv3.WithPrefix())
 			cancel()
 			if err != nil {
 				r.log.Warn("listing the election keys failed, retrying", zap.Error(err))
@@ -110,7 +110,7 @@ func (fx netEffects) checkOwnName(own int64) {
 				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
 					continue
 				}
-				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
+				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
 					r.awaitLeaseGone(r.opts.member, kv.Lease, false)
 				}
 			}
@@ -129,7 +129,7 @@ func (fx netEffects) dropLineage(rev int64) {
 		defer r.wg.Done()
 		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
 		defer cancel()
-		key := r.keys.rankMap()
+		key := r.keys.Map()
 		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
 		if err != nil && r.ctx.Err() == nil {
 			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
@@ -175,7 +175,7 @@ func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
 // Rink.rewriteMemberKey).
 func (fx netEffects) rewriteMemberKey(inc *incarnation, value, why string) {
 	r := fx.r
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

@@ -33,7 +33,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		follow(ctx, r.cli, r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix), r.log, func(b watchBatch) bool {
+		follow(ctx, r.cli, r.keys.Prefix, clientv3.GetPrefixRangeEnd(r.keys.Prefix), r.log, func(b watchBatch) bool {
 			select {
 			case batches <- b:
 				return true
@@ -415,8 +415,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	}
 	for _, ev := range b.events {
 		if ev.Type == clientv3.EventTypePut {
-			if key := string(ev.Kv.Key); r.keys.isMember(key) {
-				if name, ok := r.keys.liveMember(ev.Kv); !ok {
+			if key := string(ev.Kv.Key); r.keys.IsMember(key) {
+				if name, ok := r.keys.LiveMember(ev.Kv); !ok {
 					if _, was := v.members[name]; was {
 						a.vanish(name, ev.Kv.ModRevision) // a live member's key put without a lease: it goes
 					}
@@ -424,8 +424,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 			}
 			v.put(r.keys, ev.Kv, false)
 		} else {
-			if key := string(ev.Kv.Key); r.keys.isMember(key) {
-				a.vanish(r.keys.memberName(key), ev.Kv.ModRevision)
+			if key := string(ev.Kv.Key); r.keys.IsMember(key) {
+				a.vanish(r.keys.MemberName(key), ev.Kv.ModRevision)
 			}
 			v.del(r.keys, string(ev.Kv.Key))
 		}
@@ -499,7 +499,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 func (a *aggregation) foreignFloor(k keys, events []*clientv3.Event) bool {
 	foreign := false
 	for _, ev := range events {
-		if !k.isFloor(string(ev.Kv.Key)) {
+		if !k.IsFloor(string(ev.Kv.Key)) {
 			continue
 		}
 		put := ev.Type == clientv3.EventTypePut

@@ -62,7 +62,7 @@ type floorWriter struct {
 }
 
 func newFloorWriter(k keys, electKey string, electRev int64, log *zap.Logger) *floorWriter {
-	return &floorWriter{key: k.floor(), electKey: electKey, electRev: electRev, log: log, b: newBackoff()}
+	return &floorWriter{key: k.Floor(), electKey: electKey, electRev: electRev, log: log, b: newBackoff()}
 }
 
 // take adopts val, the newest floor; after a failed write it goes at once.

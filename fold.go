@@ -112,11 +112,11 @@ func (r *Rink) onWatch(b watchBatch) {
 		var mapKV, snapKV *mvccpb.KeyValue
 		for _, kv := range b.kvs {
 			switch key := string(kv.Key); {
-			case r.keys.isMap(key):
+			case r.keys.IsMap(key):
 				mapKV = kv
-			case r.keys.isSnapshot(key):
+			case r.keys.IsSnapshot(key):
 				snapKV = kv
-			case r.keys.isFloor(key):
+			case r.keys.IsFloor(key):
 				st.floor = decodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
 			}
 		}
@@ -132,7 +132,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			}
 		}
 		for _, kv := range b.kvs {
-			if key := string(kv.Key); !r.keys.isMap(key) && !r.keys.isSnapshot(key) {
+			if key := string(kv.Key); !r.keys.IsMap(key) && !r.keys.IsSnapshot(key) {
 				r.putKey(kv)
 			}
 		}
@@ -159,18 +159,18 @@ func (r *Rink) onWatch(b watchBatch) {
 		for _, ev := range b.events {
 			key := string(ev.Kv.Key)
 			if ev.Type == clientv3.EventTypePut {
-				if r.keys.isMap(key) {
+				if r.keys.IsMap(key) {
 					r.applyMap(ev.Kv, nil)
 				} else {
 					r.putKey(ev.Kv)
 				}
-				if key == r.keys.member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
+				if key == r.keys.Member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
 					selfGone = true
 				}
-				if !r.keys.isMember(key) || ev.Kv.Lease != 0 {
+				if !r.keys.IsMember(key) || ev.Kv.Lease != 0 {
 					continue
 				}
-				if _, ok := st.members[r.keys.memberName(key)]; !ok {
+				if _, ok := st.members[r.keys.MemberName(key)]; !ok {
 					continue
 				}
 				// A live member's key put without a lease (by hand): a
@@ -180,8 +180,8 @@ func (r *Rink) onWatch(b watchBatch) {
 				delete(st.strayKeys, key)
 			}
 			switch {
-			case r.keys.isMember(key):
-				name, ok := r.keys.validMember(key)
+			case r.keys.IsMember(key):
+				name, ok := r.keys.ValidMember(key)
 				if !ok {
 					continue // a stray key: it was never in the view
 				}
@@ -202,7 +202,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
 					selfGone = true
 				}
-			case r.keys.isElection(key):
+			case r.keys.IsElection(key):
 				r.dropElection(key)
 				if key == st.leader {
 					st.leader = ""
@@ -210,9 +210,9 @@ func (r *Rink) onWatch(b watchBatch) {
 				if l := st.lead; l != nil && key == l.key && ev.Kv.ModRevision > l.rev {
 					r.candidacyLost()
 				}
-			case r.keys.isFloor(key):
+			case r.keys.IsFloor(key):
 				st.floor = ackFloor{}
-			case r.keys.isMap(key):
+			case r.keys.IsMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
 				r.mapGone(ev.Kv.ModRevision)
 			}
@@ -311,8 +311,8 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 	st := &r.st
 	key := string(kv.Key)
 	switch {
-	case r.keys.isMember(key):
-		name, ok := r.keys.validMember(key)
+	case r.keys.IsMember(key):
+		name, ok := r.keys.ValidMember(key)
 		if !ok {
 			st.strays.note(r.log, key, "not a member name")
 			return
@@ -354,8 +354,8 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 				r.sendAck()
 			}
 		}
-	case r.keys.isElection(key):
-		if !r.keys.isCandidate(kv) {
+	case r.keys.IsElection(key):
+		if !r.keys.IsCandidate(kv) {
 			st.strays.note(r.log, key, "not made by a campaign")
 			r.dropElection(key) // a candidate's key overwritten without its lease
 			if key == st.leader {
@@ -375,7 +375,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		if l, ok := st.elect[st.leader]; st.leader != "" && ok && kv.CreateRevision < l.createRev {
 			st.leader = key
 		}
-	case r.keys.isFloor(key):
+	case r.keys.IsFloor(key):
 		st.floor = decodeFloor(kv.Value)
 		if r.ackOwed() {
 			r.sendAck() // a new leader, or one that lists us as lagging (see ackOwed)

@@ -258,7 +258,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 			}
 			// Then the map key, read after the answer (see endGhost).
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-			g, err := r.cli.Get(ctx, r.keys.rankMap())
+			g, err := r.cli.Get(ctx, r.keys.Map())
 			cancel()
 			if err != nil {
 				break // (asked again after the backoff)

@@ -56,7 +56,7 @@ func cutOffHolder(t *testing.T, h *history, opts, xOpts []Option) (name string, 
 func TestSameNameReplacementWaitsForOldLease(t *testing.T) {
 	h := &history{}
 	name, _, _, role, ctxOld := cutOffHolder(t, h, nil, []Option{h.as("x-old")})
-	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("x")); err != nil {
+	if _, err := newClient(t).Delete(context.Background(), newKeys(name).Member("x")); err != nil {
 		t.Fatal(err)
 	}
 	repl := join(t, newClient(t), name, WithMemberName("x"), h.as("x-new"))
@@ -91,8 +91,8 @@ func TestNewcomerNeverSawKeyDeleted(t *testing.T) {
 	go func() {
 		ctx := ctxTimeout(t, 10*time.Second)
 		for ctx.Err() == nil {
-			if resp, err := op.Get(ctx, newKeys(name).member("w")); err == nil && len(resp.Kvs) > 0 {
-				_, err = op.Delete(ctx, newKeys(name).member("x"))
+			if resp, err := op.Get(ctx, newKeys(name).Member("w")); err == nil && len(resp.Kvs) > 0 {
+				_, err = op.Delete(ctx, newKeys(name).Member("x"))
 				deleted <- err
 				return
 			}
@@ -138,9 +138,9 @@ func TestListingFindsAGhostAnOlderMapForgot(t *testing.T) {
 	b.put(mapKV(twoSlots(1, []string{"x", "b"}, 0, 1), L, L), memberKV("x", 3, 11, 1, L))
 	b.wantHeld(1, true, "b's, x acknowledged")
 	k := newKeys("bare")
-	elect := &mvccpb.KeyValue{Key: []byte(k.electionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
+	elect := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
 	// The listing after the deletion and the older map (seq 2, lineage L).
-	b.sim.del(k, k.member("x"))
+	b.sim.del(k, k.Member("x"))
 	b.snapshot(20, memberKV("b", 5, 5, 0, 0), elect, mapKV(twoSlots(2, []string{"b"}, 0, 0), L, 19))
 	b.wantHeld(0, false, "x, whose lease lives, held slot 0 in the map before")
 	if len(fx.asked) != 1 || fx.asked[0] != 3 {
@@ -163,7 +163,7 @@ func TestGhostWhoseKeyComesBackIsAMemberAgain(t *testing.T) {
 	b.put(memberKV("x", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 	b.put(mapKV(twoSlots(1, []string{"x", "b"}, 0, 1), L, L), memberKV("x", 3, 11, 1, L))
 	b.wantHeld(1, true, "b's, x acknowledged")
-	b.del(newKeys("bare").member("x"), 12)
+	b.del(newKeys("bare").Member("x"), 12)
 	if len(b.r.st.ghosts) != 1 {
 		t.Fatalf("ghosts %v after x's key was deleted, want x's lease", b.r.st.ghosts)
 	}
@@ -188,7 +188,7 @@ func TestDeletionAfterAnOlderMapMakesAGhost(t *testing.T) {
 	b.put(mapKV(twoSlots(1, []string{"x", "b"}, 0, 1), L, L), memberKV("x", 3, 11, 1, L))
 	b.wantHeld(1, true, "b's, x acknowledged")
 	b.put(mapKVSeq(twoSlots(1, []string{"b"}, 0, 0), L, 12, 2))
-	b.del(newKeys("bare").member("x"), 13)
+	b.del(newKeys("bare").Member("x"), 13)
 	if len(fx.asked) != 1 || fx.asked[0] != 3 {
 		t.Fatalf("leases asked after: %v, want [3] (x's): x held slot 0 in the map before", fx.asked)
 	}
@@ -231,7 +231,7 @@ func TestListingFindsAGhostNoMapRemembers(t *testing.T) {
 	fx := &ghostFx{netEffects: netEffects{b.r}}
 	b.r.simFx = fx
 	k := newKeys("bare")
-	elect := &mvccpb.KeyValue{Key: []byte(k.electionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
+	elect := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
 	b.snapshot(20, memberKV("b", 5, 5, 0, 0), elect, mapKV(twoSlots(2, []string{"b"}, 0, 0), L, 19))
 	if len(fx.asked) != 1 || fx.asked[0] != 3 {
 		t.Fatalf("leases asked after: %v, want [3] (x's)", fx.asked)
@@ -270,7 +270,7 @@ func TestNewcomerRankedAtOnceListsNoElectionKeys(t *testing.T) {
 	p.DelayTx(150*time.Millisecond, 0)
 	p.DelayRx(150*time.Millisecond, 0)
 	cli := proxyClient(t, p)
-	gets := &electionGets{KV: cli.KV, prefix: newKeys(name).election()}
+	gets := &electionGets{KV: cli.KV, prefix: newKeys(name).Election()}
 	cli.KV = gets
 	x := join(t, cli, name, WithMemberName("x"), h.hook())
 	eventually(t, 15*time.Second, "x ranked and settled", func() bool {

@@ -87,7 +87,7 @@ func endedAt(t testing.TB, ctx context.Context) func() time.Time {
 // lease is lease.
 func electionKeyOf(t testing.TB, cli *clientv3.Client, name, member string, lease clientv3.LeaseID) string {
 	t.Helper()
-	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).election(), clientv3.WithPrefix())
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Election(), clientv3.WithPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,9 +271,9 @@ func testKeysDeletedWhileCutOff(t *testing.T, ackAndLoad bool) {
 	cut := time.Now()
 	op := newClient(t)
 	k := newKeys(l.name)
-	del := []string{k.member("x"), electionKeyOf(t, op, l.name, "x", l.lease)}
+	del := []string{k.Member("x"), electionKeyOf(t, op, l.name, "x", l.lease)}
 	if ackAndLoad {
-		del = append(del, k.ack("x"), k.load("x"))
+		del = append(del, k.Ack("x"), k.Load("x"))
 	}
 	existed := deleteKeys(t, op, del...)
 	t.Logf("deleted %v (of %v) %v after the cut", existed, del, time.Since(cut))
@@ -311,7 +311,7 @@ func TestFencedResumeDoesNotStallOthersHandover(t *testing.T) {
 	}
 	op := newClient(t)
 	old := leaseOf(t, op, name, "b")
-	before, err := op.Get(ctxTimeout(t, 5*time.Second), newKeys(name).member("b"))
+	before, err := op.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Member("b"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +340,7 @@ func TestFencedResumeDoesNotStallOthersHandover(t *testing.T) {
 	// ran out, with no old incarnation left to wait for.
 	rejoined := false
 	eventually(t, 10*time.Second, "b resumed, its key bound to a new lease", func() bool {
-		resp, err := op.Get(ctxTimeout(t, time.Second), newKeys(name).member("b"))
+		resp, err := op.Get(ctxTimeout(t, time.Second), newKeys(name).Member("b"))
 		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 || clientv3.LeaseID(resp.Kvs[0].Lease) == old {
 			return false
 		}
@@ -431,7 +431,7 @@ func testGhostCostsOnlyItsSlots(t *testing.T, deleteKey bool) {
 	p.PauseRx()
 	t.Cleanup(func() { p.UnpauseTx(); p.UnpauseRx() })
 	if deleteKey {
-		if existed := deleteKeys(t, op, newKeys(name).member("x")); len(existed) != 1 {
+		if existed := deleteKeys(t, op, newKeys(name).Member("x")); len(existed) != 1 {
 			t.Fatalf("x's member key: deleted %v", existed)
 		}
 	}

@@ -78,7 +78,7 @@ func startGRPCProxy(t testing.TB) string {
 // from etcd.
 func leaseOf(t testing.TB, cli *clientv3.Client, name, member string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).member(member))
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Member(member))
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("member key of %s: %v %v", member, resp, err)
 	}

@@ -129,7 +129,7 @@ func TestMapPutBackUnchanged(t *testing.T) {
 	name, ms, _ := cluster(t, h, 3, WithSlots(64))
 	settle(t, h, ms...)
 	cli := newClient(t)
-	key := newKeys(name).rankMap()
+	key := newKeys(name).Map()
 	resp, err := cli.Get(context.Background(), key)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatal("no map", err)
@@ -167,7 +167,7 @@ func TestMapRewrittenSameVersion(t *testing.T) {
 	name, ms, _ := cluster(t, h, 3, WithSlots(64))
 	settle(t, h, ms...)
 	cli := newClient(t)
-	key := newKeys(name).rankMap()
+	key := newKeys(name).Map()
 	m, _, err := readWhole(cli, name, 64)
 	if err != nil {
 		t.Fatal(err)

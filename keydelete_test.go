@@ -16,7 +16,7 @@ import (
 func TestKeyDeletedWhileCutOff(t *testing.T) {
 	h := &history{}
 	name, a, _, role, ctxX := cutOffHolder(t, h, nil, []Option{h.hook()})
-	if _, err := newClient(t).Delete(context.Background(), newKeys(name).member("x")); err != nil {
+	if _, err := newClient(t).Delete(context.Background(), newKeys(name).Member("x")); err != nil {
 		t.Fatal(err)
 	}
 	ctxA, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)

@@ -68,39 +68,39 @@ func defaultMemberName() string {
 }
 
 // keys lays out a rink's keys in etcd.
-type keys struct{ prefix string }
+type keys struct{ Prefix string }
 
-func newKeys(name string) keys              { return keys{prefix: "rink/" + name + "/"} }
-func (k keys) member(name string) string    { return k.prefix + "members/" + name }
-func (k keys) members() string              { return k.prefix + "members/" }
-func (k keys) rankMap() string              { return k.prefix + "map" }
-func (k keys) election() string             { return k.prefix + "election/" }
-func (k keys) memberName(key string) string { return strings.TrimPrefix(key, k.members()) }
-func (k keys) isMember(key string) bool     { return strings.HasPrefix(key, k.members()) }
-func (k keys) isElection(key string) bool   { return strings.HasPrefix(key, k.election()) }
-func (k keys) isMap(key string) bool        { return key == k.rankMap() }
-func (k keys) ack(name string) string       { return k.prefix + "acks/" + name }
-func (k keys) acks() string                 { return k.prefix + "acks/" }
-func (k keys) ackName(key string) string    { return strings.TrimPrefix(key, k.acks()) }
-func (k keys) isAck(key string) bool        { return strings.HasPrefix(key, k.acks()) }
-func (k keys) floor() string                { return k.prefix + "floor" }
-func (k keys) isFloor(key string) bool      { return key == k.floor() }
-func (k keys) snapshot() string             { return k.prefix + ".map" }
-func (k keys) isSnapshot(key string) bool   { return key == k.snapshot() }
-func (k keys) load(name string) string      { return k.prefix + ".load/" + name }
-func (k keys) loads() string                { return k.prefix + ".load/" }
-func (k keys) isLoad(key string) bool       { return strings.HasPrefix(key, k.loads()) }
-func (k keys) loadName(key string) string   { return strings.TrimPrefix(key, k.loads()) }
-func (k keys) tail() string                 { return k.prefix + ".tail" }
+func newKeys(name string) keys              { return keys{Prefix: "rink/" + name + "/"} }
+func (k keys) Member(name string) string    { return k.Prefix + "members/" + name }
+func (k keys) Members() string              { return k.Prefix + "members/" }
+func (k keys) Map() string              { return k.Prefix + "map" }
+func (k keys) Election() string             { return k.Prefix + "election/" }
+func (k keys) MemberName(key string) string { return strings.TrimPrefix(key, k.Members()) }
+func (k keys) IsMember(key string) bool     { return strings.HasPrefix(key, k.Members()) }
+func (k keys) IsElection(key string) bool   { return strings.HasPrefix(key, k.Election()) }
+func (k keys) IsMap(key string) bool        { return key == k.Map() }
+func (k keys) Ack(name string) string       { return k.Prefix + "acks/" + name }
+func (k keys) Acks() string                 { return k.Prefix + "acks/" }
+func (k keys) AckName(key string) string    { return strings.TrimPrefix(key, k.Acks()) }
+func (k keys) IsAck(key string) bool        { return strings.HasPrefix(key, k.Acks()) }
+func (k keys) Floor() string                { return k.Prefix + "floor" }
+func (k keys) IsFloor(key string) bool      { return key == k.Floor() }
+func (k keys) Snapshot() string             { return k.Prefix + ".map" }
+func (k keys) IsSnapshot(key string) bool   { return key == k.Snapshot() }
+func (k keys) Load(name string) string      { return k.Prefix + ".load/" + name }
+func (k keys) Loads() string                { return k.Prefix + ".load/" }
+func (k keys) IsLoad(key string) bool       { return strings.HasPrefix(key, k.Loads()) }
+func (k keys) LoadName(key string) string   { return strings.TrimPrefix(key, k.Loads()) }
+func (k keys) Tail() string                 { return k.Prefix + ".tail" }
 
-// narrowed returns the key range a member follows in the narrow view (see
+// Narrowed returns the key range a member follows in the narrow view (see
 // view.go): the floor key and the map key, which sort next to each other.
-func (k keys) narrowed() (key, end string) {
-	return k.floor(), k.rankMap() + "\x00"
+func (k keys) Narrowed() (key, end string) {
+	return k.Floor(), k.Map() + "\x00"
 }
 
-// followed returns the key range a member follows: all of the rink's keys
+// Followed returns the key range a member follows: all of the rink's keys
 // but the ack keys, which sort first and which only the leader reads.
-func (k keys) followed() (key, end string) {
-	return clientv3.GetPrefixRangeEnd(k.acks()), clientv3.GetPrefixRangeEnd(k.prefix)
+func (k keys) Followed() (key, end string) {
+	return clientv3.GetPrefixRangeEnd(k.Acks()), clientv3.GetPrefixRangeEnd(k.Prefix)
 }

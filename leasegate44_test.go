@@ -103,7 +103,7 @@ func TestLeaderRecordsLeasesAfterAnUnleasedRecord(t *testing.T) {
 	waitSettled(t, a, c)
 	k := newKeys(name)
 	leaseOf := func(member string) int64 {
-		resp, err := cli.Get(context.Background(), k.member(member))
+		resp, err := cli.Get(context.Background(), k.Member(member))
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("member key of %s: %v", member, err)
 		}
@@ -112,18 +112,18 @@ func TestLeaderRecordsLeasesAfterAnUnleasedRecord(t *testing.T) {
 	la, lc := leaseOf("a"), leaseOf("c")
 	// An earlier build's record: nothing changes, and it says nothing of
 	// leases.
-	resp, err := cli.Get(context.Background(), k.rankMap())
+	resp, err := cli.Get(context.Background(), k.Map())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("the map key: %v", err)
 	}
 	m := a.ownersNow()
 	old := fmt.Sprintf(`{"schema":%d,"change":true,"version":%d}`, m.Schema, m.Version+1)
-	if _, err := cli.Txn(context.Background()).If(clientv3.Compare(clientv3.ModRevision(k.rankMap()), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpPut(k.rankMap(), old)).Commit(); err != nil {
+	if _, err := cli.Txn(context.Background()).If(clientv3.Compare(clientv3.ModRevision(k.Map()), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(k.Map(), old)).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "a record that names every member's lease", func() bool {
-		resp, err := cli.Get(context.Background(), k.rankMap())
+		resp, err := cli.Get(context.Background(), k.Map())
 		if err != nil || len(resp.Kvs) != 1 {
 			return false
 		}

@@ -438,13 +438,13 @@ func (r *Rink) reportLoad() {
 func (r *Rink) writeLoad(inc *incarnation, rep loadReport) bool {
 	ctx, cancel := context.WithTimeout(inc.ctx, r.opts.loadEvery)
 	defer cancel()
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	resp, err := r.cli.Txn(ctx).
 		If(
 			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease),
 		).
-		Then(clientv3.OpPut(r.keys.load(r.opts.member), string(rep.encode()), clientv3.WithLease(inc.lease))).
+		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.encode()), clientv3.WithLease(inc.lease))).
 		Commit()
 	if err != nil {
 		if inc.ctx.Err() == nil {

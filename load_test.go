@@ -319,7 +319,7 @@ func TestLoadReported(t *testing.T) {
 
 	// At most one write per interval.
 	cli := newClient(t)
-	key := newKeys(name).load("a")
+	key := newKeys(name).Load("a")
 	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), key)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("load key of a: %v %v", resp, err)
@@ -395,7 +395,7 @@ func TestLoadWrittenWithKey(t *testing.T) {
 	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
 	k := newKeys(name)
 	cli := newClient(t)
-	resp, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpGet(k.member("a")), clientv3.OpGet(k.load("a"))).Commit()
+	resp, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpGet(k.Member("a")), clientv3.OpGet(k.Load("a"))).Commit()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func TestLoadWrittenWithKey(t *testing.T) {
 	// measured once).
 	v0, t0 := lk[0].Version, time.Now()
 	eventually(t, 10*time.Second, "half a second gone by", func() bool { return time.Since(t0) > 500*time.Millisecond })
-	resp2, err := cli.Get(ctxTimeout(t, 5*time.Second), k.load("a"))
+	resp2, err := cli.Get(ctxTimeout(t, 5*time.Second), k.Load("a"))
 	if err != nil || len(resp2.Kvs) != 1 {
 		t.Fatalf("load key of a: %v %v", resp2, err)
 	}

@@ -229,8 +229,8 @@ func NewObserverContext(ctx context.Context, cli *clientv3.Client, name string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.joinTimeout)
 	defer cancel()
-	err = contact(ctx, cli, fmt.Sprintf("read on the keys under %q", ob.keys.prefix), func(ctx context.Context) error {
-		_, err := cli.Get(ctx, ob.keys.rankMap())
+	err = contact(ctx, cli, fmt.Sprintf("read on the keys under %q", ob.keys.Prefix), func(ctx context.Context) error {
+		_, err := cli.Get(ctx, ob.keys.Map())
 		return err
 	})
 	if err != nil {
@@ -246,7 +246,7 @@ func NewObserverContext(ctx context.Context, cli *clientv3.Client, name string, 
 		defer ob.wg.Done()
 		// All of the rink's keys, the ack keys included: an observer shows
 		// every member's acknowledgement.
-		follow(ob.ctx, cli, ob.keys.prefix, clientv3.GetPrefixRangeEnd(ob.keys.prefix), ob.log, func(b watchBatch) bool {
+		follow(ob.ctx, cli, ob.keys.Prefix, clientv3.GetPrefixRangeEnd(ob.keys.Prefix), ob.log, func(b watchBatch) bool {
 			select {
 			case batches <- b:
 				return true
@@ -293,8 +293,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 		apply := func(kv *mvccpb.KeyValue, deleted bool) {
 			key, kvVal, createRev := string(kv.Key), kv.Value, kv.CreateRevision
 			switch {
-			case ob.keys.isMember(key):
-				name, ok := ob.keys.validMember(key)
+			case ob.keys.IsMember(key):
+				name, ok := ob.keys.ValidMember(key)
 				if !ok {
 					if !deleted {
 						strays.note(ob.log, key, "not a member name")
@@ -310,8 +310,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				}
 				protocols, capacity := metaOf(kvVal)
 				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity, zone: zoneOf(kvVal)}
-			case ob.keys.isAck(key):
-				name := ob.keys.ackName(key)
+			case ob.keys.IsAck(key):
+				name := ob.keys.AckName(key)
 				if deleted {
 					delete(acks, name)
 					return
@@ -319,8 +319,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				a := ackKey{lease: kv.Lease}
 				_ = json.Unmarshal(kvVal, &a.ackValue)
 				acks[name] = a
-			case ob.keys.isLoad(key):
-				name := ob.keys.loadName(key)
+			case ob.keys.IsLoad(key):
+				name := ob.keys.LoadName(key)
 				if deleted {
 					delete(loads, name)
 					return
@@ -330,13 +330,13 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				} else {
 					delete(loads, name)
 				}
-			case ob.keys.isFloor(key):
+			case ob.keys.IsFloor(key):
 				floor = ackFloor{}
 				if !deleted && json.Unmarshal(kvVal, &floor) != nil {
 					floor = ackFloor{} // unreadable: nothing is known
 				}
-			case ob.keys.isElection(key):
-				if deleted || !ob.keys.isCandidate(kv) {
+			case ob.keys.IsElection(key):
+				if deleted || !ob.keys.IsCandidate(kv) {
 					if !deleted {
 						strays.note(ob.log, key, "not made by a campaign")
 					}
@@ -344,7 +344,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					return
 				}
 				elect[key] = electInfo{createRev: createRev, value: candidateName(kvVal)}
-			case ob.keys.isMap(key):
+			case ob.keys.IsMap(key):
 				if deleted {
 					mapErr = "" // the leader writes it again; keep showing the last one
 					return
@@ -369,7 +369,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				if mapErr != "" {
 					ob.log.Warn("the rink's map cannot be used", zap.String("error", mapErr))
 				}
-			case ob.keys.isSnapshot(key):
+			case ob.keys.IsSnapshot(key):
 				if deleted {
 					snap = nil
 					return

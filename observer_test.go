@@ -158,7 +158,7 @@ func TestObserverUnusableMapAndDiff(t *testing.T) {
 
 	// A map of an unknown schema: members refuse it, so does the observer.
 	older := rankMap{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(slotTable, DefaultSlots)}
-	if _, err := cli.Put(context.Background(), newKeys(name).rankMap(), string(older.encode())); err != nil {
+	if _, err := cli.Put(context.Background(), newKeys(name).Map(), string(older.encode())); err != nil {
 		t.Fatal(err)
 	}
 	s := awaitState(t, ob, "map refused", func(s State) bool { return s.MapError != "" })
@@ -167,7 +167,7 @@ func TestObserverUnusableMapAndDiff(t *testing.T) {
 	}
 	// Deleting it lets the rink start a new lineage.
 	prev := s
-	if _, err := cli.Delete(context.Background(), newKeys(name).rankMap()); err != nil {
+	if _, err := cli.Delete(context.Background(), newKeys(name).Map()); err != nil {
 		t.Fatal(err)
 	}
 	next := awaitState(t, ob, "new lineage", func(s State) bool { return s.Lineage != prev.Lineage && s.MapError == "" && len(s.Members) == 1 })

@@ -133,7 +133,7 @@ func TestNothingStartsBeforeTheViewReachesTheBinding(t *testing.T) {
 	if fx.relists != 0 {
 		t.Fatalf("a rejoin in the wide view asked for %d listings, want none (the view follows our key)", fx.relists)
 	}
-	own := &mvccpb.KeyValue{Key: []byte(b.r.keys.member("b")), Value: []byte(memberValue(1)), CreateRevision: 5, ModRevision: 20, Lease: 20}
+	own := &mvccpb.KeyValue{Key: []byte(b.r.keys.Member("b")), Value: []byte(memberValue(1)), CreateRevision: 5, ModRevision: 20, Lease: 20}
 	b.r.onWatch(watchBatch{own: true, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: own}}, rev: 20})
 	b.r.st.quiet = 0 // (the rejoin's quiet time ran out)
 	b.r.tryAcquire()
@@ -246,7 +246,7 @@ func TestRejoinSeesItsKeyGoneBeforeItBegins(t *testing.T) {
 	b.r.simFx, b.r.load = fx, newLoadAcc(2)
 	b.r.st.joins = 1 // (newBare began the first incarnation)
 	b.lose()
-	key := []byte(b.r.keys.member("b"))
+	key := []byte(b.r.keys.Member("b"))
 	put := &mvccpb.KeyValue{Key: key, Value: []byte(memberValue(1)), CreateRevision: 20, ModRevision: 20, Lease: 20}
 	del := &mvccpb.KeyValue{Key: key, ModRevision: 21}
 	b.r.onWatch(watchBatch{own: true, rev: 21, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: put}, {Type: clientv3.EventTypeDelete, Kv: del}}})
@@ -290,7 +290,7 @@ func TestUnderivedRecordListsOnce(t *testing.T) {
 	b := newBare(t, "b", 2, 5)
 	fx := &rejoinFx{netEffects: netEffects{b.r}}
 	b.r.simFx = fx
-	kv := &mvccpb.KeyValue{Key: []byte(b.r.keys.rankMap()), Value: []byte(`{"schema":3,"change":true,"version":9,"from":8}`), CreateRevision: 3, ModRevision: 80, Version: 18}
+	kv := &mvccpb.KeyValue{Key: []byte(b.r.keys.Map()), Value: []byte(`{"schema":3,"change":true,"version":9,"from":8}`), CreateRevision: 3, ModRevision: 80, Version: 18}
 	b.r.underived(kv)
 	b.r.underived(kv) // (the listing shows the same record)
 	if fx.relists != 1 {

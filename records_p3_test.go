@@ -17,7 +17,7 @@ func recordRink(t *testing.T, h *history) (name string, ms []*Rink, record []byt
 	t.Helper()
 	name, ms, _ = cluster(t, h, 3, WithSlots(64))
 	settle(t, h, ms...)
-	record, _, _ = getKV(t, name, newKeys(name).rankMap())
+	record, _, _ = getKV(t, name, newKeys(name).Map())
 	if _, ok := decodeRecord(record); !ok {
 		t.Fatalf("the map key holds %s, want a change record", record)
 	}
@@ -45,12 +45,12 @@ func TestChangeRecordsInTheMapKey(t *testing.T) {
 	n := join(t, newClient(t), name, WithMemberName("n"), WithSlots(64), h.hook())
 	ms = append(ms, n)
 	settle(t, h, ms...)
-	val, _, rev := getKV(t, name, k.rankMap())
+	val, _, rev := getKV(t, name, k.Map())
 	c, ok := decodeRecord(val)
 	if !ok || c.Schema != 3 {
 		t.Fatalf("the map key holds %s, want a change record of protocol 3", val)
 	}
-	whole, _, snapRev := getKV(t, name, k.snapshot())
+	whole, _, snapRev := getKV(t, name, k.Snapshot())
 	m, err := decodeMap(whole, 64)
 	if err != nil || snapRev != rev || m.Version != c.Version {
 		t.Fatalf("snapshot at revision %d (map at %d), version %d (record %d): %v", snapRev, rev, m.Version, c.Version, err)
@@ -75,7 +75,7 @@ func TestChangeRecordPutBack(t *testing.T) {
 	t0 := time.Now()
 	cli := newClient(t)
 	for range 3 {
-		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(val)); err != nil {
+		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(val)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,8 +89,8 @@ func TestChangeRecordPutBack(t *testing.T) {
 		}
 	}()
 	eventually(t, 10*time.Second, "n ranked, everyone on the newest whole map", func() bool {
-		whole, _, snapRev := getKV(t, name, k.snapshot())
-		_, _, rev := getKV(t, name, k.rankMap())
+		whole, _, snapRev := getKV(t, name, k.Snapshot())
+		_, _, rev := getKV(t, name, k.Map())
 		m, err := decodeMap(whole, 64)
 		if err != nil || snapRev != rev {
 			return false
@@ -126,13 +126,13 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 		m.Table[s] = 0 // every slot to the first member
 	}
 	m.Version++
-	if _, err := newClient(t).Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(m.encode())); err != nil {
+	if _, err := newClient(t).Put(ctxTimeout(t, 5*time.Second), k.Map(), string(m.encode())); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, h, ms...)
 	n := join(t, newClient(t), name, WithMemberName("n"), WithSlots(64), h.hook())
 	settle(t, h, append(ms, n)...)
-	val, _, _ := getKV(t, name, k.rankMap())
+	val, _, _ := getKV(t, name, k.Map())
 	if _, ok := decodeRecord(val); !ok {
 		t.Errorf("after a whole map by hand and a join, the map key holds %s, want a record", val)
 	}
@@ -144,7 +144,7 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 // also returns the map key's put.
 func readWhole(cli *clientv3.Client, name string, slots int) (rankMap, *mvccpb.KeyValue, error) {
 	k := newKeys(name)
-	resp, err := cli.Txn(context.Background()).Then(clientv3.OpGet(k.rankMap()), clientv3.OpGet(k.snapshot())).Commit()
+	resp, err := cli.Txn(context.Background()).Then(clientv3.OpGet(k.Map()), clientv3.OpGet(k.Snapshot())).Commit()
 	if err != nil {
 		return rankMap{}, nil, err
 	}
@@ -189,21 +189,21 @@ func TestUnappliableRecordWrittenOver(t *testing.T) {
 	name, ms, val := recordRink(t, h)
 	k := newKeys(name)
 	cli := newClient(t)
-	if _, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpDelete(k.rankMap()), clientv3.OpDelete(k.snapshot())).Commit(); err != nil {
+	if _, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpDelete(k.Map()), clientv3.OpDelete(k.Snapshot())).Commit(); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the leader writes the map again", func() bool {
-		resp, err := cli.Get(ctxTimeout(t, 5*time.Second), k.rankMap())
+		resp, err := cli.Get(ctxTimeout(t, 5*time.Second), k.Map())
 		return err == nil && len(resp.Kvs) == 1
 	})
 	// Now the record, alone, over whatever the leader wrote.
-	if _, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpDelete(k.rankMap()), clientv3.OpPut(k.rankMap(), string(val))).Commit(); err == nil {
+	if _, err := cli.Txn(ctxTimeout(t, 5*time.Second)).Then(clientv3.OpDelete(k.Map()), clientv3.OpPut(k.Map(), string(val))).Commit(); err == nil {
 		t.Fatal("a transaction that deletes and puts one key was accepted") // (etcd refuses it)
 	}
-	if _, err := cli.Delete(ctxTimeout(t, 5*time.Second), k.rankMap()); err != nil {
+	if _, err := cli.Delete(ctxTimeout(t, 5*time.Second), k.Map()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(val)); err != nil {
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(val)); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 15*time.Second, "a whole map, or a record with its whole map, over the lone record", func() bool {

@@ -34,7 +34,7 @@ func TestRedteamStraySweepNotRetriedAfterFence(t *testing.T) {
 	mark := time.Now()
 	p.BlackholeTx()
 	op := newClient(t)
-	key := newKeys(name).member("x")
+	key := newKeys(name).Member("x")
 	if _, err := op.Put(context.Background(), key, "{}"); err != nil { // no lease
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestRedteam25OlderRecordPutBackFencesEveryone(t *testing.T) {
 	cli := newClient(t)
 	var saved [][]byte
 	save := func() {
-		val, _, _ := getKV(t, name, k.rankMap())
+		val, _, _ := getKV(t, name, k.Map())
 		saved = append(saved, val)
 	}
 	save()
@@ -86,7 +86,7 @@ func TestRedteam25OlderRecordPutBackFencesEveryone(t *testing.T) {
 	if old == nil {
 		t.Fatalf("precondition: no saved record fails to apply to the current map (saved %d values)", len(saved))
 	}
-	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(old)); err != nil {
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(old)); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -137,7 +137,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 	}
 	one := 1
 	rec := change{Schema: 3, Change: true, Version: 10, Size: &one, Names: map[string]string{"0": "a"}}
-	kv := &mvccpb.KeyValue{Key: []byte(k.rankMap()), Value: rec.encode(), CreateRevision: 5, ModRevision: 12, Version: 3}
+	kv := &mvccpb.KeyValue{Key: []byte(k.Map()), Value: rec.encode(), CreateRevision: 5, ModRevision: 12, Version: 3}
 	noPanic := func(what string, fn func()) {
 		t.Helper()
 		defer func() {
@@ -153,7 +153,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {
 		v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.rankMap()), Value: whole, CreateRevision: 5, ModRevision: 11, Version: 2}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: whole, CreateRevision: 5, ModRevision: 11, Version: 2}, false)
 		v.put(k, kv, false)
 	})
 }
@@ -176,11 +176,11 @@ func TestRedteam25ColdStartOnLoneRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	val, _, _ := getKV(t, name, k.rankMap())
+	val, _, _ := getKV(t, name, k.Map())
 	if _, ok := decodeRecord(val); !ok {
 		t.Fatalf("precondition: the map key holds %s, want a record", val)
 	}
-	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.rankMap(), string(val)); err != nil {
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(val)); err != nil {
 		t.Fatal(err)
 	}
 	n := join(t, newClient(t), name, WithMemberName("n"), WithSlots(S), h.hook())

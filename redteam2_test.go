@@ -38,7 +38,7 @@ func TestRedteam2FirstAckOfNewLineageIsLazy(t *testing.T) {
 		t.Fatalf("seq 2 changes nothing for b: want a lazy ack (the change's own case), got %+v (sent %v)", req, ok)
 	}
 	// The map key is deleted and created again: lineage 40, seq 1, same table.
-	b.del(newKeys("bare").rankMap(), 30)
+	b.del(newKeys("bare").Map(), 30)
 	drainAck(b)
 	b.put(mapKVSeq(twoSlots(3, []string{"c", "b"}, 0, 1), 40, 40, 1))
 	if b.r.st.lineage != 40 {

@@ -103,7 +103,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 
 	// swap writes the map again with the two slots' owners swapped, as an
 	// operator may: the table stays balanced, so the leader keeps it.
-	key := newKeys(name).rankMap()
+	key := newKeys(name).Map()
 	swap := func() {
 		t.Helper()
 		m, _, err := readWhole(cli, name, S)

@@ -79,7 +79,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 	cs[2].Close() // b crashes: its lease expires in about 2 s
 	crash := time.Now()
 	eventually(t, 10*time.Second, "b's key gone", func() bool {
-		resp, err := cli.Get(context.Background(), newKeys(name).member(b.Member()))
+		resp, err := cli.Get(context.Background(), newKeys(name).Member(b.Member()))
 		return err == nil && len(resp.Kvs) == 0
 	})
 
@@ -137,7 +137,7 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	name, ms, _ := cluster(t, h, 2, opts...)
 	settle(t, h, ms...)
 	cli := newClient(t)
-	key := newKeys(name).member(ms[1].Member())
+	key := newKeys(name).Member(ms[1].Member())
 	if _, err := cli.Put(context.Background(), key, `{"protocols":[2],"leaving":true}`, clientv3.WithIgnoreLease()); err != nil {
 		t.Fatal(err)
 	}

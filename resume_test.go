@@ -225,7 +225,7 @@ func TestAllMembersResume(t *testing.T) {
 	before := slotTokens(h)
 
 	admin := newClient(t)
-	resp, err := admin.Get(ctxTimeout(t, 5*time.Second), newKeys(name).members(), clientv3.WithPrefix())
+	resp, err := admin.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Members(), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 3 {
 		t.Fatalf("member keys: %v %v", resp, err)
 	}

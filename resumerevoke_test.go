@@ -53,7 +53,7 @@ func testRejoinRevokesOldLease(t *testing.T, deleteKey bool) {
 	settle(t, h, ms...)
 
 	admin := newClient(t)
-	key := newKeys(name).member("b")
+	key := newKeys(name).Member("b")
 	resp, err := admin.Get(ctxTimeout(t, 5*time.Second), key)
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("b's member key: %v %v", resp, err)

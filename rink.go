@@ -264,10 +264,10 @@ func newRink(name string, o options) *Rink {
 // first checks that the rink's current map suits this member and that the
 // rink nests in no other (see nesting), then joins.
 func (r *Rink) first(ctx context.Context) (*incarnation, error) {
-	ops := []clientv3.Op{clientv3.OpGet(r.keys.rankMap()), clientv3.OpGet(r.keys.snapshot())}
+	ops := []clientv3.Op{clientv3.OpGet(r.keys.Map()), clientv3.OpGet(r.keys.Snapshot())}
 	ops = append(ops, nestingOps(r.name)...)
 	var resp *clientv3.TxnResponse
-	need := fmt.Sprintf("read-write on the keys under %q", r.keys.prefix)
+	need := fmt.Sprintf("read-write on the keys under %q", r.keys.Prefix)
 	if strings.Contains(r.name, "/") {
 		need += ", and read on " + ancestorKeys(r.name)
 	}

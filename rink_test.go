@@ -199,7 +199,7 @@ func TestSingleMember(t *testing.T) {
 		t.Fatalf("AwaitRoleContext after Shutdown: %v", err)
 	}
 	// The member key and lease are gone.
-	resp, err := cli.Get(context.Background(), newKeys(r.Name()).members(), clientv3.WithPrefix())
+	resp, err := cli.Get(context.Background(), newKeys(r.Name()).Members(), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("member keys after Shutdown: %v %v", resp.Kvs, err)
 	}
@@ -733,7 +733,7 @@ func TestIncompatibleMap(t *testing.T) {
 	}
 	// A map of another slot count. (A map in an unknown protocol is waited
 	// out instead: see TestUnknownProtocolWaitedOut.)
-	if _, err := cli.Put(context.Background(), k.rankMap(), `{"schema":2,"version":1,"slots":64}`); err != nil {
+	if _, err := cli.Put(context.Background(), k.Map(), `{"schema":2,"version":1,"slots":64}`); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -751,7 +751,7 @@ func TestIncompatibleMap(t *testing.T) {
 	// An operator restores a usable map: the member rejoins and leads again.
 	m := goodWhole
 	m.Version += 10
-	if _, err := cli.Put(context.Background(), k.rankMap(), string(m.encode())); err != nil {
+	if _, err := cli.Put(context.Background(), k.Map(), string(m.encode())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.AwaitRoleContext(ctxTimeout(t, 15*time.Second), "leader"); err != nil {
@@ -840,12 +840,12 @@ func TestMapKeyDeleted(t *testing.T) {
 	name, ms, _ := cluster(t, h, 3)
 	settle(t, h, ms...)
 	cli := newClient(t)
-	if _, err := cli.Delete(context.Background(), newKeys(name).rankMap()); err != nil {
+	if _, err := cli.Delete(context.Background(), newKeys(name).Map()); err != nil {
 		t.Fatal(err)
 	}
 	// The leader writes the map again by itself, in a new lineage.
 	eventually(t, 10*time.Second, "map key re-created", func() bool {
-		resp, err := cli.Get(context.Background(), newKeys(name).rankMap())
+		resp, err := cli.Get(context.Background(), newKeys(name).Map())
 		return err == nil && len(resp.Kvs) == 1
 	})
 	settle(t, h, ms...)
@@ -875,7 +875,7 @@ func TestFloorRewrittenAfterDeletion(t *testing.T) {
 	eventually(t, 10*time.Second, "a leads", func() bool { return a.Rank().Leader == "a" })
 	b := join(t, cli, name, WithMemberName("b"), WithSlots(8))
 	eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index >= 0 })
-	key := newKeys(name).floor()
+	key := newKeys(name).Floor()
 	floor := func() (ackFloor, bool) {
 		resp, err := cli.Get(context.Background(), key)
 		if err != nil || len(resp.Kvs) == 0 {

@@ -98,7 +98,7 @@ func (r *Rink) join(ctx context.Context) (*incarnation, error) { return r.joinAf
 // the key found in the name's place is our own, which it takes away
 // rather than wait for (a TTL, or ErrMemberExists).
 func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarnation, error) {
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	b := newBackoff()
 	for {
 		// Grant the lease only when the name looks free, so that waiting out
@@ -186,7 +186,7 @@ func transient(err error) bool {
 // (see campaign), written with the member key: the campaign finds it
 // there and writes nothing, which saves every join a write.
 func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
-	return putOp(r.keys.electionKey(lease), r.opts.member, lease)
+	return putOp(r.keys.ElectionKey(lease), r.opts.member, lease)
 }
 
 // joinTxn creates the member key bound to lease, if the name is free, with
@@ -194,13 +194,13 @@ func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
 // newest candidacy before its own from the tail key, and names its own
 // there (see candidacyHint and hintOf).
 func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, loadReport) {
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	first := loadReport{Unmeasured: true}
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))},
 		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
-			putOp(r.keys.load(r.opts.member), string(first.encode()), lease),
-			getOp(r.keys.tail()), putOp(r.keys.tail(), r.keys.electionKey(lease), lease)},
+			putOp(r.keys.Load(r.opts.member), string(first.encode()), lease),
+			getOp(r.keys.Tail()), putOp(r.keys.Tail(), r.keys.ElectionKey(lease), lease)},
 		Failure: []*etcdserverpb.RequestOp{getOp(key)},
 	}, first
 }
@@ -213,7 +213,7 @@ func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) candidacyHint {
 		return candidacyHint{}
 	}
 	kvs := resp.Responses[3].GetResponseRange().GetKvs()
-	if len(kvs) != 1 || !r.keys.isElection(string(kvs[0].Value)) {
+	if len(kvs) != 1 || !r.keys.IsElection(string(kvs[0].Value)) {
 		return candidacyHint{}
 	}
 	return candidacyHint{key: string(kvs[0].Value), rev: kvs[0].ModRevision}
@@ -227,14 +227,14 @@ func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) candidacyHint {
 // noteCandidates): the old incarnation fenced, and acts on nothing. (Its
 // other keys go when the old lease is revoked: see revokeFenced.)
 func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest {
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
 			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev)),
 			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)),
 		},
 		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
-			deleteOp(r.keys.electionKey(int64(old.lease)))},
+			deleteOp(r.keys.ElectionKey(int64(old.lease)))},
 	}
 }
 

@@ -126,7 +126,7 @@ func TestJoinTakesBackItsOwnKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.member("a"), memberValue(1), clientv3.WithLease(g.ID)); err != nil {
+		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.Member("a"), memberValue(1), clientv3.WithLease(g.ID)); err != nil {
 			t.Fatal(err)
 		}
 		return g.ID
@@ -145,7 +145,7 @@ func TestJoinTakesBackItsOwnKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("join after its own lost attempt: %v", err)
 	}
-	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.member("a"))
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.Member("a"))
 	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != inc.lease || inc.lease == own {
 		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.lease)
 	}

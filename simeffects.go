@@ -106,7 +106,7 @@ func (fx simEffects) proclaim(l *leadership, base, next rankMap, mapRev int64, t
 
 func (fx simEffects) checkOwnName(own int64) {
 	m, r := fx.m, fx.m.r
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(r.keys.election(), clientv3.GetPrefixRangeEnd(r.keys.election()))}},
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(r.keys.Election(), clientv3.GetPrefixRangeEnd(r.keys.Election()))}},
 		func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return
@@ -120,7 +120,7 @@ func (fx simEffects) checkOwnName(own int64) {
 				if cur := r.st.inc; kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
 					continue
 				}
-				if string(kv.Value) == r.opts.member && r.keys.isCandidate(kv) {
+				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) {
 					wait = append(wait, kv.Lease)
 				}
 			}
@@ -167,7 +167,7 @@ func (m *simMember) askLeaseGone(lease int64, asked int, then func(rev int64)) {
 }
 
 func (fx simEffects) dropLineage(rev int64) {
-	key := fx.m.r.keys.rankMap()
+	key := fx.m.r.keys.Map()
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", rev))},
 		Success: []*etcdserverpb.RequestOp{deleteOp(key)},
@@ -180,7 +180,7 @@ func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 		// (A ghost of our own name is another process's incarnation of
 		// it: the check for one, checkOwnName, waits on its own.)
 		// Then the map key, read after the answer (see Rink.endGhost).
-		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(m.r.keys.rankMap())}}, func(resp *etcdserverpb.TxnResponse, err error) {
+		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(m.r.keys.Map())}}, func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return
 			}
@@ -216,7 +216,7 @@ func (fx simEffects) deleteStray(inc *incarnation, key string, rev int64) {
 
 func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 	r := fx.m.r
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
 			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev)),
@@ -290,7 +290,7 @@ func (a *simAggregator) follow() {
 	m, r := a.m, a.m.r
 	a.gen++
 	gen := a.gen
-	key, end := r.keys.prefix, clientv3.GetPrefixRangeEnd(r.keys.prefix)
+	key, end := r.keys.Prefix, clientv3.GetPrefixRangeEnd(r.keys.Prefix)
 	retry := func() {
 		m.env.After(m.backoff(), func() {
 			if !m.dead && !a.done && gen == a.gen {

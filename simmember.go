@@ -100,7 +100,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 func (m *simMember) Start() error {
 	r := m.r
 	r.publishRank()
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(r.keys.rankMap()), getOp(r.keys.snapshot())}},
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(r.keys.Map()), getOp(r.keys.Snapshot())}},
 		func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return

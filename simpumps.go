@@ -153,17 +153,17 @@ func (f *simFollower) start() {
 		f.cancel = nil
 	}
 	wide := r.wideView.Load()
-	key, end := r.keys.narrowed()
+	key, end := r.keys.Narrowed()
 	var extra []string
 	switch {
 	case f.own:
-		key = r.keys.member(r.opts.member)
+		key = r.keys.Member(r.opts.member)
 		end = key + "\x00"
 	case wide:
-		key, end = r.keys.followed()
-		extra = []string{r.keys.snapshot()}
+		key, end = r.keys.Followed()
+		extra = []string{r.keys.Snapshot()}
 	default:
-		extra = []string{r.keys.snapshot(), r.keys.member(r.opts.member)}
+		extra = []string{r.keys.Snapshot(), r.keys.Member(r.opts.member)}
 	}
 	ops := []*etcdserverpb.RequestOp{rangeOp(key, end)}
 	for _, k := range extra {

@@ -49,7 +49,7 @@ func TestLeaselessMemberKeyIsStray(t *testing.T) {
 	h := &history{}
 	name, a, b, c := threeSettled(t, h, newClient(t))
 	op := newClient(t)
-	zz := newKeys(name).member("zz")
+	zz := newKeys(name).Member("zz")
 	if _, err := op.Put(context.Background(), zz, "{}"); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestStrangerBlocksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = op.Revoke(context.Background(), lease.ID) })
-	if _, err := op.Put(context.Background(), newKeys(name).member("future"), `{"protocols":[9]}`, clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := op.Put(context.Background(), newKeys(name).Member("future"), `{"protocols":[9]}`, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	// c leaves after the stranger's key is in (a later revision): every
@@ -106,19 +106,19 @@ func TestAckKeysHeal(t *testing.T) {
 	name, a, b, c := threeSettled(t, h, newClient(t))
 	op := newClient(t)
 	k := newKeys(name)
-	if _, err := op.Delete(context.Background(), k.acks(), clientv3.WithPrefix()); err != nil {
+	if _, err := op.Delete(context.Background(), k.Acks(), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "every ack key written again", func() bool {
-		resp, err := op.Get(context.Background(), k.acks(), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := op.Get(context.Background(), k.Acks(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 		return err == nil && resp.Count == 3
 	})
 	// Overwritten (etcdctl put <rink>/acks/b '{}'), too.
-	if _, err := op.Put(context.Background(), k.ack("b"), "{}"); err != nil {
+	if _, err := op.Put(context.Background(), k.Ack("b"), "{}"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "b's ack key written again", func() bool {
-		resp, err := op.Get(context.Background(), k.ack("b"))
+		resp, err := op.Get(context.Background(), k.Ack("b"))
 		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0 && strings.Contains(string(resp.Kvs[0].Value), `"seq"`)
 	})
 	role := roleOf(t, c)
@@ -183,7 +183,7 @@ func TestOwnKeyReboundFences(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = op.Revoke(context.Background(), lease.ID) })
 	mark := time.Now()
-	if _, err := op.Put(context.Background(), newKeys(name).member("b"), memberValue(1), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := op.Put(context.Background(), newKeys(name).Member("b"), memberValue(1), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -159,15 +159,15 @@ func TestFloorStill(t *testing.T) {
 	k := newKeys("bare")
 	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
 	member := func(name string, lease, createRev int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
 	}
 	ack := func(name string, lease, seq int64) {
 		val, _ := json.Marshal(ackValue{Ack: seq, Lineage: 10, Seq: seq})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.ack(name)), Value: val, Lease: lease}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	mapAt := func(seq, rev int64, m rankMap) {
 		m.Version, m.Slots, m.Schema = seq, len(m.Table), schemaVersion
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.rankMap()), Value: m.encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: m.encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 	}
 	member("a", 1, 11)
 	member("b", 2, 12)
@@ -200,7 +200,7 @@ func TestFloorStill(t *testing.T) {
 		t.Fatalf("b and n acknowledged: %+v", f)
 	}
 	// A listing: nothing is known of the changes before it.
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.rankMap()), Value: (&rankMap{Schema: schemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: slotTable{0, 3, 2}}).encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
+	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: (&rankMap{Schema: schemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: slotTable{0, 3, 2}}).encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
 	if f = v.compute(); f.Base != 3 || !reflect.DeepEqual(f.SeqLagging, map[string]int64{"a": 1, "c": 1}) {
 		t.Fatalf("after a listing: %+v, want a and c lagging at 1", f)
 	}

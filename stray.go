@@ -34,33 +34,33 @@ type strayState struct {
 // view.go) do not see otherwise. Other keys
 // under the prefix are never read.
 
-// validMember returns the member name of a member key, and whether a member
+// ValidMember returns the member name of a member key, and whether a member
 // can have that name.
-func (k keys) validMember(key string) (string, bool) {
-	name := k.memberName(key)
+func (k keys) ValidMember(key string) (string, bool) {
+	name := k.MemberName(key)
 	return name, validName(name, false) == ""
 }
 
-// liveMember returns the member name of a member key, and whether it
+// LiveMember returns the member name of a member key, and whether it
 // names a member: a name a member can have, on a key bound to a lease.
 // Every member's key is bound to its lease; one bound to none was put by
 // hand (etcdctl put <rink>/members/zz '{}'), and would be a member that
 // never goes and never acknowledges a map. It is a stray: ignored, and
 // deleted by the member that sweeps stray election keys.
-func (k keys) liveMember(kv *mvccpb.KeyValue) (string, bool) {
-	name, ok := k.validMember(string(kv.Key))
+func (k keys) LiveMember(kv *mvccpb.KeyValue) (string, bool) {
+	name, ok := k.ValidMember(string(kv.Key))
 	return name, ok && kv.Lease != 0
 }
 
-// electionKey returns the election key that a campaign on lease creates.
-func (k keys) electionKey(lease int64) string {
-	return k.election() + strconv.FormatInt(lease, 16) // (as %x: checked against every election key)
+// ElectionKey returns the election key that a campaign on lease creates.
+func (k keys) ElectionKey(lease int64) string {
+	return k.Election() + strconv.FormatInt(lease, 16) // (as %x: checked against every election key)
 }
 
-// isCandidate reports whether an election key was made by a campaign: it
+// IsCandidate reports whether an election key was made by a campaign: it
 // is named by the lease it is bound to.
-func (k keys) isCandidate(kv *mvccpb.KeyValue) bool {
-	return kv.Lease != 0 && string(kv.Key) == k.electionKey(kv.Lease)
+func (k keys) IsCandidate(kv *mvccpb.KeyValue) bool {
+	return kv.Lease != 0 && string(kv.Key) == k.ElectionKey(kv.Lease)
 }
 
 // candidateName returns the member name an election key's value names, or
@@ -110,7 +110,7 @@ func (r *Rink) sweepStrays() {
 	// (The leader sweeps too: the member next in line may follow the
 	// narrow view, which shows it no stray, while a stray election key
 	// below it keeps it from being elected.)
-	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.electionKey(int64(st.inc.lease)) {
+	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.ElectionKey(int64(st.inc.lease)) {
 		return
 	}
 	for _, key := range slices.Sorted(maps.Keys(st.strayKeys)) {
@@ -136,15 +136,15 @@ func nestingOps(name string) []clientv3.Op {
 	for i := 1; i < len(segs); i++ {
 		k := newKeys(strings.Join(segs[:i], "/"))
 		ops = append(ops,
-			clientv3.OpGet(k.rankMap(), clientv3.WithCountOnly()),
-			clientv3.OpGet(k.members(), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+			clientv3.OpGet(k.Map(), clientv3.WithCountOnly()),
+			clientv3.OpGet(k.Members(), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
 	// Under our own prefix, everything but our member, election and ack
 	// keys (which grow with the rink): four ranges around them, a few keys
 	// each (stray keys may crowd out a nested rink's, which is then missed).
 	k := newKeys(name)
 	end := clientv3.GetPrefixRangeEnd
-	bounds := []string{k.prefix, k.acks(), end(k.acks()), k.election(), end(k.election()), k.members(), end(k.members()), end(k.prefix)}
+	bounds := []string{k.Prefix, k.Acks(), end(k.Acks()), k.Election(), end(k.Election()), k.Members(), end(k.Members()), end(k.Prefix)}
 	for i := 0; i < len(bounds); i += 2 {
 		ops = append(ops, clientv3.OpGet(bounds[i], clientv3.WithRange(bounds[i+1]), clientv3.WithKeysOnly(), clientv3.WithLimit(nestingScan)))
 	}
@@ -164,7 +164,7 @@ func nesting(name string, resps []*etcdserverpb.ResponseOp) string {
 		}
 		resps = resps[2:]
 	}
-	prefix := newKeys(name).prefix
+	prefix := newKeys(name).Prefix
 	var kvs []*mvccpb.KeyValue
 	for _, r := range resps {
 		kvs = append(kvs, r.GetResponseRange().Kvs...)

@@ -18,7 +18,7 @@ import (
 // can have, election keys no campaign made (no lease, odd values), and keys
 // that mean nothing to rink.
 func strayKeys(name string) map[string]string {
-	p := newKeys(name).prefix
+	p := newKeys(name).Prefix
 	return map[string]string{
 		p + "members/":          "{}",
 		p + "members/a/b":       "{}",
@@ -95,7 +95,7 @@ func TestStrayKeys(t *testing.T) {
 		// Stray election keys are removed: left, one older than every
 		// candidate would block elections for good.
 		eventually(t, 10*time.Second, "stray election keys removed", func() bool {
-			resp, err := admin.Get(ctxTimeout(t, 5*time.Second), newKeys(name).election(), clientv3.WithPrefix())
+			resp, err := admin.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Election(), clientv3.WithPrefix())
 			if err != nil {
 				return false
 			}
@@ -187,7 +187,7 @@ func TestLeaderRefusesOwnBadMap(t *testing.T) {
 	b.r.cli = newClient(t)
 	b.put(memberKV("a", 5, 5, 0, 0), mapKV(twoSlots(1, []string{"a"}, 0, 0), 7, 7))
 	st := &b.r.st
-	st.lead = &leadership{inc: st.inc, key: newKeys("bare").election() + "none", rev: 1,
+	st.lead = &leadership{inc: st.inc, key: newKeys("bare").Election() + "none", rev: 1,
 		since: map[string]time.Time{}, retry: newBackoff(), stopAgg: func() {}}
 	for i := 0; i < 2; i++ {
 		st.members[""] = memberInfo{createRev: 9, lease: 9, protocols: ownProtocols}
@@ -287,7 +287,7 @@ func TestLeaderRewritesAMapThatRanksANameTwice(t *testing.T) {
 	b.put(memberKV("a", 5, 5, 0, 0), memberKV("x", 6, 6, 0, 0), mapKV(twoSlots(1, []string{"a", "x"}, 0, 1), 7, 7))
 	st := &b.r.st
 	st.cur = twoSlots(2, []string{"a", "x", "a"}, 0, 2) // (as a lax apply of an older record made it)
-	st.lead = &leadership{inc: st.inc, key: newKeys("bare").election() + "none", rev: 1,
+	st.lead = &leadership{inc: st.inc, key: newKeys("bare").Election() + "none", rev: 1,
 		since: map[string]time.Time{}, retry: newBackoff(), stopAgg: func() {}}
 	st.dirty = true
 	b.r.plan()

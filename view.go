@@ -244,7 +244,7 @@ func (r *Rink) lowBound() int64 {
 func (r *Rink) onOwn(b watchBatch) {
 	st := &r.st
 	self := r.opts.member
-	key := r.keys.member(self)
+	key := r.keys.Member(self)
 	selfGone := false
 	if b.snapshot {
 		if b.rev < st.ownRev {
@@ -299,7 +299,7 @@ func (r *Rink) onOwn(b watchBatch) {
 
 // followOwn follows this member's own key for the run goroutine.
 func (r *Rink) followOwn() {
-	key := r.keys.member(r.opts.member)
+	key := r.keys.Member(r.opts.member)
 	follow(r.ctx, r.cli, key, key+"\x00", r.log, func(b watchBatch) bool {
 		b.own = true
 		return r.sendBatch(b)
@@ -314,19 +314,19 @@ func (r *Rink) watch() {
 	for r.ctx.Err() == nil {
 		began := time.Now()
 		wide := r.wideView.Load()
-		key, end := r.keys.narrowed()
+		key, end := r.keys.Narrowed()
 		if wide {
-			key, end = r.keys.followed()
+			key, end = r.keys.Followed()
 		}
 		// The whole map beside the map key's change record (see
 		// records.go) is read with each listing, never watched: a member
 		// reads it only when it cannot apply the record.
-		extra := []string{r.keys.snapshot()}
+		extra := []string{r.keys.Snapshot()}
 		if !wide {
 			// Our own key too, in the listing's revision: a process whose
 			// key went while it was cut off learns it before it applies
 			// the maps of the listing (its own watch may lag).
-			extra = append(extra, r.keys.member(r.opts.member))
+			extra = append(extra, r.keys.Member(r.opts.member))
 		}
 		more, relisted := followOnce(r.ctx, r.cli, key, end, extra, r.relistCh, r.log, func(batch watchBatch) bool {
 			batch.wide = wide

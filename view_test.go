@@ -204,7 +204,7 @@ func TestStrayElectionKeyBelowNarrowCandidate(t *testing.T) {
 	p.PauseRx()
 	t.Cleanup(func() { p.UnpauseTx(); p.UnpauseRx() })
 	cli := newClient(t)
-	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).election(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), newKeys(name).Election(), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil || len(resp.Kvs) < 2 {
 		t.Fatalf("election keys: %v, %v", resp, err)
 	}

@@ -284,12 +284,12 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 	put := func(kv *mvccpb.KeyValue) {
 		var a ackValue
 		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
-			warm[r.keys.ackName(string(kv.Key))] = a.Warm
+			warm[r.keys.AckName(string(kv.Key))] = a.Warm
 		} else {
-			delete(warm, r.keys.ackName(string(kv.Key)))
+			delete(warm, r.keys.AckName(string(kv.Key)))
 		}
 	}
-	follow(ctx, r.cli, r.keys.acks(), clientv3.GetPrefixRangeEnd(r.keys.acks()), r.log, func(b watchBatch) bool {
+	follow(ctx, r.cli, r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks()), r.log, func(b watchBatch) bool {
 		if b.snapshot {
 			clear(warm)
 			for _, kv := range b.kvs {
@@ -300,7 +300,7 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 			if ev.Type == clientv3.EventTypePut {
 				put(ev.Kv)
 			} else {
-				delete(warm, r.keys.ackName(string(ev.Kv.Key)))
+				delete(warm, r.keys.AckName(string(ev.Kv.Key)))
 			}
 		}
 		heirs := maps.Clone(warm)
