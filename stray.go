@@ -3,9 +3,9 @@ package rink
 import (
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,43 +34,9 @@ type strayState struct {
 // view.go) do not see otherwise. Other keys
 // under the prefix are never read.
 
-// ValidMember returns the member name of a member key, and whether a member
-// can have that name.
-func (k keys) ValidMember(key string) (string, bool) {
-	name := k.MemberName(key)
-	return name, validName(name, false) == ""
-}
-
-// LiveMember returns the member name of a member key, and whether it
-// names a member: a name a member can have, on a key bound to a lease.
-// Every member's key is bound to its lease; one bound to none was put by
-// hand (etcdctl put <rink>/members/zz '{}'), and would be a member that
-// never goes and never acknowledges a map. It is a stray: ignored, and
-// deleted by the member that sweeps stray election keys.
-func (k keys) LiveMember(kv *mvccpb.KeyValue) (string, bool) {
-	name, ok := k.ValidMember(string(kv.Key))
-	return name, ok && kv.Lease != 0
-}
-
-// ElectionKey returns the election key that a campaign on lease creates.
-func (k keys) ElectionKey(lease int64) string {
-	return k.Election() + strconv.FormatInt(lease, 16) // (as %x: checked against every election key)
-}
-
-// IsCandidate reports whether an election key was made by a campaign: it
-// is named by the lease it is bound to.
-func (k keys) IsCandidate(kv *mvccpb.KeyValue) bool {
-	return kv.Lease != 0 && string(kv.Key) == k.ElectionKey(kv.Lease)
-}
-
 // candidateName returns the member name an election key's value names, or
 // "" when no member can have it.
-func candidateName(value []byte) string {
-	if validName(string(value), false) != "" {
-		return ""
-	}
-	return string(value)
-}
+func candidateName(value []byte) string { return wire.CandidateName(value) }
 
 // maxStrayNotes bounds how many stray keys a strayLog remembers.
 const maxStrayNotes = 1024
