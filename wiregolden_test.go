@@ -178,7 +178,7 @@ func wireCases(t *testing.T) []wireCase {
 	core("txn-join", join)
 	core("txn-resume", r.resumeTxn(&incarnation{lease: 0x10, createRev: 5}, 0x1b))
 
-	l := &leadership{key: k.electionKey(0xa), rev: 3}
+	l := &leadership{key: k.ElectionKey(0xa), rev: 3}
 	m3 := wireMap3()
 	core("txn-proclaim-first", r.proclaimTxn(l, &rankMap{}, &m3, 0, transition{View: 100, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}))
 	big := rankMap{Schema: schemaVersion, Version: 20, Slots: 16, Leader: "a", Members: memberList{"a", "b", "c", "d", "e", "f"},
@@ -226,7 +226,7 @@ func wireCases(t *testing.T) []wireCase {
 	second, _ := aw.next(time.Unix(101, 0))
 	core("txn-ack-next", second)
 
-	fw := newFloorWriter(k, k.electionKey(0xa), 3, zap.NewNop())
+	fw := newFloorWriter(k, k.ElectionKey(0xa), 3, zap.NewNop())
 	fw.take(fl)
 	floorTxn, _ := fw.next(time.Unix(100, 0))
 	core("txn-floor", floorTxn)
@@ -250,7 +250,7 @@ func wireCases(t *testing.T) []wireCase {
 		return &etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 31}, Responses: []*etcdserverpb.ResponseOp{
 			{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: &etcdserverpb.RangeResponse{Kvs: kvs}}}}}
 	}
-	stray := &mvccpb.KeyValue{Key: []byte(k.election() + "zz"), CreateRevision: 20, ModRevision: 21}
+	stray := &mvccpb.KeyValue{Key: []byte(k.Election() + "zz"), CreateRevision: 20, ModRevision: 21}
 	step("txn-campaign-write", &etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 30}})
 	step("txn-campaign-list", ranged(&mvccpb.KeyValue{Key: stray.Key, CreateRevision: 20}))
 	step("txn-campaign-peek", ranged(stray))
@@ -264,7 +264,7 @@ func wireCases(t *testing.T) []wireCase {
 		sent := kv.last(t)
 		txn(name, sent, sent)
 	}
-	inline("txn-delete-stray", func() { r.fx().deleteStray(inc, k.electionKey(0x99), 44) })
+	inline("txn-delete-stray", func() { r.fx().deleteStray(inc, k.ElectionKey(0x99), 44) })
 	inline("txn-rewrite-member-key", func() { r.rewriteMemberKey(inc, r.ownMemberValue(false), "test") })
 	inline("txn-drop-lineage", func() { r.dropLineage(61) })
 	inline("txn-write-load", func() {
