@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -137,18 +138,18 @@ func (w *ackWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait time
 		cur := w.cur
 		val, _ := json.Marshal(ackValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
 		w.val = string(val)
-		guard := clientv3.Compare(clientv3.Version(w.key), "=", 0)
+		guard := wire.VersionEq(w.key, 0)
 		if w.last != nil {
-			guard = clientv3.Compare(clientv3.Value(w.key), "=", *w.last)
+			guard = wire.ValueEq(w.key, *w.last)
 		}
 		return &etcdserverpb.TxnRequest{
 			Compare: []*etcdserverpb.Compare{
-				cmpOf(clientv3.Compare(clientv3.CreateRevision(w.member), "=", cur.inc.createRev)),
-				cmpOf(clientv3.Compare(clientv3.LeaseValue(w.member), "=", cur.inc.lease)),
-				cmpOf(guard),
+				wire.CreateRevisionEq(w.member, cur.inc.createRev),
+				wire.LeaseEq(w.member, int64(cur.inc.lease)),
+				guard,
 			},
-			Success: []*etcdserverpb.RequestOp{putOp(w.key, w.val, int64(cur.inc.lease))},
-			Failure: []*etcdserverpb.RequestOp{getOp(w.member), getOp(w.key)},
+			Success: []*etcdserverpb.RequestOp{wire.Put(w.key, w.val, int64(cur.inc.lease))},
+			Failure: []*etcdserverpb.RequestOp{wire.Get(w.member), wire.Get(w.key)},
 		}, time.Time{}
 	}
 }

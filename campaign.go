@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -85,9 +86,9 @@ func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey
 	switch c.stage {
 	case campaignWrite:
 		return &etcdserverpb.TxnRequest{
-			Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(c.key), "=", 0))},
-			Success: []*etcdserverpb.RequestOp{putOp(c.key, c.member, int64(c.inc.lease))},
-			Failure: []*etcdserverpb.RequestOp{getOp(c.key)},
+			Compare: []*etcdserverpb.Compare{wire.CreateRevisionEq(c.key, 0)},
+			Success: []*etcdserverpb.RequestOp{wire.Put(c.key, c.member, int64(c.inc.lease))},
+			Failure: []*etcdserverpb.RequestOp{wire.Get(c.key)},
 		}, "", 0, time.Time{}
 	case campaignList:
 		prefix := c.k.Election()
@@ -98,12 +99,12 @@ func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey
 				Limit: 1, MaxCreateRevision: c.rev - 1, KeysOnly: true,
 			}}}}}, "", 0, time.Time{}
 	case campaignPeek:
-		return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(string(c.below.Key))}}, "", 0, time.Time{}
+		return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(string(c.below.Key))}}, "", 0, time.Time{}
 	case campaignDelete:
 		key := string(c.below.Key)
 		return &etcdserverpb.TxnRequest{
-			Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", c.below.ModRevision))},
-			Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+			Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(key, c.below.ModRevision)},
+			Success: []*etcdserverpb.RequestOp{wire.Delete(key)},
 		}, "", 0, time.Time{}
 	default: // campaignWait
 		return nil, string(c.below.Key), c.belowRev, time.Time{}

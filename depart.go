@@ -5,6 +5,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -109,7 +110,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 func (d *handOver) listTxn() *etcdserverpb.TxnRequest {
 	k := d.r.keys
 	return &etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{
-		rangeOp(k.Members(), clientv3.GetPrefixRangeEnd(k.Members())), getOp(k.Map()), getOp(k.Snapshot()),
+		wire.Range(k.Members(), clientv3.GetPrefixRangeEnd(k.Members())), wire.Get(k.Map()), wire.Get(k.Snapshot()),
 	}}
 }
 
@@ -176,13 +177,13 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	fkey, fend := r.keys.Followed()
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.Map()), "=", d.curRev)),
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(r.keys.Members()), "<", d.viewRev+1).WithPrefix()),
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", d.createRev)),
-			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", d.lease)),
+			wire.ModRevisionEq(r.keys.Map(), d.curRev),
+			wire.CreatedBelow(r.keys.Members(), d.viewRev+1),
+			wire.CreateRevisionEq(key, d.createRev),
+			wire.LeaseEq(key, int64(d.lease)),
 		},
-		Success: append(r.mapOps(&cur, &next, d.curRev, transition{View: d.viewRev, Gone: []string{self}}), deleteOp(key)),
-		Failure: []*etcdserverpb.RequestOp{rangeOp(fkey, fend), getOp(r.keys.Snapshot())},
+		Success: append(r.mapOps(&cur, &next, d.curRev, transition{View: d.viewRev, Gone: []string{self}}), wire.Delete(key)),
+		Failure: []*etcdserverpb.RequestOp{wire.Range(fkey, fend), wire.Get(r.keys.Snapshot())},
 	}, true
 }
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -80,11 +80,11 @@ func (w *floorWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait ti
 	w.retryAt = time.Time{}
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(w.electKey), "=", w.electRev)),
-			cmpOf(clientv3.Compare(clientv3.ModRevision(w.key), "=", w.base)),
+			wire.CreateRevisionEq(w.electKey, w.electRev),
+			wire.ModRevisionEq(w.key, w.base),
 		},
-		Success: []*etcdserverpb.RequestOp{putOp(w.key, string(w.val), 0)},
-		Failure: []*etcdserverpb.RequestOp{getOp(w.electKey), getOp(w.key)},
+		Success: []*etcdserverpb.RequestOp{wire.Put(w.key, string(w.val), 0)},
+		Failure: []*etcdserverpb.RequestOp{wire.Get(w.electKey), wire.Get(w.key)},
 	}, time.Time{}
 }
 

@@ -6,8 +6,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -23,7 +23,7 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 	wholeJSON := next.encode()
 	whole := string(wholeJSON)
 	if next.Schema < 3 {
-		return []*etcdserverpb.RequestOp{putOp(r.keys.Map(), whole, 0)}
+		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), whole, 0)}
 	}
 	if mapRev == 0 || base.Version == 0 {
 		// The first map of a lineage, whole: with the view it was planned
@@ -31,7 +31,7 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 		// ranked name waits past, and the names whose keys other
 		// processes hold now (transition.Incs); not what it changed from
 		// a base.
-		return []*etcdserverpb.RequestOp{putOp(r.keys.Map(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
+		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version
@@ -42,9 +42,9 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 		// renumbers half the slots): the whole map alone, which members
 		// read as one. The whole map beside the key would double what
 		// the transaction writes, on the path of a handover.
-		return []*etcdserverpb.RequestOp{putOp(r.keys.Map(), string(alone), 0)}
+		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(alone), 0)}
 	}
-	return []*etcdserverpb.RequestOp{putOp(r.keys.Map(), string(rec), 0), putOp(r.keys.Snapshot(), whole, 0)}
+	return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(rec), 0), wire.Put(r.keys.Snapshot(), whole, 0)}
 }
 
 // proclaimTxn is the transaction that writes m as the rink's map over
@@ -52,11 +52,11 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 func (r *Rink) proclaimTxn(l *leadership, base, m *rankMap, mapRev int64, t transition) *etcdserverpb.TxnRequest {
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(l.key), "=", l.rev)),
-			cmpOf(clientv3.Compare(clientv3.ModRevision(r.keys.Map()), "=", mapRev)),
+			wire.CreateRevisionEq(l.key, l.rev),
+			wire.ModRevisionEq(r.keys.Map(), mapRev),
 		},
 		Success: r.mapOps(base, m, mapRev, t),
-		Failure: []*etcdserverpb.RequestOp{getOp(l.key), getOp(r.keys.Map())},
+		Failure: []*etcdserverpb.RequestOp{wire.Get(l.key), wire.Get(r.keys.Map())},
 	}
 }
 

@@ -7,36 +7,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Requests as the core's state machines build them: etcd's own protocol
-// buffers, which the production driver sends through the client (see
-// execTxn) and a simulator answers itself.
-
-// cmpOf is c as a request's comparison.
-func cmpOf(c clientv3.Cmp) *etcdserverpb.Compare { return c.GetCompare() }
-
-// putOp puts value into key, bound to lease (0: none).
-func putOp(key, value string, lease int64) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestPut{
-		RequestPut: &etcdserverpb.PutRequest{Key: []byte(key), Value: []byte(value), Lease: lease}}}
-}
-
-// getOp reads key.
-func getOp(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestRange{
-		RequestRange: &etcdserverpb.RangeRequest{Key: []byte(key)}}}
-}
-
-// rangeOp reads the keys in [key, end).
-func rangeOp(key, end string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestRange{
-		RequestRange: &etcdserverpb.RangeRequest{Key: []byte(key), RangeEnd: []byte(end)}}}
-}
-
-// deleteOp deletes key.
-func deleteOp(key string) *etcdserverpb.RequestOp {
-	return &etcdserverpb.RequestOp{Request: &etcdserverpb.RequestOp_RequestDeleteRange{
-		RequestDeleteRange: &etcdserverpb.DeleteRangeRequest{Key: []byte(key)}}}
-}
+// Requests as the core's state machines build them (see package wire):
+// etcd's own protocol buffers, which the production driver sends through
+// the client (execTxn) and a simulator answers itself.
 
 // execTxn sends t through cli's KV, as a transaction built with cli.Txn:
 // the client's call options (it waits for a ready connection) and its
@@ -54,8 +27,8 @@ func execTxn(ctx context.Context, cli *clientv3.Client, t *etcdserverpb.TxnReque
 }
 
 // opsOf is ops as the client's operations: puts with a lease, deletes of
-// a key or a range, and ranges with a sort, a limit and a maximal create
-// revision. Other fields of a request are not carried over (none is used).
+// a key or a range, and ranges with a sort, a limit, a maximal create
+// revision and keys only. Other fields of a request are not carried over (none is used).
 func opsOf(ops []*etcdserverpb.RequestOp) []clientv3.Op {
 	out := make([]clientv3.Op, 0, len(ops))
 	for _, op := range ops {
@@ -77,6 +50,9 @@ func opsOf(ops []*etcdserverpb.RequestOp) []clientv3.Op {
 			}
 			if g.MaxCreateRevision != 0 {
 				opts = append(opts, clientv3.WithMaxCreateRev(g.MaxCreateRevision))
+			}
+			if g.KeysOnly {
+				opts = append(opts, clientv3.WithKeysOnly())
 			}
 			out = append(out, clientv3.OpGet(string(g.Key), opts...))
 		case op.GetRequestDeleteRange() != nil:

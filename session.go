@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -186,7 +187,7 @@ func transient(err error) bool {
 // (see campaign), written with the member key: the campaign finds it
 // there and writes nothing, which saves every join a write.
 func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
-	return putOp(r.keys.ElectionKey(lease), r.opts.member, lease)
+	return wire.Put(r.keys.ElectionKey(lease), r.opts.member, lease)
 }
 
 // joinTxn creates the member key bound to lease, if the name is free, with
@@ -197,11 +198,11 @@ func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, loadReport) {
 	key := r.keys.Member(r.opts.member)
 	first := loadReport{Unmeasured: true}
 	return &etcdserverpb.TxnRequest{
-		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", 0))},
-		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
-			putOp(r.keys.Load(r.opts.member), string(first.encode()), lease),
-			getOp(r.keys.Tail()), putOp(r.keys.Tail(), r.keys.ElectionKey(lease), lease)},
-		Failure: []*etcdserverpb.RequestOp{getOp(key)},
+		Compare: []*etcdserverpb.Compare{wire.CreateRevisionEq(key, 0)},
+		Success: []*etcdserverpb.RequestOp{wire.Put(key, r.ownMemberValue(false), lease), r.candidacy(lease),
+			wire.Put(r.keys.Load(r.opts.member), string(first.encode()), lease),
+			wire.Get(r.keys.Tail()), wire.Put(r.keys.Tail(), r.keys.ElectionKey(lease), lease)},
+		Failure: []*etcdserverpb.RequestOp{wire.Get(key)},
 	}, first
 }
 
@@ -230,11 +231,11 @@ func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest
 	key := r.keys.Member(r.opts.member)
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", old.createRev)),
-			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", old.lease)),
+			wire.CreateRevisionEq(key, old.createRev),
+			wire.LeaseEq(key, int64(old.lease)),
 		},
-		Success: []*etcdserverpb.RequestOp{putOp(key, r.ownMemberValue(false), lease), r.candidacy(lease),
-			deleteOp(r.keys.ElectionKey(int64(old.lease)))},
+		Success: []*etcdserverpb.RequestOp{wire.Put(key, r.ownMemberValue(false), lease), r.candidacy(lease),
+			wire.Delete(r.keys.ElectionKey(int64(old.lease)))},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -106,7 +107,7 @@ func (fx simEffects) proclaim(l *leadership, base, next rankMap, mapRev int64, t
 
 func (fx simEffects) checkOwnName(own int64) {
 	m, r := fx.m, fx.m.r
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(r.keys.Election(), clientv3.GetPrefixRangeEnd(r.keys.Election()))}},
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(r.keys.Election(), clientv3.GetPrefixRangeEnd(r.keys.Election()))}},
 		func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return
@@ -169,8 +170,8 @@ func (m *simMember) askLeaseGone(lease int64, asked int, then func(rev int64)) {
 func (fx simEffects) dropLineage(rev int64) {
 	key := fx.m.r.keys.Map()
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
-		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", rev))},
-		Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+		Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(key, rev)},
+		Success: []*etcdserverpb.RequestOp{wire.Delete(key)},
 	}, func(*etcdserverpb.TxnResponse, error) {})
 }
 
@@ -180,7 +181,7 @@ func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 		// (A ghost of our own name is another process's incarnation of
 		// it: the check for one, checkOwnName, waits on its own.)
 		// Then the map key, read after the answer (see Rink.endGhost).
-		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(m.r.keys.Map())}}, func(resp *etcdserverpb.TxnResponse, err error) {
+		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(m.r.keys.Map())}}, func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return
 			}
@@ -201,8 +202,8 @@ func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 func (fx simEffects) deleteStray(inc *incarnation, key string, rev int64) {
 	m := fx.m
 	m.etcd.Txn(&etcdserverpb.TxnRequest{
-		Compare: []*etcdserverpb.Compare{cmpOf(clientv3.Compare(clientv3.ModRevision(key), "=", rev))},
-		Success: []*etcdserverpb.RequestOp{deleteOp(key)},
+		Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(key, rev)},
+		Success: []*etcdserverpb.RequestOp{wire.Delete(key)},
 	}, func(_ *etcdserverpb.TxnResponse, err error) {
 		if err != nil && !m.dead && inc.ctx.Err() == nil {
 			m.env.After(m.backoff(), func() {
@@ -219,10 +220,10 @@ func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 	key := r.keys.Member(r.opts.member)
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			cmpOf(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev)),
-			cmpOf(clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)),
+			wire.CreateRevisionEq(key, inc.createRev),
+			wire.LeaseEq(key, int64(inc.lease)),
 		},
-		Success: []*etcdserverpb.RequestOp{putOp(key, value, int64(inc.lease))},
+		Success: []*etcdserverpb.RequestOp{wire.Put(key, value, int64(inc.lease))},
 	}, func(*etcdserverpb.TxnResponse, error) {})
 }
 
@@ -298,7 +299,7 @@ func (a *simAggregator) follow() {
 			}
 		})
 	}
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{rangeOp(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
 		if m.dead || a.done || gen != a.gen {
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rink-go/rink/internal/simhook"
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // The simulator's driver of a member (see internal/simhook): the same core
@@ -100,7 +101,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 func (m *simMember) Start() error {
 	r := m.r
 	r.publishRank()
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{getOp(r.keys.Map()), getOp(r.keys.Snapshot())}},
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(r.keys.Map()), wire.Get(r.keys.Snapshot())}},
 		func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return

@@ -8,6 +8,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -165,9 +166,9 @@ func (f *simFollower) start() {
 	default:
 		extra = []string{r.keys.Snapshot(), r.keys.Member(r.opts.member)}
 	}
-	ops := []*etcdserverpb.RequestOp{rangeOp(key, end)}
+	ops := []*etcdserverpb.RequestOp{wire.Range(key, end)}
 	for _, k := range extra {
-		ops = append(ops, getOp(k))
+		ops = append(ops, wire.Get(k))
 	}
 	retry := func() {
 		m.env.After(m.backoff(), func() {
