@@ -32,8 +32,8 @@ import (
 // maxLagging bounds how many members the floor names one by one.
 const maxLagging = 64
 
-// ackValue is the JSON value of an ack key.
-type ackValue struct {
+// AckValue is the JSON value of an ack key.
+type AckValue struct {
 	// Ack is the version of the newest map this member has applied, in the
 	// map lineage Lineage (the map key's create revision).
 	Ack     int64 `json:"ack"`
@@ -49,10 +49,10 @@ type ackValue struct {
 	Warm int64 `json:"warm,omitempty"`
 }
 
-// ackFloor is the JSON value of the floor key. Its first fields count in
+// AckFloor is the JSON value of the floor key. Its first fields count in
 // map versions, for members that predate seqs; the Seq fields carry the
 // same bounds in seqs, and members use them wherever they are known.
-type ackFloor struct {
+type AckFloor struct {
 	Lineage  int64            `json:"lineage"`
 	Version  int64            `json:"version"` // the map version of the leader's view
 	Floor    int64            `json:"floor"`   // 0: some live member's acknowledgement is unknown
@@ -111,10 +111,10 @@ type ackFloor struct {
 	Leader string `json:"leader,omitempty"`
 }
 
-// settled reports whether the floor says that the rink is at rest with
+// Settled reports whether the floor says that the rink is at rest with
 // the map of seq seq and version version, in lineage lineage: the leader
 // plans no move after it, and every live member has acknowledged it.
-func (f *ackFloor) settled(lineage, version, seq int64) bool {
+func (f *AckFloor) Settled(lineage, version, seq int64) bool {
 	if f.Lineage != lineage || f.Version != version || f.Rest != version || version < 1 || f.Floor < version {
 		return false
 	}
@@ -123,26 +123,26 @@ func (f *ackFloor) settled(lineage, version, seq int64) bool {
 
 // decodeFloor decodes a floor key's value; one that does not decode says
 // nothing.
-func decodeFloor(value []byte) ackFloor {
+func decodeFloor(value []byte) AckFloor {
 	if f, ok := parseFloor(value); ok {
 		return f
 	}
-	var f ackFloor
+	var f AckFloor
 	if json.Unmarshal(value, &f) != nil {
-		return ackFloor{}
+		return AckFloor{}
 	}
 	return f
 }
 
-// of returns a lower bound of a member's acknowledged map version; below
+// Of returns a lower bound Of a member's acknowledged map version; below
 // 1 it is unknown.
-func (f *ackFloor) of(name string) int64 {
+func (f *AckFloor) Of(name string) int64 {
 	return boundIn(name, f.Version, f.Floor, f.Complete, f.Lagging)
 }
 
-// seqOf returns a lower bound of a member's acknowledged seq; below 1 it
+// SeqOf returns a lower bound of a member's acknowledged seq; below 1 it
 // is unknown.
-func (f *ackFloor) seqOf(name string) int64 {
+func (f *AckFloor) SeqOf(name string) int64 {
 	if f.Seq < 1 {
 		return 0
 	}

@@ -21,7 +21,7 @@ type ackView struct {
 	marks   []mapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
 	changes changeLog        // which map put last changed each member (see still.go)
 	mapRev  int64            // the map key's mod revision
-	whole   *rankMap         // the map of seq, when the view knows it (see records.go)
+	whole   *Map             // the map of seq, when the view knows it (see records.go)
 	snap    *mvccpb.KeyValue // the snapshot key as last seen
 	floor   []byte           // the floor key's value; nil while it is absent
 }
@@ -36,7 +36,7 @@ type ackMember struct {
 	// An acknowledgement speaks of the process, whose view never goes
 	// back, whatever its lease: it stays a bound until the member writes
 	// one under its new lease.
-	carried ackValue
+	carried AckValue
 }
 
 // mapMark is one put of the map key: its mod revision and seq.
@@ -47,7 +47,7 @@ const maxMarks = 1024
 
 type ackKey struct {
 	lease int64
-	ackValue
+	AckValue
 }
 
 func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
@@ -67,13 +67,13 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		if old, ok := v.members[name]; ok && old.createRev == m.createRev {
 			m.carried = old.carried
 			if a, ok := v.acks[name]; ok && old.lease != m.lease && a.lease == old.lease && a.Seq > 0 {
-				m.carried = a.ackValue // a resume: the old lease's ack key goes next
+				m.carried = a.AckValue // a resume: the old lease's ack key goes next
 			}
 		}
 		v.members[name] = m
 	case k.IsAck(key):
 		a := ackKey{lease: kv.Lease}
-		_ = json.Unmarshal(kv.Value, &a.ackValue) // an unreadable value acknowledges nothing
+		_ = json.Unmarshal(kv.Value, &a.AckValue) // an unreadable value acknowledges nothing
 		v.acks[k.AckName(key)] = a
 	case k.IsMap(key):
 		var version int64
@@ -173,7 +173,7 @@ func (v *ackView) unkeyed(covered map[string]bool) int {
 // leases in f.Covered and returns how many ghosts it could not cover (their
 // bound is unknown: every acquisition waits for them) and the names it
 // covered.
-func coverGhosts(f *ackFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
+func coverGhosts(f *AckFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
 	for _, lease := range slices.Sorted(maps.Keys(ghosts)) {
 		name := ghosts[lease]
 		a, ok := v.acks[name]
@@ -275,11 +275,11 @@ func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, delete
 // still act on. Such a bound counts in SeqFloor only for members that the
 // map does not rank: the rink is not at rest until every ranked member has
 // acknowledged the map.
-func (v *ackView) compute() *ackFloor {
+func (v *ackView) compute() *AckFloor {
 	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
 		return nil
 	}
-	f := &ackFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
+	f := &AckFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
 		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{},
 		Still: true, Base: v.changes.base}
 	for name, m := range v.members {

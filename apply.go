@@ -14,7 +14,7 @@ import (
 // history of slot owners the barrier reads (see applyMap).
 type mapApplied struct {
 	incompatible error           // the newest map cannot be used by this member
-	cur          rankMap         // newest applied map; Version 0 before any
+	cur          Map             // newest applied map; Version 0 before any
 	curRev       int64           // mod revision of cur's key (0: the key is gone)
 	curSeq       int64           // etcd version of cur's key: its seq (see ackValue)
 	lineage      int64           // create revision of cur's key: seqs count within it
@@ -30,8 +30,8 @@ type mapApplied struct {
 	// member could not apply (see underived), while it is above curRev
 	// (0: none).
 	underivedRev int64
-	prev         rankMap // the map applied before cur (its version only, once applyMap is done)
-	prevSeq      int64   // its seq
+	prev         Map   // the map applied before cur (its version only, once applyMap is done)
+	prevSeq      int64 // its seq
 	// prevOld, while applyMap runs, is the record that made cur of prev
 	// when it was applied into prev's table (see applyInPlace): prev's
 	// entries for the slots it moved are cur's then, and prevOwner reads
@@ -106,7 +106,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// whole map), so that the passes below cost what it changed; taken
 	// before it is applied, which may write into the current map's table.
 	var delta *mapDelta
-	var rec *change // the record, decoded once (nil: a whole map)
+	var rec *Record // the record, decoded once (nil: a whole map)
 	if c, ok := decodeRecord(kv.Value); ok {
 		rec = &c
 		if snap == nil && !fresh && sameLineage && kv.Version == st.curSeq+1 {
@@ -152,9 +152,9 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.curRev, st.underivedRev = kv.ModRevision, 0
 	st.dirty = true
-	var t transition
+	var t Transition
 	if rec != nil {
-		t = rec.transition // (decoded with the record)
+		t = rec.Transition // (decoded with the record)
 	} else {
 		t = transitionOf(kv.Value)
 	}
@@ -208,7 +208,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	r.keepOwnLease(&m, rec)
 	if fresh {
 		// Before it, this member owned nothing.
-		if movedFor(&rankMap{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
+		if movedFor(&Map{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
 			st.changedSeq = st.curSeq
 		}
 	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx, delta) ||
@@ -216,7 +216,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		st.changedSeq = st.curSeq
 	}
 	if newLineage {
-		st.prev, st.prevSeq = rankMap{}, 0
+		st.prev, st.prevSeq = Map{}, 0
 	}
 	st.stale = m.Version <= st.topVer
 	if st.stale {
@@ -264,7 +264,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// The map before is needed no more (its owners went into the gains
 	// above): keep its version, not its members and table, which at
 	// 10,000 members cost every member a quarter of a megabyte.
-	st.prev = rankMap{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
+	st.prev = Map{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
 	st.prevOld = nil
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: r.now().Sub(began)})
 }
@@ -281,7 +281,7 @@ func (r *Rink) prevOwner(s int) string {
 			}
 		}
 	}
-	return st.prev.owner(s)
+	return st.prev.Owner(s)
 }
 
 // underived handles a change record this member cannot apply (see
@@ -381,7 +381,7 @@ func (r *Rink) rankedIndex(name string) int {
 	if name == r.opts.member {
 		return r.st.selfIdx
 	}
-	return r.st.cur.index(name)
+	return r.st.cur.Index(name)
 }
 
 // mapView returns the revision of the view the applied map was planned

@@ -8,7 +8,7 @@ import (
 // barrier is what frees slots for this member to start (see free), and
 // what this member tells others of the slots it let go.
 type barrier struct {
-	floor ackFloor // the leader's summary of acknowledgements (zero: none)
+	floor AckFloor // the leader's summary of acknowledgements (zero: none)
 	// acked is the acknowledgement last handed to the ack writer, and
 	// changedSeq the newest applied seq whose map changed this member's
 	// slots or announcements (see still.go): with a floor that says
@@ -119,11 +119,11 @@ func (r *Rink) bound(name string) int64 {
 		return 0
 	}
 	if f.Seq > 0 {
-		if a := f.seqOf(name); a > 0 {
+		if a := f.SeqOf(name); a > 0 {
 			return a
 		}
 	}
-	return r.seqOfVersion(f.of(name))
+	return r.seqOfVersion(f.Of(name))
 }
 
 // floorUsable reports whether the floor speaks of the applied map's

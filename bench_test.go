@@ -154,7 +154,7 @@ func BenchmarkTakeOverHalf(b *testing.B) {
 		m.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 		m.put(mapKV(twoSlots(1, []string{"a", "b"}, half...), 10, 10), memberKV("a", 3, 11, 1, 10))
 		next := mapKV(twoSlots(2, []string{"b"}, all...), 10, 12)
-		next.Value = withTransition(next.Value, transition{View: 11, From: 1, Gone: []string{"a"}})
+		next.Value = withTransition(next.Value, Transition{View: 11, From: 1, Gone: []string{"a"}})
 		b.StartTimer()
 		m.r.onWatch(watchBatch{wide: true, rev: 12, events: []*clientv3.Event{
 			{Type: clientv3.EventTypePut, Kv: next},

@@ -76,7 +76,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 type handOver struct {
 	r                  *Rink
 	members            map[string]memberInfo
-	cur                rankMap
+	cur                Map
 	curRev, curSeq     int64
 	viewRev, version   int64
 	ghosts             map[int64]string
@@ -96,7 +96,7 @@ const maxDepartures = 3
 // map: else there is nothing to hand over.
 func (r *Rink) newHandOver() (*handOver, bool) {
 	st := &r.st
-	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage {
+	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.Index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage {
 		return nil, false
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
@@ -162,7 +162,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 		}
 	}
 	next := planMap(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
-		Replicas: cur.replicas(), Zones: zones(d.members), Handed: handed(leavers)})
+		Replicas: cur.ReplicaCount(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol
 	next.Leases = leasesFor(next.Members, d.leases, nil, d.members, ghosts, self, int64(d.lease))
@@ -182,7 +182,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 			wire.CreateRevisionEq(key, d.createRev),
 			wire.LeaseEq(key, int64(d.lease)),
 		},
-		Success: append(r.mapOps(&cur, &next, d.curRev, transition{View: d.viewRev, Gone: []string{self}}), wire.Delete(key)),
+		Success: append(r.mapOps(&cur, &next, d.curRev, Transition{View: d.viewRev, Gone: []string{self}}), wire.Delete(key)),
 		Failure: []*etcdserverpb.RequestOp{wire.Range(fkey, fend), wire.Get(r.keys.Snapshot())},
 	}, true
 }
@@ -243,7 +243,7 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 			}
 			d.cur, d.curRev, d.curSeq = m, kv.ModRevision, kv.Version
 			if kv.ModRevision != prevRev {
-				var rec *change
+				var rec *Record
 				if c, ok := decodeRecord(kv.Value); ok {
 					rec = &c
 				}
@@ -255,5 +255,5 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 			d.version = max(d.version, m.Version+1)
 		}
 	}
-	return d.curRev != 0 && d.cur.index(r.opts.member) >= 0 && ours // (our key is not ours any more: leave it to the leader)
+	return d.curRev != 0 && d.cur.Index(r.opts.member) >= 0 && ours // (our key is not ours any more: leave it to the leader)
 }

@@ -20,7 +20,7 @@ var floorFields = []string{"lineage", "version", "floor", "complete", "lagging",
 // decodes every floor, and the generic decoder was 8 % of a 10,000-member
 // rink's CPU while it formed (issue 25). When ok, f is what encoding/json
 // decodes.
-func parseFloor(b []byte) (f ackFloor, ok bool) {
+func parseFloor(b []byte) (f AckFloor, ok bool) {
 	ok = eachField(b, floorFields, func(key string, field int, start int) (end int, ok bool) {
 		switch key {
 		case "lagging", "seqlagging":
@@ -38,7 +38,7 @@ func parseFloor(b []byte) (f ackFloor, ok bool) {
 		return end, field < 0 || f.set(key, b[start:end])
 	})
 	if !ok {
-		return ackFloor{}, false
+		return AckFloor{}, false
 	}
 	return f, true
 }
@@ -75,7 +75,7 @@ func eachField(b []byte, fields []string, value func(key string, field int, star
 
 // set sets the scalar field named key to the JSON value v, and reports
 // whether v is of the field's type (a null is not: see parseFloor).
-func (f *ackFloor) set(key string, v []byte) bool {
+func (f *AckFloor) set(key string, v []byte) bool {
 	var ok bool
 	switch key {
 	case "lineage":
@@ -227,7 +227,7 @@ var recordFields = []string{"schema", "change", "version", "leader", "size", "na
 // leavers (fields of structures and nested lists), nulls and anything
 // unusual go to encoding/json (ok false). Every member decodes every
 // record. When ok, c is what encoding/json decodes.
-func parseRecord(b []byte) (c change, ok bool) {
+func parseRecord(b []byte) (c Record, ok bool) {
 	ok = eachField(b, recordFields, func(key string, field int, start int) (end int, ok bool) {
 		switch key {
 		case "names":
@@ -304,7 +304,7 @@ func parseRecord(b []byte) (c change, ok bool) {
 		return end, ok
 	})
 	if !ok {
-		return change{}, false
+		return Record{}, false
 	}
 	return c, true
 }

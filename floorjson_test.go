@@ -7,7 +7,7 @@ import (
 )
 
 func FuzzParseFloor(f *testing.F) {
-	full, _ := json.Marshal(ackFloor{Lineage: 4, Version: 75, Floor: 70, Complete: true, Lagging: map[string]int64{"m1": 70, "m2": 0},
+	full, _ := json.Marshal(AckFloor{Lineage: 4, Version: 75, Floor: 70, Complete: true, Lagging: map[string]int64{"m1": 70, "m2": 0},
 		Seq: 80, SeqFloor: 79, SeqComplete: true, SeqLagging: map[string]int64{"m1": 79}, Rest: 75, Round: true,
 		Imbalance: 1.25, Tolerance: 0.1, Still: true, Base: 1, Ghosts: 2, Leader: "m0000"})
 	for _, s := range [][]byte{
@@ -26,7 +26,7 @@ func FuzzParseFloor(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want ackFloor
+		var want AckFloor
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseFloor(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}
@@ -38,7 +38,7 @@ func FuzzParseFloor(f *testing.F) {
 
 // The floors leaders write take parseFloor's path, not encoding/json's.
 func TestLeadersFloorsParseFast(t *testing.T) {
-	for _, fl := range []ackFloor{
+	for _, fl := range []AckFloor{
 		{Lineage: 1, Version: 2, Floor: 2, Complete: true, Seq: 2, SeqFloor: 2, SeqComplete: true, Rest: 2, Still: true, Base: 1, Leader: "a"},
 		{Lineage: 1, Version: 3, Complete: true, Lagging: map[string]int64{"b": 2, "c": 0}, Seq: 4, SeqComplete: true,
 			SeqLagging: map[string]int64{"b": 3}, Imbalance: 1.5, Tolerance: 0.1, Ghosts: 1, Leader: "b"},
@@ -56,9 +56,9 @@ func TestLeadersFloorsParseFast(t *testing.T) {
 
 func FuzzParseRecord(f *testing.F) {
 	leader, size, by := "m0000", 3, true
-	full := (&change{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
+	full := (&Record{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
 		Moves: []int{5, 2, 7, 0}, Unwait: []string{"c"}, ByLoad: &by,
-		transition: transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}, ByLeader: true}}).encode()
+		Transition: Transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}, ByLeader: true}}).Encode()
 	for _, s := range [][]byte{
 		full,
 		[]byte(`{"schema":3,"change":true,"version":475,"size":10001,"names":{"10000":"m10000"},"moves":[14,10000],"view":97442,"from":474}`),
@@ -74,7 +74,7 @@ func FuzzParseRecord(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want change
+		var want Record
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseRecord(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}
@@ -88,12 +88,12 @@ func FuzzParseRecord(f *testing.F) {
 // path.
 func TestLeadersRecordsParseFast(t *testing.T) {
 	size := 4
-	for _, c := range []change{
+	for _, c := range []Record{
 		{Schema: 3, Change: true, Version: 5, Size: &size, Names: map[string]string{"3": "d"}, Moves: []int{1, 3, 9, 3},
-			transition: transition{View: 20, From: 4, ByLeader: true}},
-		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, transition: transition{View: 22, From: 5, Gone: []string{"d"}}},
+			Transition: Transition{View: 20, From: 4, ByLeader: true}},
+		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, Transition: Transition{View: 22, From: 5, Gone: []string{"d"}}},
 	} {
-		b := c.encode()
+		b := c.Encode()
 		got, ok := parseRecord(b)
 		if !ok || !reflect.DeepEqual(got, c) {
 			t.Errorf("parseRecord(%s) = %+v, %v; want %+v", b, got, ok, c)

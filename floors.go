@@ -112,7 +112,7 @@ const floorPause = 50 * time.Millisecond
 // heldFloor is a floor held back (see floorPause).
 type heldFloor struct {
 	val []byte
-	f   *ackFloor
+	f   *AckFloor
 }
 
 // send asks for floor h to be written at once, replacing any floor held
@@ -138,7 +138,7 @@ func (a *aggregation) unhold() {
 // offer asks for floor f (val, its JSON) to be written: at once, or after
 // a pause from now when it raises no bound anybody waits for (see
 // floorPause).
-func (a *aggregation) offer(f *ackFloor, val []byte, now time.Time) {
+func (a *aggregation) offer(f *AckFloor, val []byte, now time.Time) {
 	h := heldFloor{val: val, f: f}
 	if a.last == nil || !a.idle(f) {
 		a.holds = 0
@@ -174,7 +174,7 @@ const maxHolds = 4
 // history begins after a bound waits for it regardless (raisesPastStart). Members that
 // predate seqs read bounds in versions: a member that writes no seq is
 // judged by the rise of its version bound.
-func (a *aggregation) idle(f *ackFloor) bool {
+func (a *aggregation) idle(f *AckFloor) bool {
 	l := a.lastF
 	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || !slices.Equal(f.Covered, l.Covered) || l.Seq < 1 {
 		return false
@@ -199,7 +199,7 @@ func (a *aggregation) idle(f *ackFloor) bool {
 		if x.seq > f.Seq {
 			break
 		}
-		if a.v.present(x.name) && l.seqOf(x.name) < x.seq && f.seqOf(x.name) >= x.seq {
+		if a.v.present(x.name) && l.SeqOf(x.name) < x.seq && f.SeqOf(x.name) >= x.seq {
 			return false
 		}
 	}
@@ -219,7 +219,7 @@ func (a *aggregation) idle(f *ackFloor) bool {
 
 // sameBounds reports whether two floors give every member the same bounds
 // (they may differ in what the leader plans).
-func sameBounds(l, f *ackFloor) bool {
+func sameBounds(l, f *AckFloor) bool {
 	return f.Lineage == l.Lineage && f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
 		f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
 }
@@ -235,7 +235,7 @@ func sameBounds(l, f *ackFloor) bool {
 // before h: a rise across h is written at once. (A member whose listing
 // came maps later is cleared by the floor that says every member is at a
 // newer map than the last: that one is written at once too.)
-func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
+func (a *aggregation) raisesPastStart(l, f *AckFloor, lo int64) bool {
 	var starts []int64
 	for _, m := range a.v.members {
 		if h := a.v.seqAt(m.createRev); h > lo {
@@ -247,7 +247,7 @@ func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
 	}
 	slices.Sort(starts)
 	crosses := func(name string) bool {
-		bl, bf := l.seqOf(name), f.seqOf(name)
+		bl, bf := l.SeqOf(name), f.SeqOf(name)
 		i := sort.Search(len(starts), func(i int) bool { return starts[i] > bl })
 		return i < len(starts) && starts[i] <= bf
 	}
@@ -272,7 +272,7 @@ func (a *aggregation) raisesPastStart(l, f *ackFloor, lo int64) bool {
 // on while the members it changed have not acknowledged it: they owe their
 // acknowledgements and know it (see ackOwed), and the floor that counts
 // them replaces it.
-func (a *aggregation) pause(f *ackFloor) time.Duration {
+func (a *aggregation) pause(f *AckFloor) time.Duration {
 	if l := a.lastF; l != nil && l.Rest != 0 && f.Rest == 0 && sameBounds(l, f) {
 		// Only that the leader no longer rests: it is about to proclaim
 		// a map (a newcomer, a leaver), whose floor replaces this one.
@@ -304,7 +304,7 @@ func (a *aggregation) pause(f *ackFloor) time.Duration {
 type aggregation struct {
 	v         *ackView
 	last      []byte    // the floor we last asked to be written
-	lastF     *ackFloor // and what it says
+	lastF     *AckFloor // and what it says
 	held      heldFloor // a floor held back (see floorPause); val nil: none
 	holdUntil time.Time // when the hold ends (zero: none); the aggregator writes held then
 	// holds counts the held floors written when their pause ran out, since

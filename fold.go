@@ -105,7 +105,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		clear(st.elect)
 		clear(st.electOf)
 		clear(st.strayKeys)
-		st.floor, st.leader = ackFloor{}, ""
+		st.floor, st.leader = AckFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
 		// map, not an older one.
@@ -211,7 +211,7 @@ func (r *Rink) onWatch(b watchBatch) {
 					r.candidacyLost()
 				}
 			case r.keys.IsFloor(key):
-				st.floor = ackFloor{}
+				st.floor = AckFloor{}
 			case r.keys.IsMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
 				r.mapGone(ev.Kv.ModRevision)

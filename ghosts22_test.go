@@ -301,14 +301,14 @@ func (fx *ownNameFx) checkOwnName(int64) { fx.checks++ }
 func TestOwnNameCheckedUnlessALeaderPlannedTheMap(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		tr    transition
+		tr    Transition
 		check bool
 	}{
-		{"departure's map", transition{View: 9, Gone: []string{"y"}}, true},
-		{"leader's map", transition{View: 9, ByLeader: true}, false},
-		{"leader's map naming the name replaced", transition{View: 9, ByLeader: true, Incs: map[string]int64{"x": 5}}, true},
-		{"leader's map from before the key", transition{View: 4, ByLeader: true}, true},
-		{"a build that says no view", transition{}, true},
+		{"departure's map", Transition{View: 9, Gone: []string{"y"}}, true},
+		{"leader's map", Transition{View: 9, ByLeader: true}, false},
+		{"leader's map naming the name replaced", Transition{View: 9, ByLeader: true, Incs: map[string]int64{"x": 5}}, true},
+		{"leader's map from before the key", Transition{View: 4, ByLeader: true}, true},
+		{"a build that says no view", Transition{}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := newBare(t, "x", 2, 5)
@@ -319,7 +319,7 @@ func TestOwnNameCheckedUnlessALeaderPlannedTheMap(t *testing.T) {
 			b.put(memberKV("x", 5, 5, 0, 0))
 			m := twoSlots(3, []string{"x", "z"}, 0, 1)
 			kv := mapKV(m, 2, 10)
-			kv.Value = withTransition(m.encode(), c.tr)
+			kv.Value = withTransition(m.Encode(), c.tr)
 			b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{kv}, rev: 10})
 			if b.r.st.cur.Version != 3 {
 				t.Fatalf("map not applied (version %d)", b.r.st.cur.Version)

@@ -190,8 +190,8 @@ func handedOver(t testing.TB, h *history, from string, slots []int, since time.T
 
 // departureMap returns a channel that gets the first map r publishes in
 // which member owns no slot (polled every millisecond, for up to within).
-func departureMap(t testing.TB, r *Rink, member string, within time.Duration) <-chan *rankMap {
-	out := make(chan *rankMap, 1)
+func departureMap(t testing.TB, r *Rink, member string, within time.Duration) <-chan *Map {
+	out := make(chan *Map, 1)
 	ctx := ctxTimeout(t, within)
 	go func() {
 		defer close(out)
@@ -457,7 +457,7 @@ func testGhostCostsOnlyItsSlots(t *testing.T, deleteKey bool) {
 	held := releasedBy(h, "c", shut)
 	var slots, toX []int
 	for _, s := range held {
-		switch next.owner(s) {
+		switch next.Owner(s) {
 		case "a":
 			slots = append(slots, s)
 		case "x":

@@ -60,7 +60,7 @@ func TestShutdownRightAfterJoin(t *testing.T) {
 			var theirs []int
 			m := leaver.ownersNow()
 			for s := 0; s < m.Slots; s++ {
-				if m.owner(s) == leaver.Member() {
+				if m.Owner(s) == leaver.Member() {
 					theirs = append(theirs, s)
 				}
 			}
@@ -176,7 +176,7 @@ func TestMapRewrittenSameVersion(t *testing.T) {
 		m.Table[s] = (m.Table[s] + 1) % int32(len(m.Members))
 	}
 	t0 := time.Now()
-	if _, err := cli.Put(context.Background(), key, string(m.encode())); err != nil {
+	if _, err := cli.Put(context.Background(), key, string(m.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "every member on a map newer than the rewrite", func() bool {

@@ -180,13 +180,13 @@ func holdersIn(evs []Event) map[int][]string {
 
 // heldAsMapped reports whether every slot of m is held by exactly its
 // owner in m, as of the end of the history.
-func (h *history) heldAsMapped(m *rankMap) bool {
+func (h *history) heldAsMapped(m *Map) bool {
 	if m == nil {
 		return false
 	}
 	held := h.holders()
 	for s := 0; s < m.Slots; s++ {
-		if got := held[s]; len(got) != 1 || got[0] != m.owner(s) {
+		if got := held[s]; len(got) != 1 || got[0] != m.Owner(s) {
 			return false
 		}
 	}
@@ -341,7 +341,7 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 // ownersNow returns a copy of the map r publishes to its API (see Owner),
 // for a test to read at leisure: the run goroutine may write the
 // published table in place (see applyInPlace).
-func (r *Rink) ownersNow() *rankMap {
+func (r *Rink) ownersNow() *Map {
 	r.ownersMu.RLock()
 	defer r.ownersMu.RUnlock()
 	m := r.owners.Load()
@@ -354,8 +354,8 @@ func (r *Rink) ownersNow() *rankMap {
 }
 
 // tableOf is a slot table with the given entries.
-func tableOf(entries ...int) slotTable {
-	t := make(slotTable, len(entries))
+func tableOf(entries ...int) SlotTable {
+	t := make(SlotTable, len(entries))
 	for i, e := range entries {
 		t[i] = int32(e)
 	}

@@ -29,7 +29,7 @@ import (
 // keeping the one in force at from.
 type slotHistory struct {
 	from, top int64
-	curTable  slotTable // the newest map's table (shared)
+	curTable  SlotTable // the newest map's table (shared)
 	curNames  []string  // the newest map's members (shared: a record renames in place only after add reads it)
 	changes   map[int][]ownerSince
 	entries   int          // entries over all slots, for prune
@@ -50,7 +50,7 @@ type slotHistory struct {
 type lazyMap struct {
 	seq   int64
 	slots int // the table's entries (see rankMap.tableLen)
-	table slotTable
+	table SlotTable
 	names []string
 }
 
@@ -105,7 +105,7 @@ func (h *slotHistory) last(s int) string {
 // add records the map of seq seq, which record delta made of the map
 // before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
-func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
+func (h *slotHistory) add(seq int64, m *Map, delta *mapDelta) {
 	h.settle()
 	if h.top == 0 || seq != h.top+1 {
 		h.reset()
@@ -124,12 +124,12 @@ func (h *slotHistory) add(seq int64, m *rankMap, delta *mapDelta) {
 			} else {
 				was = delta.oldName(delta.old[i], m.Members)
 			}
-			if o := m.owner(s); o != was {
+			if o := m.Owner(s); o != was {
 				h.change(s, was, seq, o)
 			}
 		}
 	} else {
-		h.lazy = lazyMap{seq: seq, slots: m.tableLen(), table: m.Table, names: m.Members}
+		h.lazy = lazyMap{seq: seq, slots: m.TableLen(), table: m.Table, names: m.Members}
 		return
 	}
 	h.top = seq
@@ -147,13 +147,13 @@ func (h *slotHistory) settle() {
 		return
 	}
 	h.lazy = lazyMap{}
-	m := rankMap{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
+	m := Map{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
 	// (A whole map's table is its own: the newest map's, which curTable
 	// holds, was not written over, and gives each slot's owner in it, as
 	// its last entry does.)
 	var moved []int
 	for s := range m.Slots {
-		if m.owner(s) != h.curOwner(s) {
+		if m.Owner(s) != h.curOwner(s) {
 			moved = append(moved, s)
 		}
 	}
@@ -172,7 +172,7 @@ func (h *slotHistory) settle() {
 		h.block = make([]ownerSince, 2*first)
 	}
 	for _, s := range moved {
-		h.change(s, h.last(s), l.seq, m.owner(s))
+		h.change(s, h.last(s), l.seq, m.Owner(s))
 	}
 	h.top = l.seq
 	h.curTable, h.curNames = l.table, l.names

@@ -16,9 +16,9 @@ func FuzzSlotHistory(f *testing.F) {
 		const S = 6
 		names := []string{"a", "b", "c", "d"}
 		var h slotHistory
-		var live slotTable           // the table last added to h
-		whole := map[int64]rankMap{} // the maps a member would have kept
-		low := int64(0)              // nothing below it is kept
+		var live SlotTable       // the table last added to h
+		whole := map[int64]Map{} // the maps a member would have kept
+		low := int64(0)          // nothing below it is kept
 		seq := int64(0)
 		for step := 0; step < 60; step++ {
 			switch r := rng.IntN(10); {
@@ -28,14 +28,14 @@ func FuzzSlotHistory(f *testing.F) {
 					seq += 1 + int64(rng.IntN(3)) // a gap: the history starts again
 					clear(whole)
 				}
-				m := rankMap{Slots: S}
+				m := Map{Slots: S}
 				for _, n := range names {
 					if rng.IntN(3) > 0 {
 						m.Members = append(m.Members, n)
 					}
 				}
 				if len(m.Members) > 0 {
-					m.Table = make(slotTable, S)
+					m.Table = make(SlotTable, S)
 					for s := range m.Table {
 						m.Table[s] = int32(rng.IntN(len(m.Members)))
 					}
@@ -89,7 +89,7 @@ func FuzzSlotHistory(f *testing.F) {
 						wantKnown = false
 						break
 					}
-					wantHeld = wantHeld || m.owner(s) == name
+					wantHeld = wantHeld || m.Owner(s) == name
 				}
 				if known && !wantKnown {
 					t.Fatalf("heldBy(%d, %s, %d, %d) known, but the maps are not all kept (from %d top %d)", s, name, a, g, h.from, h.top)
@@ -110,9 +110,9 @@ func FuzzSlotHistory(f *testing.F) {
 // newest map drops every change.
 func TestSlotHistory(t *testing.T) {
 	var h slotHistory
-	m1 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}}
-	m2 := rankMap{Slots: 2, Members: []string{"b", "a"}, Table: slotTable{1, 0}} // same owners
-	m3 := rankMap{Slots: 2, Members: []string{"a", "b"}, Table: slotTable{1, 1}} // slot 0 to b
+	m1 := Map{Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{0, 1}}
+	m2 := Map{Slots: 2, Members: []string{"b", "a"}, Table: SlotTable{1, 0}} // same owners
+	m3 := Map{Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{1, 1}} // slot 0 to b
 	h.add(1, &m1, nil)
 	h.add(2, &m2, nil)
 	h.add(3, &m3, nil)
@@ -161,9 +161,9 @@ func TestSlotHistory(t *testing.T) {
 // churn adds to a history 2,999 maps on 4,096 slots, each moving one slot
 // to the next of 64 members, as records, and calls after with the
 // history, the seq added, the slot moved and the map before.
-func churn(after func(h *slotHistory, seq int64, s int, prev *rankMap)) {
+func churn(after func(h *slotHistory, seq int64, s int, prev *Map)) {
 	const S, n = 4096, 64
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
+	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
@@ -187,7 +187,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *rankMap)) {
 // a rink of 10,000 kept an entry for nearly every slot while members
 // joined: about 600 KB each).
 func TestSlotHistoryFollowsTheFloor(t *testing.T) {
-	churn(func(h *slotHistory, seq int64, _ int, _ *rankMap) {
+	churn(func(h *slotHistory, seq int64, _ int, _ *Map) {
 		h.prune(seq - 2)
 		if len(h.changes) > 3 || h.entries > 12 {
 			t.Fatalf("seq %d: the history keeps %d entries over %d slots, with 3 maps since the floor", seq, h.entries, len(h.changes))
@@ -200,14 +200,14 @@ func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 // the maps it keeps.
 func TestSlotHistoryBounded(t *testing.T) {
 	const keep = 100
-	churn(func(h *slotHistory, seq int64, s int, prev *rankMap) {
+	churn(func(h *slotHistory, seq int64, s int, prev *Map) {
 		if low := h.keepingAtMost(keep); low > h.from {
 			h.prune(low)
 		}
 		if h.entries > 2*keep+2 {
 			t.Fatalf("seq %d: %d entries kept, for at most %d changes", seq, h.entries, keep)
 		}
-		if held, known := h.heldBy(s, prev.owner(s), seq-1, seq); !held || !known {
+		if held, known := h.heldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
 			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
 		}
 	})
@@ -220,7 +220,7 @@ func TestSlotHistoryBounded(t *testing.T) {
 func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 	const L = 10
 	b, two := tenMaps(t, L, func(v int64) int { return int(v % 2) })
-	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(ackFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
+	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
 	if b.r.st.hist.covers(9) {
 		t.Fatal("seq 9 kept after a floor at 10")
 	}
@@ -233,7 +233,7 @@ func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 // watch batch, took 9 % of the process's CPU).
 func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 	const S, n, maps = 512, 8, 4000
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(slotTable, S)}
+	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
@@ -252,7 +252,7 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 		if seq > 4*S { // the floor a few changes of every slot behind
 			h.prune(seq - 3*S)
 		}
-		if held, known := h.heldBy(s, prev.owner(s), seq-1, seq); !held || !known {
+		if held, known := h.heldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
 			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
 		}
 	}

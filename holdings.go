@@ -170,7 +170,7 @@ func (r *Rink) reconcileSlots(only []int) {
 	// runs on the path of every handover).
 	S := r.opts.slots
 	idx := -1
-	if mine && len(st.cur.Table) == st.cur.tableLen() && st.cur.Slots == S {
+	if mine && len(st.cur.Table) == st.cur.TableLen() && st.cur.Slots == S {
 		idx = r.rankedIndex(r.opts.member)
 	}
 	defer r.reconcileReplicas(only, idx) // (after the primaries: only is the record's rows, nil for all)

@@ -65,7 +65,7 @@ const (
 // not (a map of an earlier leader, or written by hand) says nothing of
 // leases, and the book keeps what it knew; a record sets what it changed.
 // What a map replaces stays in the book as evidence (others).
-func (r *Rink) keepLeases(m *rankMap, rec *change) {
+func (r *Rink) keepLeases(m *Map, rec *Record) {
 	st := &r.st
 	if !st.view.wide && st.lead == nil {
 		st.recorded, st.others = nil, nil
@@ -189,7 +189,7 @@ func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
 // is false when it does not decode or records none.
 func leasesIn(whole []byte) (map[string]int64, bool) {
 	var m struct {
-		Members memberList `json:"members"`
+		Members MemberList `json:"members"`
 		Leases  []int64    `json:"leases"`
 	}
 	if json.Unmarshal(whole, &m) != nil || len(m.Leases) != len(m.Members) || len(m.Members) == 0 {
@@ -268,7 +268,7 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 // keepOwnLease notes what the map m just applied (rec: its change
 // record, nil for a whole map) records of this member's lease (see
 // leaseGate). Every member keeps it, at the cost of a lookup per map.
-func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
+func (r *Rink) keepOwnLease(m *Map, rec *Record) {
 	st := &r.st
 	st.curLeased = mapLeased(m, rec)
 	switch {
@@ -290,7 +290,7 @@ func (r *Rink) keepOwnLease(m *rankMap, rec *change) {
 
 // mapLeased reports whether map m, applied from record rec (nil: a whole
 // map), records leases.
-func mapLeased(m *rankMap, rec *change) bool {
+func mapLeased(m *Map, rec *Record) bool {
 	if rec != nil {
 		return rec.Leased
 	}

@@ -404,7 +404,7 @@ func (r *Rink) reportLoad() {
 			if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
 				i = rk.rank.Index // (found once per map by the run goroutine)
 			} else {
-				i = m.index(r.opts.member)
+				i = m.Index(r.opts.member)
 			}
 			if i >= 0 {
 				for s, o := range primaryMap(*m).Table {

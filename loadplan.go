@@ -40,7 +40,7 @@ type loadPlanInput struct {
 }
 
 // memberLoads returns each member's load over its slots in table.
-func memberLoads(table slotTable, n int, load []float64) []float64 {
+func memberLoads(table SlotTable, n int, load []float64) []float64 {
 	out := make([]float64, n)
 	for s, i := range table {
 		out[i] += load[s]
@@ -51,7 +51,7 @@ func memberLoads(table slotTable, n int, load []float64) []float64 {
 // imbalance returns the most loaded member's load per capacity over the
 // mean load per capacity: 1 is perfect balance. It is 1 when there is no
 // load.
-func imbalance(m rankMap, load []float64, capacity map[string]float64) float64 {
+func imbalance(m Map, load []float64, capacity map[string]float64) float64 {
 	if len(m.Members) == 0 {
 		return 1
 	}
@@ -72,7 +72,7 @@ func imbalance(m rankMap, load []float64, capacity map[string]float64) float64 {
 
 // imbalanceBound returns the least imbalance any table could reach: the
 // hottest slot on the member with the most capacity, beside the mean (or 1).
-func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) float64 {
+func imbalanceBound(m Map, load []float64, capacity map[string]float64) float64 {
 	total, caps, hot, top := 0.0, 0.0, 0.0, 0.0
 	for _, x := range load {
 		total += x
@@ -108,7 +108,7 @@ func imbalanceBound(m rankMap, load []float64, capacity map[string]float64) floa
 //     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
-func rebalanceLoad(cur rankMap, in loadPlanInput) (table slotTable, moved []int) {
+func rebalanceLoad(cur Map, in loadPlanInput) (table SlotTable, moved []int) {
 	n := len(cur.Members)
 	cur = primaryMap(cur) // (load is the primaries': the caller places secondaries around them)
 	table = slices.Clone(cur.Table)
@@ -203,13 +203,13 @@ func rebalanceLoad(cur rankMap, in loadPlanInput) (table slotTable, moved []int)
 // capacity it raises least, ties to the member with the fewest slots per
 // capacity, then the lower index. It is balance for a rink balanced by
 // load: live members' slots stay where the load rounds put them.
-func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) slotTable {
+func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) SlotTable {
 	n, S := len(members), len(owners)
 	idx := make(map[string]int, n)
 	for i, name := range members {
 		idx[name] = i
 	}
-	table := make(slotTable, S)
+	table := make(SlotTable, S)
 	loads := make([]float64, n)
 	count := make([]int, n)
 	caps := make([]float64, n)
@@ -278,7 +278,7 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 //     highest-numbered).
 //
 // Newcomers are served in index order. It changes table in place.
-func fillNewcomers(table slotTable, members []string, capacity map[string]float64, load []float64) {
+func fillNewcomers(table SlotTable, members []string, capacity map[string]float64, load []float64) {
 	n, S := len(members), len(table)
 	count := make([]int, n)
 	for _, i := range table {
@@ -342,7 +342,7 @@ func fillNewcomers(table slotTable, members []string, capacity map[string]float6
 
 // loadedSlot picks the loaded slot newcomer i takes next (see
 // fillNewcomers), or -1.
-func loadedSlot(table slotTable, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
+func loadedSlot(table SlotTable, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
 	donor := -1
 	for j := range caps {
 		if j == i || count[j] < 2 || (donor >= 0 && loads[j]/caps[j] <= loads[donor]/caps[donor]) {

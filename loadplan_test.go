@@ -19,7 +19,7 @@ func rolesPerSlot(S int, roles ...string) []float64 {
 }
 
 // owned counts each member's roles (load units) in a table.
-func owned(m rankMap, load []float64) []float64 {
+func owned(m Map, load []float64) []float64 {
 	return memberLoads(m.Table, len(m.Members), load)
 }
 
@@ -60,21 +60,21 @@ func TestRebalanceLoadFewRoles(t *testing.T) {
 
 func TestRebalanceLoadTable(t *testing.T) {
 	// Four slots per member, two members: a holds the hot slots.
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: slotTable{0, 0, 0, 0, 1, 1, 1, 1}}
+	m := Map{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: SlotTable{0, 0, 0, 0, 1, 1, 1, 1}}
 	for _, c := range []struct {
 		name   string
 		load   []float64
 		frozen []bool
 		budget int
 		tol    float64
-		want   slotTable
+		want   SlotTable
 	}{
-		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, slotTable{0, 1, 0, 0, 1, 1, 1, 1}},
-		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, slotTable{1, 0, 0, 0, 1, 1, 1, 1}},
-		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, slotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, slotTable{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, SlotTable{0, 1, 0, 0, 1, 1, 1, 1}},
+		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, moved := rebalanceLoad(m, loadPlanInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
@@ -96,7 +96,7 @@ func zipfLoad(rng *rand.Rand, S, n int) []float64 {
 }
 
 // checkRound asserts rebalanceLoad's promises for one round.
-func checkRound(t testing.TB, cur rankMap, in loadPlanInput, table slotTable, moved []int) {
+func checkRound(t testing.TB, cur Map, in loadPlanInput, table SlotTable, moved []int) {
 	t.Helper()
 	if len(table) != len(cur.Table) {
 		t.Fatalf("table of %d slots, want %d", len(table), len(cur.Table))
@@ -160,7 +160,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
 	}
-	cur := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: names}
+	cur := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: names}
 	cur.Table = balance(make([]string, S), names, caps)
 	load := zipfLoad(rng, S, 1+rng.IntN(4*S))
 	tol := []float64{0.05, 0.1, 0.25}[rng.IntN(3)]
@@ -216,7 +216,7 @@ func TestPlaceOrphans(t *testing.T) {
 	owners := []string{"a", "a", "c", "c", "b", "c", ""}
 	load := []float64{5, 5, 4, 1, 0, 0, 0}
 	got := placeOrphans(owners, []string{"a", "b"}, nil, load)
-	if want := (slotTable{0, 0, 1, 1, 1, 1, 1}); !slices.Equal(got, want) {
+	if want := (SlotTable{0, 0, 1, 1, 1, 1, 1}); !slices.Equal(got, want) {
 		t.Errorf("table %v, want %v", got, want)
 	}
 	// Without load the orphans spread by count per capacity.
@@ -267,7 +267,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
 		S := []int{8, 64, 1024}[seed%3]
-		cur := rankMap{Schema: schemaVersion, Slots: S}
+		cur := Map{Schema: schemaVersion, Slots: S}
 		var live []string
 		next := 0
 		for step := 0; step < 40; step++ {
@@ -298,12 +298,12 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 				}
 			}
 			for s := 0; s < S && len(n.Members) > 0; s++ {
-				before, after := had.owner(s), n.owner(s)
+				before, after := had.Owner(s), n.Owner(s)
 				if before != after && slices.Contains(n.Members, before) && !newcomer[after] {
 					t.Fatalf("seed %d step %d: slot %d of live %s moved to %s", seed, step, s, before, after)
 				}
 			}
-			if again := plan(n, in); !again.sameAssignment(n) {
+			if again := plan(n, in); !again.SameAssignment(n) {
 				t.Fatalf("seed %d step %d: planning again moved slots", seed, step)
 			}
 			n.Version = cur.Version + 1
@@ -316,7 +316,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 // a count share back at once, outside the budget and the freeze. Planning
 // after rounds is a fixed point.
 func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: slotTable{0, 1, 1, 1, 1}, ByLoad: true}
+	m := Map{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: SlotTable{0, 1, 1, 1, 1}, ByLoad: true}
 	caps := map[string]float64{"b": 4}
 	load := []float64{3, 0, 0, 0, 0}
 	table, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
@@ -334,7 +334,7 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
 		in := planInput{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
-		cur := plan(rankMap{Schema: schemaVersion, Slots: S}, in)
+		cur := plan(Map{Schema: schemaVersion, Slots: S}, in)
 		for _, name := range names {
 			in.Ready[name] = true
 		}
@@ -342,7 +342,7 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 		for round := 0; round < 10; round++ {
 			table, _ := rebalanceLoad(cur, loadPlanInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
 			cur.Table = table
-			if again := plan(cur, in); !again.sameAssignment(cur) {
+			if again := plan(cur, in); !again.SameAssignment(cur) {
 				t.Fatalf("seed %d round %d: planning after the round moved slots", seed, round)
 			}
 		}
@@ -373,11 +373,11 @@ func TestFillNewcomersSpreadsLoad(t *testing.T) {
 				roles = append(roles, fmt.Sprintf("role-%d", i))
 			}
 			load := rolesPerSlot(S, roles...)
-			m := rankMap{Slots: S}
+			m := Map{Slots: S}
 			for i := 0; i < c.members; i++ {
 				m.Members = append(m.Members, fmt.Sprintf("m%d", i))
 			}
-			table := make(slotTable, S) // m0 owns every slot
+			table := make(SlotTable, S) // m0 owns every slot
 			fillNewcomers(table, m.Members, c.capacity, load)
 			m.Table = table
 			caps := make([]float64, c.members)

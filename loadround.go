@@ -68,7 +68,7 @@ func (r *Rink) estimate() []float64 {
 	mature := r.opts.loadWindow.Seconds() / 2
 	for name, rep := range l.reports {
 		for _, e := range rep.Slots {
-			if e.Slot >= S || st.cur.owner(e.Slot) != name || l.estOK[e.Slot] && e.Age < mature {
+			if e.Slot >= S || st.cur.Owner(e.Slot) != name || l.estOK[e.Slot] && e.Age < mature {
 				continue
 			}
 			l.est[e.Slot], l.estOK[e.Slot] = e.Rate, true
@@ -98,7 +98,7 @@ func (r *Rink) loadSeen(est []float64) bool {
 
 // allReported reports whether every member owning slots in m has
 // reported its load; with measured, its rates over a load interval.
-func (r *Rink) allReported(m rankMap, measured bool) bool {
+func (r *Rink) allReported(m Map, measured bool) bool {
 	seen := make([]bool, len(m.Members))
 	for _, i := range m.Table {
 		if i < 0 || int(i) >= len(seen) || seen[i] {
@@ -115,7 +115,7 @@ func (r *Rink) allReported(m rankMap, measured bool) bool {
 // loadRound runs one round of load balancing on next (see rebalanceLoad),
 // once every ranked member that owns slots has reported its load, and
 // starts the timer of the next round.
-func (r *Rink) loadRound(next *rankMap, in planInput) {
+func (r *Rink) loadRound(next *Map, in planInput) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false

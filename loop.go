@@ -162,7 +162,7 @@ func (r *Rink) initState() {
 	st.strayKeys = map[string]strayKey{}
 	st.verSeq = map[int64]int64{}
 	st.pending = newSlotSet(S)
-	st.cur = rankMap{Schema: schemaVersion, Slots: S}
+	st.cur = Map{Schema: schemaVersion, Slots: S}
 }
 
 // maxIndexDiff is how many positions of two maps' members indexCur

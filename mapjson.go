@@ -6,15 +6,15 @@ import (
 	"strconv"
 )
 
-// slotTable is a map's slot table. It decodes with a fast path for the
+// SlotTable is a map's slot table. It decodes with a fast path for the
 // form every leader writes (a JSON array of small non-negative integers):
 // members decode a map on the path of every handover, and the generic
 // decoder spends most of its time on this array. Anything else goes
 // through the generic decoder, with its errors.
-type slotTable []int32
+type SlotTable []int32
 
 // UnmarshalJSON implements json.Unmarshaler.
-func (t *slotTable) UnmarshalJSON(b []byte) error {
+func (t *SlotTable) UnmarshalJSON(b []byte) error {
 	if v, ok := parseTable(b); ok {
 		*t = v
 		return nil
@@ -76,16 +76,16 @@ func parseTable(b []byte) (v []int32, ok bool) {
 	}
 }
 
-// memberList is a map's member names. It decodes with a fast path for
+// MemberList is a map's member names. It decodes with a fast path for
 // the form leaders write (a JSON array of plain ASCII strings): the names'
 // bytes share one allocation, and the list has room for at most 1/64 more
 // (see growNames), where the generic decoder made one allocation per name
 // and a list up to twice as long as needed (at 10,000 members a member keeps 10,000 names: issue
 // 25). Anything else goes through the generic decoder, with its errors.
-type memberList []string
+type MemberList []string
 
 // UnmarshalJSON implements json.Unmarshaler.
-func (l *memberList) UnmarshalJSON(b []byte) error {
+func (l *MemberList) UnmarshalJSON(b []byte) error {
 	if v, ok := parseNames(b); ok {
 		*l = v
 		return nil
@@ -192,10 +192,10 @@ var mapFields = []string{"schema", "version", "slots", "leader", "members", "wai
 // decodes with encoding/json: members decode a whole map on the path of a
 // handover, where the generic decoder took tens of microseconds for a
 // table of 1,024 slots. When ok, m is what encoding/json decodes.
-func parseMap(b []byte) (m rankMap, ok bool) {
+func parseMap(b []byte) (m Map, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
-		return rankMap{}, false
+		return Map{}, false
 	}
 	i = skipSpace(b, i+1)
 	var seen uint16 // (bit k: mapFields[k] was set)
@@ -205,16 +205,16 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 	for {
 		key, next, ok := plainString(b, i)
 		if !ok {
-			return rankMap{}, false
+			return Map{}, false
 		}
 		i = skipSpace(b, next)
 		if i >= len(b) || b[i] != ':' {
-			return rankMap{}, false
+			return Map{}, false
 		}
 		start := skipSpace(b, i+1)
 		end, ok := flatValueEnd(b, start)
 		if !ok {
-			return rankMap{}, false
+			return Map{}, false
 		}
 		v := b[start:end]
 		field := -1
@@ -222,12 +222,12 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 			if f == key {
 				field = k
 			} else if len(f) == len(key) && bytes.EqualFold([]byte(f), []byte(key)) {
-				return rankMap{}, false // (encoding/json would set the field)
+				return Map{}, false // (encoding/json would set the field)
 			}
 		}
 		if field >= 0 {
 			if seen&(1<<field) != 0 {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			seen |= 1 << field
 		}
@@ -235,7 +235,7 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 		case "schema", "slots", "replicas":
 			n, ok := plainInt(v)
 			if !ok || int64(int(n)) != n {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			switch key {
 			case "schema":
@@ -247,30 +247,30 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 			}
 		case "version":
 			if m.Version, ok = plainInt(v); !ok {
-				return rankMap{}, false
+				return Map{}, false
 			}
 		case "leader":
 			s, e, ok := plainString(v, 0)
 			if !ok || e != len(v) {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			m.Leader = s
 		case "members":
 			names, ok := parseNames(v)
 			if !ok {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			m.Members = names
 		case "table":
 			t, ok := parseTable(v)
 			if !ok {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			m.Table = t
 		case "leases":
 			l, ok := parseLeases(v)
 			if !ok {
-				return rankMap{}, false
+				return Map{}, false
 			}
 			m.Leases = l
 		case "byLoad":
@@ -279,16 +279,16 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 				m.ByLoad = true
 			case "false":
 			default:
-				return rankMap{}, false
+				return Map{}, false
 			}
 		default:
 			if field >= 0 {
-				return rankMap{}, false // (waiting, incoming, leave: the generic decoder)
+				return Map{}, false // (waiting, incoming, leave: the generic decoder)
 			}
 		}
 		i = skipSpace(b, end)
 		if i >= len(b) {
-			return rankMap{}, false
+			return Map{}, false
 		}
 		switch b[i] {
 		case ',':
@@ -296,7 +296,7 @@ func parseMap(b []byte) (m rankMap, ok bool) {
 		case '}':
 			return m, skipSpace(b, i+1) == len(b)
 		default:
-			return rankMap{}, false
+			return Map{}, false
 		}
 	}
 }

@@ -14,10 +14,10 @@ import (
 // validateChange compares one by one: past it, it validates the whole map.
 const maxChecked = 8
 
-// validateChange is validate for m, which record c made of prev (valid):
+// ValidateChange is validate for m, which record c made of prev (valid):
 // it checks what c changed, and validates the whole map when c changed
 // much (a reshuffle, a long waiting list).
-func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
+func (m *Map) ValidateChange(prev *Map, c *Record, lax bool) error {
 	if m.Version < 1 {
 		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
 	}
@@ -37,7 +37,7 @@ func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 		return m.validateLax(prev, c, changed, waitChanged)
 	}
 	if len(changed) > maxChecked || (waitChanged || len(changed) > 0) && len(m.Waiting) > maxChecked {
-		return m.validate()
+		return m.Validate()
 	}
 	// Names: a changed name must be non-empty and nowhere else, among
 	// the members or the waiting.
@@ -76,13 +76,13 @@ func (m *rankMap) validateChange(prev *rankMap, c *change, lax bool) error {
 // has a slot per slot and points at members: every entry when c dropped
 // members or made the table anew (any may point past the end), else the
 // entries c moved.
-func (m *rankMap) validateTable(prev *rankMap, c *change) error {
+func (m *Map) validateTable(prev *Map, c *Record) error {
 	n := len(m.Members)
 	if n == 0 {
 		return nil // (applyUnchecked left no table)
 	}
-	if len(m.Table) != m.tableLen() {
-		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.tableLen())
+	if len(m.Table) != m.TableLen() {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.TableLen())
 	}
 	if n < len(prev.Members) || len(prev.Table) == 0 {
 		for s, idx := range m.Table {
@@ -104,7 +104,7 @@ func (m *rankMap) validateTable(prev *rankMap, c *change) error {
 // are not empty and differ from each other, the waiting members' names are
 // not empty and differ from each other when the list changed, and the
 // table points at members.
-func (m *rankMap) validateLax(prev *rankMap, c *change, changed []int, waitChanged bool) error {
+func (m *Map) validateLax(prev *Map, c *Record, changed []int, waitChanged bool) error {
 	if len(changed) > 0 {
 		seen := make(map[string]bool, len(changed))
 		for _, i := range changed {
@@ -129,21 +129,21 @@ func (m *rankMap) validateLax(prev *rankMap, c *change, changed []int, waitChang
 // decodeRecord reports whether a map key's value is a change record, and
 // decodes it. A value that is not one (a whole map, or one that does not
 // decode) returns false.
-func decodeRecord(value []byte) (change, bool) {
+func decodeRecord(value []byte) (Record, bool) {
 	// A whole map has no "change" field: it is not parsed twice (members
 	// decode the map on the path of every handover).
 	if !bytes.Contains(value, []byte(`"change"`)) {
-		return change{}, false
+		return Record{}, false
 	}
 	c, ok := parseRecord(value)
 	if !ok && json.Unmarshal(value, &c) != nil || !c.Change {
-		return change{}, false
+		return Record{}, false
 	}
 	return c, true
 }
 
-// encode renders the record as JSON.
-func (c *change) encode() []byte {
+// Encode renders the record as JSON.
+func (c *Record) Encode() []byte {
 	b, err := json.Marshal(c)
 	if err != nil {
 		// A change holds only strings, ints, bools and times.
@@ -164,7 +164,7 @@ var errUnderived = fmt.Errorf("%w: a change record without the map it applies to
 // prevLineage; ok says whether it is usable), or the whole map written
 // with the record in the same transaction (snap, the snapshot key, when
 // at hand). g is what the map must have (zeros: what it says).
-func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, g geometry) (rankMap, error) {
+func readMap(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry) (Map, error) {
 	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, g, false, false, nil)
 }
 
@@ -172,9 +172,9 @@ func readMap(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLin
 // applyAs), and into prev's table and member list when inPlace is (see
 // applyInPlace). rec is the record kv holds, if the caller decoded it
 // (nil: readMapAs decodes it).
-func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevLineage int64, g geometry, lax, inPlace bool, rec *change) (rankMap, error) {
-	slots := g.slots
-	var c change
+func readMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry, lax, inPlace bool, rec *Record) (Map, error) {
+	slots := g.Slots
+	var c Record
 	isRecord := rec != nil
 	if isRecord {
 		c = *rec // (decoded by the caller: a record is decoded once per member per change)
@@ -185,30 +185,30 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevL
 		if slots == 0 {
 			slots = peekSlots(kv.Value)
 		}
-		return decodeMapFor(kv.Value, geometry{slots, g.replicas})
+		return decodeMapFor(kv.Value, Geometry{slots, g.Replicas})
 	}
 	if !slices.Contains(speaks, c.Schema) {
-		return rankMap{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, c.Schema, speaks)
+		return Map{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, c.Schema, speaks)
 	}
 	if snap != nil && snap.ModRevision == kv.ModRevision {
 		if slots == 0 {
 			slots = peekSlots(snap.Value)
 		}
-		m, err := decodeMapFor(snap.Value, geometry{slots, g.replicas})
+		m, err := decodeMapFor(snap.Value, Geometry{slots, g.Replicas})
 		if err == nil && m.Version != c.Version {
 			err = fmt.Errorf("%w: the whole map (version %d) is not the record's (version %d)", errMapInvalid, m.Version, c.Version)
 		}
 		return m, err
 	}
 	if !ok || kv.CreateRevision != prevLineage || kv.Version != prevSeq+1 {
-		return rankMap{}, errUnderived
+		return Map{}, errUnderived
 	}
 	if slots != 0 && prev.Slots != slots {
 		// (Before applying: an in-place apply must not be refused after.)
-		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, prev.Slots, slots)
+		return Map{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, prev.Slots, slots)
 	}
-	if err := prev.replicasFit(g.replicas); err != nil {
-		return rankMap{}, err
+	if err := prev.ReplicasFit(g.Replicas); err != nil {
+		return Map{}, err
 	}
 	apply := applyAs
 	if inPlace {
@@ -220,14 +220,14 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *rankMap, ok bool, prevSeq, prevL
 		// put back by hand): nobody can apply it, and the leader writes a
 		// whole map over it (see plan). Refused as unusable, it would make
 		// every member leave, the leader too, for good.
-		return rankMap{}, fmt.Errorf("%w (%v)", errUnderived, err)
+		return Map{}, fmt.Errorf("%w (%v)", errUnderived, err)
 	}
 	if slots == 0 {
 		slots = m.Slots
 	}
 	// (apply validated m, and a record keeps prev's slot count.)
 	if m.Slots != slots {
-		return rankMap{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
+		return Map{}, fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, slots)
 	}
 	return m, nil
 }

@@ -95,8 +95,8 @@ type State struct {
 	// and its Owner and Owners answer false (see Observer.Close).
 	Closed bool
 
-	table   slotTable  // the map's table: a row of Slots entries per replica
-	names   memberList // the map's members by index, as table names them
+	table   SlotTable  // the map's table: a row of Slots entries per replica
+	names   MemberList // the map's members by index, as table names them
 	changed chan struct{}
 }
 
@@ -183,13 +183,13 @@ func (s State) Owners(role string) (members []string, ok bool) {
 		return nil, false
 	}
 	m := s.rankMap()
-	return m.replicaNames(slotOf(role, s.Slots)), true
+	return m.ReplicaNames(slotOf(role, s.Slots)), true
 }
 
 // rankMap returns the part of the state's map that says who holds which
 // slot, so that the state answers as members do from their maps.
-func (s State) rankMap() rankMap {
-	return rankMap{Slots: s.Slots, Replicas: s.Replicas, Members: s.names, Table: s.table}
+func (s State) rankMap() Map {
+	return Map{Slots: s.Slots, Replicas: s.Replicas, Members: s.names, Table: s.table}
 }
 
 type observed struct{ s State }
@@ -274,8 +274,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	elect := map[string]electInfo{}
 	acks := map[string]ackKey{}
 	loads := map[string]memberLoad{}
-	var cur rankMap
-	var floor ackFloor
+	var cur Map
+	var floor AckFloor
 	var lineage, seq, rev int64
 	var mapErr string
 	var snap *mvccpb.KeyValue // the snapshot key (see records.go)
@@ -317,7 +317,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					return
 				}
 				a := ackKey{lease: kv.Lease}
-				_ = json.Unmarshal(kvVal, &a.ackValue)
+				_ = json.Unmarshal(kvVal, &a.AckValue)
 				acks[name] = a
 			case ob.keys.IsLoad(key):
 				name := ob.keys.LoadName(key)
@@ -331,9 +331,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(loads, name)
 				}
 			case ob.keys.IsFloor(key):
-				floor = ackFloor{}
+				floor = AckFloor{}
 				if !deleted && json.Unmarshal(kvVal, &floor) != nil {
-					floor = ackFloor{} // unreadable: nothing is known
+					floor = AckFloor{} // unreadable: nothing is known
 				}
 			case ob.keys.IsElection(key):
 				if deleted || !ob.keys.IsCandidate(kv) {
@@ -352,7 +352,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				// Observers take any slot count. A change record
 				// applies to the map before it, or comes with the whole
 				// map in the snapshot key (see readMap).
-				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, geometry{})
+				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, Geometry{})
 				mapRev = kv.ModRevision
 				switch {
 				case errors.Is(err, errUnderived):
@@ -387,7 +387,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			clear(elect)
 			clear(acks)
 			clear(loads)
-			floor = ackFloor{}
+			floor = AckFloor{}
 			for _, kv := range b.kvs {
 				apply(kv, false)
 			}
@@ -411,10 +411,10 @@ type memberLoad struct {
 	report loadReport
 }
 
-func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
+func (ob *Observer) publish(cur Map, lineage, seq, rev int64, floor *AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, names: cur.Members, changed: make(chan struct{})}
 	if cur.Version > 0 {
-		s.Protocol, s.Replicas = cur.Schema, cur.replicas()
+		s.Protocol, s.Replicas = cur.Schema, cur.ReplicaCount()
 	}
 	s.ByLoad = cur.ByLoad
 	s.Leader = elect[lowestKey(elect)].value
@@ -431,7 +431,7 @@ func (ob *Observer) publish(cur rankMap, lineage, seq, rev int64, floor *ackFloo
 			// The leader counts a member whose slots no map since its
 			// acknowledgement changed as having acknowledged its map
 			// (see still.go): it writes none for such maps.
-			if b := floor.of(name); b > ack && b <= cur.Version {
+			if b := floor.Of(name); b > ack && b <= cur.Version {
 				ack = b
 			}
 		}
@@ -472,7 +472,7 @@ type slotFigure struct {
 // reported it, its previous owner, as the leader estimates the load of
 // slots that moved. A member's figures then follow the map at once,
 // where its own summary lags a move by up to a load interval.
-func slotFigures(cur *rankMap, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
+func slotFigures(cur *Map, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
 	if len(loads) == 0 || cur.Slots <= 0 || len(cur.Table) < cur.Slots {
 		return nil
 	}
@@ -510,7 +510,7 @@ func slotFigures(cur *rankMap, members map[string]memberInfo, loads map[string]m
 // memberFigures sums, per index of cur's members, the figures of the
 // slots the map gives it (see slotFigures), in one pass over the slots;
 // nil when no member reported any.
-func memberFigures(cur *rankMap, members map[string]memberInfo, loads map[string]memberLoad) (load []float64, roles []int) {
+func memberFigures(cur *Map, members map[string]memberInfo, loads map[string]memberLoad) (load []float64, roles []int) {
 	figs := slotFigures(cur, members, loads)
 	if figs == nil {
 		return nil, nil
@@ -531,9 +531,9 @@ func memberFigures(cur *rankMap, members map[string]memberInfo, loads map[string
 // (see rankMap.Replicas), and so counts for nobody: counting every entry
 // of the table, as before replicas, would count such entries, and every
 // secondary, as slots owned.
-func slotCounts(m *rankMap) (primaries, secondaries []int) {
+func slotCounts(m *Map) (primaries, secondaries []int) {
 	primaries, secondaries = make([]int, len(m.Members)), make([]int, len(m.Members))
-	S, k := m.Slots, m.replicas()
+	S, k := m.Slots, m.ReplicaCount()
 	if len(m.Members) == 0 || len(m.Table) < S*k {
 		return primaries, secondaries
 	}
@@ -554,7 +554,7 @@ func slotCounts(m *rankMap) (primaries, secondaries []int) {
 
 // settleState adds to a state what the leader says of the
 // moves it plans (see ackFloor.Rest).
-func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
+func settleState(s *State, cur Map, lineage, seq int64, f *AckFloor) {
 	for _, slots := range cur.Incoming {
 		for _, x := range slots {
 			if x >= 0 && x < cur.Slots && len(cur.Table) > 0 { // (a primary's move: see plannedMoves)
@@ -570,7 +570,7 @@ func settleState(s *State, cur rankMap, lineage, seq int64, f *ackFloor) {
 		live = live && m.Live
 	}
 	s.Settled = s.MapError == "" && live && len(s.Waiting) == 0 && len(s.Joining) == 0 && s.Announced == 0 &&
-		len(cur.Leave) == 0 && f.settled(lineage, cur.Version, seq)
+		len(cur.Leave) == 0 && f.Settled(lineage, cur.Version, seq)
 }
 
 // State returns the rink's state as last seen. Once the observer is
@@ -781,7 +781,7 @@ func slotsMoved(a, b State) (moved, warm, secondaries int) {
 		if !replicated {
 			continue
 		}
-		before, after := am.replicaNames(s), bm.replicaNames(s)
+		before, after := am.ReplicaNames(s), bm.ReplicaNames(s)
 		if len(before) == 0 || len(after) == 0 {
 			continue
 		}

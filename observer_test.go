@@ -157,8 +157,8 @@ func TestObserverUnusableMapAndDiff(t *testing.T) {
 	awaitState(t, ob, "a ranked", func(s State) bool { return len(s.Members) == 1 })
 
 	// A map of an unknown schema: members refuse it, so does the observer.
-	older := rankMap{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(slotTable, DefaultSlots)}
-	if _, err := cli.Put(context.Background(), newKeys(name).Map(), string(older.encode())); err != nil {
+	older := Map{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(SlotTable, DefaultSlots)}
+	if _, err := cli.Put(context.Background(), newKeys(name).Map(), string(older.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	s := awaitState(t, ob, "map refused", func(s State) bool { return s.MapError != "" })
@@ -197,8 +197,8 @@ func TestDiffUnranked(t *testing.T) {
 // for the map it names, with every member's acknowledgement, nobody
 // waiting, joining or gone, and nothing announced.
 func TestSettleState(t *testing.T) {
-	m := rankMap{Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: slotTable{0, 1, 0, 1}}
-	at := func(f ackFloor, mod func(*State, *rankMap)) State {
+	m := Map{Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: SlotTable{0, 1, 0, 1}}
+	at := func(f AckFloor, mod func(*State, *Map)) State {
 		s := State{Version: m.Version, Members: []MemberState{{Name: "a", Live: true}, {Name: "b", Live: true}}}
 		cur := m
 		if mod != nil {
@@ -207,28 +207,28 @@ func TestSettleState(t *testing.T) {
 		settleState(&s, cur, 3, 9, &f)
 		return s
 	}
-	rest := ackFloor{Lineage: 3, Version: 7, Floor: 7, Seq: 9, SeqFloor: 9, Rest: 7, Imbalance: 1.04, Tolerance: 0.1}
+	rest := AckFloor{Lineage: 3, Version: 7, Floor: 7, Seq: 9, SeqFloor: 9, Rest: 7, Imbalance: 1.04, Tolerance: 0.1}
 	if s := at(rest, nil); !s.Settled || s.Imbalance != 1.04 || s.Tolerance != 0.1 || s.LoadRound {
 		t.Errorf("at rest: %+v", s)
 	}
 	for _, c := range []struct {
 		why string
-		f   func(*ackFloor)
-		mod func(*State, *rankMap)
+		f   func(*AckFloor)
+		mod func(*State, *Map)
 	}{
-		{"moves planned", func(f *ackFloor) { f.Rest = 0 }, nil},
-		{"rest of an older map", func(f *ackFloor) { f.Rest, f.Version = 6, 6 }, nil},
-		{"another lineage", func(f *ackFloor) { f.Lineage = 2 }, nil},
-		{"an acknowledgement missing", func(f *ackFloor) { f.Floor = 6 }, nil},
-		{"a seq acknowledgement missing", func(f *ackFloor) { f.SeqFloor = 8 }, nil},
-		{"another map of the same version", func(f *ackFloor) { f.Seq, f.SeqFloor = 8, 8 }, nil},
-		{"a load round", func(f *ackFloor) { f.Rest, f.Round = 0, true }, nil},
-		{"a member waiting", nil, func(s *State, _ *rankMap) { s.Waiting = []WaitingState{{Name: "c"}} }},
-		{"a member joining", nil, func(s *State, _ *rankMap) { s.Joining = []string{"c"} }},
-		{"a member gone", nil, func(s *State, _ *rankMap) { s.Members[1].Live = false }},
-		{"a move announced", nil, func(_ *State, m *rankMap) { m.Incoming = map[string][]int{"b": {0}} }},
-		{"a member leaving", nil, func(_ *State, m *rankMap) { m.Leave = []string{"a"} }},
-		{"an unusable map", nil, func(s *State, _ *rankMap) { s.MapError = "bad" }},
+		{"moves planned", func(f *AckFloor) { f.Rest = 0 }, nil},
+		{"rest of an older map", func(f *AckFloor) { f.Rest, f.Version = 6, 6 }, nil},
+		{"another lineage", func(f *AckFloor) { f.Lineage = 2 }, nil},
+		{"an acknowledgement missing", func(f *AckFloor) { f.Floor = 6 }, nil},
+		{"a seq acknowledgement missing", func(f *AckFloor) { f.SeqFloor = 8 }, nil},
+		{"another map of the same version", func(f *AckFloor) { f.Seq, f.SeqFloor = 8, 8 }, nil},
+		{"a load round", func(f *AckFloor) { f.Rest, f.Round = 0, true }, nil},
+		{"a member waiting", nil, func(s *State, _ *Map) { s.Waiting = []WaitingState{{Name: "c"}} }},
+		{"a member joining", nil, func(s *State, _ *Map) { s.Joining = []string{"c"} }},
+		{"a member gone", nil, func(s *State, _ *Map) { s.Members[1].Live = false }},
+		{"a move announced", nil, func(_ *State, m *Map) { m.Incoming = map[string][]int{"b": {0}} }},
+		{"a member leaving", nil, func(_ *State, m *Map) { m.Leave = []string{"a"} }},
+		{"an unusable map", nil, func(s *State, _ *Map) { s.MapError = "bad" }},
 	} {
 		f := rest
 		if c.f != nil {
@@ -238,10 +238,10 @@ func TestSettleState(t *testing.T) {
 			t.Errorf("%s: settled", c.why)
 		}
 	}
-	if s := at(ackFloor{Lineage: 3, Version: 7, Round: true}, nil); !s.LoadRound {
+	if s := at(AckFloor{Lineage: 3, Version: 7, Round: true}, nil); !s.LoadRound {
 		t.Error("a load round planned is not shown")
 	}
-	if s := at(ackFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *rankMap) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
+	if s := at(AckFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *Map) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
 		t.Errorf("announced %d slots, want 1 (entries naming no slot are ignored)", s.Announced)
 	}
 }
@@ -249,9 +249,9 @@ func TestSettleState(t *testing.T) {
 // observedReplicas waits until the observer and every member of ms agree
 // on one map, which every member has acknowledged, and returns the
 // observer's state and a member's copy of that map.
-func observedReplicas(t *testing.T, ob *Observer, ms ...*Rink) (State, *rankMap) {
+func observedReplicas(t *testing.T, ob *Observer, ms ...*Rink) (State, *Map) {
 	t.Helper()
-	var m *rankMap
+	var m *Map
 	s := awaitState(t, ob, fmt.Sprintf("%d members on one acknowledged map", len(ms)), func(s State) bool {
 		if len(s.Members) != len(ms) || s.MapError != "" {
 			return false
@@ -296,7 +296,7 @@ func TestObserverReplicas(t *testing.T) {
 	// Each member's counts, as the member's own map gives them.
 	primaries, secondaries := map[string]int{}, map[string]int{}
 	for slot := range m.Slots {
-		names := m.replicaNames(slot)
+		names := m.ReplicaNames(slot)
 		if len(names) != 2 {
 			t.Fatalf("slot %d: replicas %v, want 2", slot, names)
 		}
@@ -337,7 +337,7 @@ func TestObserverReplicas(t *testing.T) {
 	next, after := observedReplicas(t, ob, ms[1:]...)
 	var moved, warm, placed int
 	for slot := range m.Slots {
-		was, is := m.replicaNames(slot), after.replicaNames(slot)
+		was, is := m.ReplicaNames(slot), after.ReplicaNames(slot)
 		if was[0] != is[0] {
 			moved++
 			if slices.Contains(was[1:], is[0]) {
@@ -384,15 +384,15 @@ func TestObserverReplicas(t *testing.T) {
 func TestStateReplicaCounts(t *testing.T) {
 	// Two members, three replicas per slot of four: each slot's third
 	// replica is "none".
-	m := rankMap{Schema: schemaReplicas, Version: 3, Slots: 4, Replicas: 3, Members: memberList{"a", "b"},
-		Table: slotTable{0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0}}
+	m := Map{Schema: schemaReplicas, Version: 3, Slots: 4, Replicas: 3, Members: MemberList{"a", "b"},
+		Table: SlotTable{0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0}}
 	p, sec := slotCounts(&m)
 	if !slices.Equal(p, []int{2, 2}) || !slices.Equal(sec, []int{2, 2}) {
 		t.Fatalf("slot counts %v, secondaries %v; want [2 2] and [2 2]", p, sec)
 	}
-	state := func(m rankMap) State {
+	state := func(m Map) State {
 		p, sec := slotCounts(&m)
-		s := State{Version: m.Version, Slots: m.Slots, Replicas: m.replicas(), table: m.Table, names: m.Members}
+		s := State{Version: m.Version, Slots: m.Slots, Replicas: m.ReplicaCount(), table: m.Table, names: m.Members}
 		for i, n := range m.Members {
 			s.Members = append(s.Members, MemberState{Name: n, Index: i, Slots: p[i], Secondaries: sec[i]})
 		}
@@ -405,18 +405,18 @@ func TestStateReplicaCounts(t *testing.T) {
 	// Three members of two replicas: slot 0's primary goes to its
 	// secondary (b), which c replaces; slot 1's primary goes to c, which
 	// was not its secondary; slot 2's secondary moves; slot 3 stays.
-	a := rankMap{Schema: schemaReplicas, Version: 1, Slots: 4, Replicas: 2, Members: memberList{"a", "b", "c"},
-		Table: slotTable{0, 0, 1, 2, 1, 1, 0, 0}}
+	a := Map{Schema: schemaReplicas, Version: 1, Slots: 4, Replicas: 2, Members: MemberList{"a", "b", "c"},
+		Table: SlotTable{0, 0, 1, 2, 1, 1, 0, 0}}
 	b := a
-	b.Table = slotTable{1, 2, 1, 2, 2, 1, 2, 0}
+	b.Table = SlotTable{1, 2, 1, 2, 2, 1, 2, 0}
 	d := changes(Diff(state(a), state(b)))
 	if d != "2 slots moved; 1 slots promoted from secondaries; 2 secondaries moved" {
 		t.Errorf("diff = %q", d)
 	}
 	// One replica per slot: slots only, as before replicas.
-	one := rankMap{Schema: 3, Version: 1, Slots: 4, Members: memberList{"a", "b"}, Table: slotTable{0, 0, 1, 1}}
+	one := Map{Schema: 3, Version: 1, Slots: 4, Members: MemberList{"a", "b"}, Table: SlotTable{0, 0, 1, 1}}
 	two := one
-	two.Table = slotTable{0, 1, 1, 0}
+	two.Table = SlotTable{0, 1, 1, 0}
 	if d := changes(Diff(state(one), state(two))); d != "2 slots moved" {
 		t.Errorf("diff with one replica = %q", d)
 	}

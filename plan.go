@@ -113,7 +113,7 @@ func (r *Rink) plan() {
 		in.Hold = true
 		strict := in
 		strict.Hold = false
-		holding = !planMap(from, strict).sameAssignment(planMap(from, in))
+		holding = !planMap(from, strict).SameAssignment(planMap(from, in))
 		if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
 			due = at
 			st.setTimer(timerPlan, due)
@@ -123,9 +123,9 @@ func (r *Rink) plan() {
 	bare := st.cur
 	bare.Incoming = nil
 	settling := r.loadPending(in) // a load round would move slots
-	if in.ByLoad && l.roundDue && next.sameAssignment(bare) && settling && !in.Hold {
+	if in.ByLoad && l.roundDue && next.SameAssignment(bare) && settling && !in.Hold {
 		r.loadRound(&next, in)
-		if next.sameAssignment(bare) {
+		if next.SameAssignment(bare) {
 			settling = r.loadPending(in) // a round that moved nothing may have been the last
 		}
 		if r.opts.warmup > 0 {
@@ -134,7 +134,7 @@ func (r *Rink) plan() {
 	} else if len(l.roundMoves) > 0 {
 		r.keepRound(&next)
 	}
-	if l.roundDue && !settling && next.sameAssignment(bare) {
+	if l.roundDue && !settling && next.SameAssignment(bare) {
 		// No round would move a slot: none runs, and the next may come a
 		// load interval from now, as if this one had run. (Rounds keep to
 		// the interval's beat, with every member's summary of the last
@@ -143,7 +143,7 @@ func (r *Rink) plan() {
 		st.setTimer(timerLoad, now.Add(r.opts.loadEvery))
 	}
 	if r.opts.warmup > 0 {
-		r.holdForWarmup(&next, func() rankMap {
+		r.holdForWarmup(&next, func() Map {
 			in.Live = append(slices.Clone(in.Live), leavers...)
 			return planMap(from, in)
 		}, now)
@@ -160,7 +160,7 @@ func (r *Rink) plan() {
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
 	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts, r.opts.member, r.ownLease())
-	if next.sameAssignment(st.cur) && slices.Equal(next.Leases, baseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
+	if next.SameAssignment(st.cur) && slices.Equal(next.Leases, baseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
@@ -196,11 +196,11 @@ func (r *Rink) plan() {
 	mapRev, base := st.curRev, st.cur
 	base.Leases = baseLeases(base.Members, st.recorded, st.curLeased) // (what the record changes: see leaseChanges)
 	if underived {
-		mapRev, base = st.underivedRev, rankMap{} // (an empty base: the whole map)
+		mapRev, base = st.underivedRev, Map{} // (an empty base: the whole map)
 	} else if repeated {
-		base = rankMap{}
+		base = Map{}
 	}
-	t := transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
+	t := Transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
 	if mapRev == 0 && st.cur.Version > 0 {
 		l.quietUntil = now.Add(r.opts.ttl) // a lineage that replaces another (see transition.Quiet)
 	}
@@ -344,15 +344,15 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // It checks the map itself, not its encoding: a map holds only strings,
 // integers and times, and member names are valid UTF-8 (see validName), so
 // what members decode is what the leader planned.
-func (r *Rink) usable(m rankMap) error { return m.usableBy(r.geometry()) }
+func (r *Rink) usable(m Map) error { return m.UsableBy(r.geometry()) }
 
 // geometry returns what this member requires of the rink's maps.
-func (r *Rink) geometry() geometry { return geometry{slots: r.opts.slots, replicas: r.opts.replicas} }
+func (r *Rink) geometry() Geometry { return Geometry{Slots: r.opts.slots, Replicas: r.opts.replicas} }
 
 // vacateRepeats returns m with every name that an earlier index holds
 // too made empty: planning takes such an index as departed, and gives its
 // slots to others (under the barrier, as any move).
-func vacateRepeats(m rankMap) rankMap {
+func vacateRepeats(m Map) Map {
 	m.Members = slices.Clone(m.Members)
 	seen := make(map[string]bool, len(m.Members))
 	for i, name := range m.Members {

@@ -19,8 +19,8 @@ import (
 // only when they cannot (see readMap). The whole map goes into the map
 // key alone when the key is absent (a lineage starts whole) and when the
 // record would be no smaller.
-func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdserverpb.RequestOp {
-	wholeJSON := next.encode()
+func (r *Rink) mapOps(base, next *Map, mapRev int64, t Transition) []*etcdserverpb.RequestOp {
+	wholeJSON := next.Encode()
 	whole := string(wholeJSON)
 	if next.Schema < 3 {
 		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), whole, 0)}
@@ -31,13 +31,13 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 		// ranked name waits past, and the names whose keys other
 		// processes hold now (transition.Incs); not what it changed from
 		// a base.
-		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(withTransition(wholeJSON, transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
+		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(withTransition(wholeJSON, Transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
 	}
 	c := diff(base, next)
 	t.From = base.Version
-	c.transition = t
-	rec := c.encode()
-	if alone := withTransition(wholeJSON, c.transition); len(rec) >= len(alone) {
+	c.Transition = t
+	rec := c.Encode()
+	if alone := withTransition(wholeJSON, c.Transition); len(rec) >= len(alone) {
 		// A change as large as the map (a hole closed in a small rink
 		// renumbers half the slots): the whole map alone, which members
 		// read as one. The whole map beside the key would double what
@@ -49,7 +49,7 @@ func (r *Rink) mapOps(base, next *rankMap, mapRev int64, t transition) []*etcdse
 
 // proclaimTxn is the transaction that writes m as the rink's map over
 // base, provided we still lead (l) and the map key is still at mapRev.
-func (r *Rink) proclaimTxn(l *leadership, base, m *rankMap, mapRev int64, t transition) *etcdserverpb.TxnRequest {
+func (r *Rink) proclaimTxn(l *leadership, base, m *Map, mapRev int64, t Transition) *etcdserverpb.TxnRequest {
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
 			wire.CreateRevisionEq(l.key, l.rev),
@@ -61,7 +61,7 @@ func (r *Rink) proclaimTxn(l *leadership, base, m *rankMap, mapRev int64, t tran
 }
 
 // proclaim writes m as the rink's map (see proclaimTxn).
-func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m rankMap, mapRev int64, t transition) proclaimResult {
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m Map, mapRev int64, t Transition) proclaimResult {
 	resp, err := execTxn(ctx, r.cli, r.proclaimTxn(l, &base, &m, mapRev, t))
 	return proclaimedBy(l, m.Version, mapRev, resp, err)
 }
@@ -161,10 +161,10 @@ func (r *Rink) replacedNames() map[string]int64 {
 // stays ranked (see withGhosts), unless a map put back by hand stopped
 // ranking it; either way it may hold its slots.) Members that follow only
 // the map learn it from the transition written with next.
-func goneFrom(base, next *rankMap, members map[string]memberInfo, ghosts map[int64]string) []string {
+func goneFrom(base, next *Map, members map[string]memberInfo, ghosts map[int64]string) []string {
 	var gone []string
 	drop := func(name string) {
-		if _, live := members[name]; !live && next.index(name) < 0 && !next.waits(name) && !slices.Contains(gone, name) {
+		if _, live := members[name]; !live && next.Index(name) < 0 && !next.Waits(name) && !slices.Contains(gone, name) {
 			for _, g := range ghosts {
 				if g == name {
 					return // (it may hold its slots still: never said gone)
@@ -188,10 +188,10 @@ func goneFrom(base, next *rankMap, members map[string]memberInfo, ghosts map[int
 // member may still hold them, cut off etcd, until it fences; a map giving
 // them to others would let a newcomer that never saw the key go (and so
 // knows no ghost) start them at once (issue 22).
-func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur rankMap) []string {
+func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur Map) []string {
 	for _, lease := range slices.Sorted(maps.Keys(ghosts)) { // (in one order: a history replays)
 		name := ghosts[lease]
-		if _, ok := members[name]; !ok && cur.index(name) >= 0 && !slices.Contains(live, name) {
+		if _, ok := members[name]; !ok && cur.Index(name) >= 0 && !slices.Contains(live, name) {
 			live = append(live, name)
 		}
 	}

@@ -48,9 +48,9 @@ func offered(k int) []int {
 	return slices.DeleteFunc(slices.Clone(speaks), func(p int) bool { return p >= schemaReplicas })
 }
 
-// memberMeta is the JSON value of a member key. Later releases may add
+// MemberMeta is the JSON value of a member key. Later releases may add
 // fields; members ignore the ones they do not know.
-type memberMeta struct {
+type MemberMeta struct {
 	Protocols []int `json:"protocols,omitempty"`
 	// Capacity is the member's capacity (see WithCapacity), left out when
 	// it is 1. Members of 636d84c and before neither write nor read it.
@@ -83,7 +83,7 @@ func memberValue(capacity float64) string { return memberValueOf(capacity, "", f
 // in (offered): with one replica those of earlier releases, so that its
 // key reads as theirs, byte for byte; with more, protocol 4 alone.
 func memberValueOf(capacity float64, zone string, leaving bool, k int) string {
-	m := memberMeta{Protocols: offered(k), Leaving: leaving, Zone: zone}
+	m := MemberMeta{Protocols: offered(k), Leaving: leaving, Zone: zone}
 	if capacity != 1 {
 		m.Capacity = capacity
 	}
@@ -97,7 +97,7 @@ func leavingOf(value []byte) bool {
 	if len(value) < len(`{"leaving":true}`) {
 		return false
 	}
-	var m memberMeta
+	var m MemberMeta
 	return json.Unmarshal(value, &m) == nil && m.Leaving
 }
 

@@ -201,7 +201,7 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	later := a.ownersNow()
 	m := *later
 	m.Schema, m.Version = 7, later.Version+1
-	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(m.encode())); err != nil {
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(m.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "a map of this build's protocol again, every slot held", func() bool {
@@ -224,7 +224,7 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 
 	// New beside a map in an unknown protocol joins.
 	other := rinkName(t)
-	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), newKeys(other).Map(), string(m.encode())); err != nil {
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), newKeys(other).Map(), string(m.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	b := join(t, cli, other, WithMemberName("b"))

@@ -69,7 +69,7 @@ func (r *Rink) publishRank() {
 // holds, and is letting go of, nothing but what the map gives it.
 func (r *Rink) settled() bool {
 	st := &r.st
-	if !(st.curRev != 0 && !st.stale && st.floor.settled(st.lineage, st.cur.Version, st.curSeq) &&
+	if !(st.curRev != 0 && !st.stale && st.floor.Settled(st.lineage, st.cur.Version, st.curSeq) &&
 		len(st.cur.Waiting) == 0 && len(st.cur.Incoming) == 0 && len(st.cur.Leave) == 0 &&
 		st.pending.n == 0 && st.waiting == 0 && len(st.draining) == 0) {
 		return false

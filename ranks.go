@@ -36,21 +36,21 @@ const schemaVersion = 3
 // slot (see rankMap.Replicas).
 const schemaReplicas = 4
 
-// rankMap is the state the leader proclaims: who is ranked at which index,
+// Map is the state the leader proclaims: who is ranked at which index,
 // who waits, and which ranked member owns each slot.
 //
 // It is stored as JSON under <prefix>/map so that it can be read with etcdctl.
-type rankMap struct {
+type Map struct {
 	Schema  int        `json:"schema"`
 	Version int64      `json:"version"`
 	Slots   int        `json:"slots"`
 	Leader  string     `json:"leader,omitempty"`
-	Members memberList `json:"members"`
-	Waiting []waiter   `json:"waiting,omitempty"`
+	Members MemberList `json:"members"`
+	Waiting []Waiter   `json:"waiting,omitempty"`
 	// Table maps each slot to the index of its owner in Members. It has
 	// Slots entries per replica (see Replicas) when Members is non-empty
 	// and none otherwise.
-	Table slotTable `json:"table,omitempty"`
+	Table SlotTable `json:"table,omitempty"`
 	// Replicas is the members that hold each slot, its primary included
 	// (0: one; see WithReplicas); only maps of schema 4 have more than
 	// one. The table then holds one row of Slots entries per replica:
@@ -85,8 +85,8 @@ type rankMap struct {
 	Leases []int64 `json:"leases,omitempty"`
 }
 
-// waiter is a live member that has not been ranked yet.
-type waiter struct {
+// Waiter is a live member that has not been ranked yet.
+type Waiter struct {
 	Name string `json:"name"`
 	// Since is when the leader that proclaimed the map first saw the member
 	// waiting, in that leader's wall clock. It is informative only: the
@@ -97,66 +97,66 @@ type waiter struct {
 // errMapInvalid reports a map that decodes but is internally inconsistent.
 var errMapInvalid = fmt.Errorf("%w: invalid rank map", ErrIncompatible)
 
-// geometry is what a member requires of the rink's maps: its slot count
+// Geometry is what a member requires of the rink's maps: its slot count
 // and its replicas per slot. Zero in either takes what the map says
 // (observers, tools).
-type geometry struct {
-	slots, replicas int
+type Geometry struct {
+	Slots, Replicas int
 }
 
 // decodeMap parses and validates a proclaimed map. slots is the slot count
 // this member was configured with; a map with another count is refused.
 // Any number of replicas is accepted (see decodeMapFor).
-func decodeMap(data []byte, slots int) (rankMap, error) {
-	return decodeMapFor(data, geometry{slots: slots})
+func decodeMap(data []byte, slots int) (Map, error) {
+	return decodeMapFor(data, Geometry{Slots: slots})
 }
 
 // decodeMapFor is decodeMap for a member that requires geometry g.
-func decodeMapFor(data []byte, g geometry) (rankMap, error) {
+func decodeMapFor(data []byte, g Geometry) (Map, error) {
 	m, ok := parseMap(data)
 	if !ok {
 		if err := json.Unmarshal(data, &m); err != nil {
-			return rankMap{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
+			return Map{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
 		}
 	}
-	if err := m.usableBy(g); err != nil {
-		return rankMap{}, err
+	if err := m.UsableBy(g); err != nil {
+		return Map{}, err
 	}
 	return m, nil
 }
 
-// usableBy checks that a member that requires g can use m: a protocol it
+// UsableBy checks that a member that requires g can use m: a protocol it
 // speaks, its slot count and replicas, and validate's invariants.
-func (m rankMap) usableBy(g geometry) error {
+func (m Map) UsableBy(g Geometry) error {
 	if !slices.Contains(speaks, m.Schema) {
 		return fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, m.Schema, speaks)
 	}
-	if g.slots != 0 && m.Slots != g.slots {
-		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, g.slots)
+	if g.Slots != 0 && m.Slots != g.Slots {
+		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, g.Slots)
 	}
-	if err := m.replicasFit(g.replicas); err != nil {
+	if err := m.ReplicasFit(g.Replicas); err != nil {
 		return err
 	}
-	return m.validate()
+	return m.Validate()
 }
 
-// replicasFit checks that m has the replicas per slot a member requires
+// ReplicasFit checks that m has the replicas per slot a member requires
 // (0: any).
-func (m rankMap) replicasFit(k int) error {
-	if k != 0 && m.Replicas >= 0 && m.Replicas <= MaxReplicas && m.replicas() != k {
-		return fmt.Errorf("%w: the rink has %d replicas per slot, this member is configured with %d", ErrReplicaMismatch, m.replicas(), k)
+func (m Map) ReplicasFit(k int) error {
+	if k != 0 && m.Replicas >= 0 && m.Replicas <= MaxReplicas && m.ReplicaCount() != k {
+		return fmt.Errorf("%w: the rink has %d replicas per slot, this member is configured with %d", ErrReplicaMismatch, m.ReplicaCount(), k)
 	}
 	return nil
 }
 
-// replicas returns the replicas per slot, the primary included.
-func (m *rankMap) replicas() int { return max(1, m.Replicas) }
+// ReplicaCount returns the ReplicaCount per slot, the primary included.
+func (m *Map) ReplicaCount() int { return max(1, m.Replicas) }
 
-// tableLen returns the entries m's table has when it ranks anybody.
-func (m *rankMap) tableLen() int { return m.Slots * m.replicas() }
+// TableLen returns the entries m's table has when it ranks anybody.
+func (m *Map) TableLen() int { return m.Slots * m.ReplicaCount() }
 
-// validate checks the structural invariants every proclaimed map keeps.
-func (m rankMap) validate() error {
+// Validate checks the structural invariants every proclaimed map keeps.
+func (m Map) Validate() error {
 	if m.Version < 1 {
 		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
 	}
@@ -182,8 +182,8 @@ func (m rankMap) validate() error {
 		}
 		return nil
 	}
-	if len(m.Table) != m.tableLen() {
-		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.tableLen())
+	if len(m.Table) != m.TableLen() {
+		return fmt.Errorf("%w: slot table has %d entries, want %d", errMapInvalid, len(m.Table), m.TableLen())
 	}
 	for s, idx := range m.Table {
 		if idx < 0 || int(idx) >= len(m.Members) {
@@ -193,8 +193,8 @@ func (m rankMap) validate() error {
 	return nil
 }
 
-// encode renders the map as JSON.
-func (m rankMap) encode() []byte {
+// Encode renders the map as JSON.
+func (m Map) Encode() []byte {
 	b, err := json.Marshal(m)
 	if err != nil {
 		// A rankMap holds only strings, ints and times: Marshal cannot fail.
@@ -203,24 +203,24 @@ func (m rankMap) encode() []byte {
 	return b
 }
 
-// owner returns the member that owns slot s (an entry of the table: s at
+// Owner returns the member that owns slot s (an entry of the table: s at
 // or past Slots is a secondary's, see Replicas), or "" when nobody is
 // ranked.
-func (m rankMap) owner(s int) string {
+func (m Map) Owner(s int) string {
 	if len(m.Members) == 0 || s < 0 || s >= len(m.Table) {
 		return ""
 	}
 	return m.Members[m.Table[s]]
 }
 
-// index returns the index of name in Members, or -1.
-func (m rankMap) index(name string) int {
+// Index returns the Index of name in Members, or -1.
+func (m Map) Index(name string) int {
 	return slices.Index(m.Members, name)
 }
 
-// sameAssignment reports whether two maps rank, order and assign alike and
+// SameAssignment reports whether two maps rank, order and assign alike and
 // list the same waiting members; versions, leader and times are ignored.
-func (m rankMap) sameAssignment(o rankMap) bool {
+func (m Map) SameAssignment(o Map) bool {
 	if !slices.Equal(m.Members, o.Members) || !slices.Equal(m.Table, o.Table) || m.Replicas != o.Replicas || len(m.Waiting) != len(o.Waiting) || m.ByLoad != o.ByLoad ||
 		!maps.EqualFunc(m.Incoming, o.Incoming, slices.Equal) || !slices.Equal(m.Leave, o.Leave) {
 		return false
@@ -264,7 +264,7 @@ type planInput struct {
 	Zones map[string]string
 	// balance, when set, balances the table in balance's stead (see
 	// planMap: with replicas, moves go first where they keep roles warm).
-	balance func(owners []string, members []string, capacity map[string]float64) slotTable
+	balance func(owners []string, members []string, capacity map[string]float64) SlotTable
 	// Hold keeps every live member's replicas where they are (see
 	// planMap): only orphans and missing secondaries are placed; promoted
 	// primaries stay on their secondaries, however uneven, and no
@@ -295,7 +295,7 @@ type planInput struct {
 //     they need from the most loaded members.
 //
 // The returned map has cur's version; the caller numbers it if it differs.
-func plan(cur rankMap, in planInput) rankMap {
+func plan(cur Map, in planInput) Map {
 	live := make(map[string]bool, len(in.Live))
 	for _, name := range in.Live {
 		live[name] = true
@@ -304,7 +304,7 @@ func plan(cur rankMap, in planInput) rankMap {
 	// owners[s] is the member that owns slot s, "" for an orphan.
 	owners := make([]string, cur.Slots)
 	for s := range owners {
-		owners[s] = cur.owner(s)
+		owners[s] = cur.Owner(s)
 	}
 
 	ranked := make(map[string]bool, len(cur.Members))
@@ -364,7 +364,7 @@ func plan(cur rankMap, in planInput) rankMap {
 		}
 	}
 
-	next := rankMap{
+	next := Map{
 		Schema:  schemaVersion,
 		Version: cur.Version,
 		Slots:   cur.Slots,
@@ -372,7 +372,7 @@ func plan(cur rankMap, in planInput) rankMap {
 		Members: members,
 	}
 	for _, name := range still {
-		next.Waiting = append(next.Waiting, waiter{Name: name, Since: in.Since[name]})
+		next.Waiting = append(next.Waiting, Waiter{Name: name, Since: in.Since[name]})
 	}
 	switch {
 	case len(members) == 0:
@@ -436,10 +436,10 @@ func sharesOf(owners []string, members []string, capacity map[string]float64) (i
 // members moves. The shares rounded up go to the members that already own
 // the most slots. capacity gives each member's capacity; a member it does
 // not name has capacity 1.
-func balance(owners []string, members []string, capacity map[string]float64) slotTable {
+func balance(owners []string, members []string, capacity map[string]float64) SlotTable {
 	n, S := len(members), len(owners)
 	idx, count, target := sharesOf(owners, members, capacity)
-	table := make(slotTable, S)
+	table := make(SlotTable, S)
 	var free []int
 	// Walk slots from the top so that an over-full member gives up its
 	// highest-numbered slots; the choice is arbitrary but deterministic.
@@ -574,7 +574,7 @@ func equalShares(S int, count []int) []int {
 	return target
 }
 
-// waits reports whether the map lists name as waiting.
-func (m rankMap) waits(name string) bool {
-	return slices.ContainsFunc(m.Waiting, func(w waiter) bool { return w.Name == name })
+// Waits reports whether the map lists name as waiting.
+func (m Map) Waits(name string) bool {
+	return slices.ContainsFunc(m.Waiting, func(w Waiter) bool { return w.Name == name })
 }

@@ -16,26 +16,26 @@ import (
 
 // start is a map with the given ranked members and an even, contiguous
 // assignment of S slots (the shape the first rebalance produces).
-func start(S int, members ...string) rankMap {
-	m := rankMap{Schema: schemaVersion, Version: 1, Slots: S, Members: members}
+func start(S int, members ...string) Map {
+	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: members}
 	if len(members) > 0 {
 		m.Table = balance(make([]string, S), members, nil)
 	}
 	return m
 }
 
-func counts(m rankMap) map[string]int {
+func counts(m Map) map[string]int {
 	c := map[string]int{}
 	for s := range m.Table {
-		c[m.owner(s)]++
+		c[m.Owner(s)]++
 	}
 	return c
 }
 
-func moved(a, b rankMap) int {
+func moved(a, b Map) int {
 	n := 0
 	for s := 0; s < a.Slots; s++ {
-		if a.owner(s) != b.owner(s) {
+		if a.Owner(s) != b.Owner(s) {
 			n++
 		}
 	}
@@ -54,7 +54,7 @@ func TestPlan(t *testing.T) {
 	const S = 10
 	tests := []struct {
 		name        string
-		cur         rankMap
+		cur         Map
 		live        []string
 		ready       map[string]bool
 		wantMembers []string
@@ -151,7 +151,7 @@ func TestPlan(t *testing.T) {
 			}
 			if len(next.Members) > 0 {
 				next.Version = 1
-				if err := next.validate(); err != nil {
+				if err := next.Validate(); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -163,8 +163,8 @@ func TestPlanKeepsSurvivorsSlots(t *testing.T) {
 	cur := start(1024, "a", "b", "c", "d", "e")
 	next := plan(cur, planInput{Live: []string{"a", "c", "d", "e"}})
 	for s := range cur.Table {
-		if o := cur.owner(s); o != "b" && next.owner(s) != o {
-			t.Fatalf("slot %d moved from survivor %s to %s", s, o, next.owner(s))
+		if o := cur.Owner(s); o != "b" && next.Owner(s) != o {
+			t.Fatalf("slot %d moved from survivor %s to %s", s, o, next.Owner(s))
 		}
 	}
 	if got, want := moved(cur, next), counts(cur)["b"]; got != want {
@@ -195,11 +195,11 @@ func TestDecodeMap(t *testing.T) {
 		slots int
 		ok    bool
 	}{
-		{"good", string(good.encode()), 4, true},
+		{"good", string(good.Encode()), 4, true},
 		{"empty rink", `{"schema":2,"version":3,"slots":4,"members":[]}`, 4, true},
 		{"not json", `{`, 4, false},
 		{"unknown schema", `{"schema":9,"version":1,"slots":4,"members":[]}`, 4, false},
-		{"other slot count", string(good.encode()), 8, false},
+		{"other slot count", string(good.Encode()), 8, false},
 		{"short table", `{"schema":2,"version":1,"slots":4,"members":["a"],"table":[0,0]}`, 4, false},
 		{"index out of range", `{"schema":2,"version":1,"slots":2,"members":["a"],"table":[0,1]}`, 2, false},
 		{"duplicate member", `{"schema":2,"version":1,"slots":1,"members":["a","a"],"table":[0]}`, 1, false},
@@ -239,7 +239,7 @@ func TestSlotOfStable(t *testing.T) {
 
 // checkMap asserts the invariants every planned map keeps; caps gives
 // capacities other than 1.
-func checkMap(t testing.TB, m rankMap, live []string, caps map[string]float64) {
+func checkMap(t testing.TB, m Map, live []string, caps map[string]float64) {
 	t.Helper()
 	if len(m.Members) == 0 {
 		if len(m.Table) != 0 {
@@ -249,7 +249,7 @@ func checkMap(t testing.TB, m rankMap, live []string, caps map[string]float64) {
 	}
 	mm := m
 	mm.Version = 1
-	if err := mm.validate(); err != nil {
+	if err := mm.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	liveSet := map[string]bool{}
@@ -281,13 +281,13 @@ func checkMap(t testing.TB, m rankMap, live []string, caps map[string]float64) {
 // must move: every orphaned slot, plus what members above their share give
 // up when the shares rounded up go to those that own most. caps gives
 // capacities other than 1.
-func minMoves(cur rankMap, members []string, caps map[string]float64) int {
+func minMoves(cur Map, members []string, caps map[string]float64) int {
 	if len(members) == 0 {
 		return len(cur.Table)
 	}
 	have := map[string]int{}
 	for s := range cur.Table {
-		have[cur.owner(s)]++
+		have[cur.Owner(s)]++
 	}
 	orphans := cur.Slots
 	total := 0.0
@@ -330,7 +330,7 @@ func minMoves(cur rankMap, members []string, caps map[string]float64) int {
 
 // heirs returns the members of next that took over a departed member's
 // index: their slots count as the departed member's, not as moves.
-func renamed(cur, next rankMap) rankMap {
+func renamed(cur, next Map) Map {
 	out := cur
 	out.Members = slices.Clone(cur.Members)
 	liveNext := map[string]bool{}
@@ -349,7 +349,7 @@ func renamed(cur, next rankMap) rankMap {
 // plan and checks every step.
 func simulate(t testing.TB, seed uint64, steps int, S int) {
 	rng := rand.New(rand.NewPCG(seed, 0))
-	cur := rankMap{Schema: schemaVersion, Slots: S}
+	cur := Map{Schema: schemaVersion, Slots: S}
 	var live []string
 	next := 0
 	// Odd seeds give members capacities other than 1.
@@ -383,7 +383,7 @@ func simulate(t testing.TB, seed uint64, steps int, S int) {
 			t.Fatalf("seed %d step %d: moved %d slots, minimum %d\ncur %v\nnext %v", seed, step, got, want, cur.Members, n.Members)
 		}
 		// Planning again with the same input is a fixed point.
-		if again := plan(n, in); !again.sameAssignment(n) {
+		if again := plan(n, in); !again.SameAssignment(n) {
 			t.Fatalf("seed %d step %d: plan is not idempotent", seed, step)
 		}
 		// Every ranked survivor keeps its slots unless it was over-full.
@@ -423,12 +423,12 @@ func TestWaitingSinceIsKept(t *testing.T) {
 func TestParseTable(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want slotTable
+		want SlotTable
 		ok   bool
 	}{
-		{`[0,1,2]`, slotTable{0, 1, 2}, true},
-		{` [ 0 , 12 ,3 ] `, slotTable{0, 12, 3}, true},
-		{`[]`, slotTable{}, true},
+		{`[0,1,2]`, SlotTable{0, 1, 2}, true},
+		{` [ 0 , 12 ,3 ] `, SlotTable{0, 12, 3}, true},
+		{`[]`, SlotTable{}, true},
 		{`null`, nil, true},
 		{`[01]`, nil, false},
 		{`[-1]`, nil, false},
@@ -446,9 +446,9 @@ func TestParseTable(t *testing.T) {
 			t.Errorf("parseTable(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
-	m := plan(rankMap{Schema: schemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
+	m := plan(Map{Schema: schemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
 	m.Version = 1
-	got, err := decodeMap(m.encode(), 1024)
+	got, err := decodeMap(m.Encode(), 1024)
 	if err != nil || !slices.Equal(got.Table, m.Table) {
 		t.Fatalf("round trip: %v", err)
 	}
@@ -465,7 +465,7 @@ func FuzzParseTable(f *testing.F) {
 		if ok && (err != nil || !slices.Equal(got, want)) {
 			t.Fatalf("parseTable(%q) = %v, json: %v, %v", b, got, want, err)
 		}
-		var tab slotTable
+		var tab SlotTable
 		terr := json.Unmarshal(b, &tab)
 		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int32(tab), want) {
 			t.Fatalf("slotTable(%q) = %v, %v; json: %v, %v", b, tab, terr, want, err)
@@ -600,7 +600,7 @@ func FuzzParseNames(f *testing.F) {
 		if ok && (err != nil || !slices.Equal(got, want)) {
 			t.Fatalf("parseNames(%q) = %q, json: %q, %v", b, got, want, err)
 		}
-		var l memberList
+		var l MemberList
 		lerr := json.Unmarshal(b, &l)
 		if (lerr == nil) != (err == nil) || err == nil && !slices.Equal([]string(l), want) {
 			t.Fatalf("memberList(%q) = %q, %v; json: %q, %v", b, l, lerr, want, err)
@@ -612,9 +612,9 @@ func FuzzParseNames(f *testing.F) {
 func FuzzParseMap(f *testing.F) {
 	m := twoSlots(7, []string{"a", "b"}, 0, 1, 1, 0)
 	for _, s := range [][]byte{
-		m.encode(),
-		withTransition(m.encode(), transition{View: 9, From: 6, Gone: []string{"c"}}),
-		withTransition(m.encode(), transition{View: 9, Incs: map[string]int64{"a": 3}}),
+		m.Encode(),
+		withTransition(m.Encode(), Transition{View: 9, From: 6, Gone: []string{"c"}}),
+		withTransition(m.Encode(), Transition{View: 9, Incs: map[string]int64{"a": 3}}),
 		[]byte(`{"schema":3,"version":1,"slots":1,"members":["a"],"table":[0],"byLoad":true}`),
 		[]byte(`{"Version":2}`), []byte(`{"version":1,"version":2}`), []byte(`{"version":1.0}`),
 		[]byte(`{"version":-0,"leader":"x\"y"}`), []byte(`{}`), []byte(` { "slots" : 2 } `),
@@ -628,7 +628,7 @@ func FuzzParseMap(f *testing.F) {
 		if !ok {
 			return
 		}
-		var want rankMap
+		var want Map
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseMap(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}

@@ -28,7 +28,7 @@ func TestReadyThroughFenceAndRejoin(t *testing.T) {
 		t.Fatal("ready although the map neither ranks nor lists it")
 	}
 	m := twoSlots(2, []string{"a"}, 0)
-	m.Waiting = []waiter{{Name: "b"}}
+	m.Waiting = []Waiter{{Name: "b"}}
 	b0.put(mapKV(m, 7, 8))
 	b0.r.publishRank()
 	if !b0.r.Ready() || !b0.r.Rank().Waiting {

@@ -19,9 +19,9 @@ import (
 // the leader's next map held a slot beside its heir: see the seeds in
 // tools/internal/sim's TestRinkHistories).
 func TestRestartedNameWaitsForAMapThatKnowsIt(t *testing.T) {
-	withView := func(m rankMap, modRev, view int64) []byte {
+	withView := func(m Map, modRev, view int64) []byte {
 		kv := mapKV(m, 3, modRev)
-		return withTransition(kv.Value, transition{View: view})
+		return withTransition(kv.Value, Transition{View: view})
 	}
 	b := newBare(t, "m3", 2, 28) // our key was created at revision 28
 	old := mapKV(twoSlots(6, []string{"m0", "m3"}, 0, 1), 3, 27)
@@ -267,10 +267,10 @@ func TestFirstMapOfALineageSaysItsView(t *testing.T) {
 	r := &Rink{keys: newKeys("bare")}
 	next := twoSlots(10, []string{"a", "b"}, 0, 1, 0, 1)
 	for _, c := range []struct {
-		base   rankMap
+		base   Map
 		mapRev int64
-	}{{rankMap{}, 0}, {twoSlots(9, []string{"a"}, 0, 0, 0, 0), 0}, {rankMap{}, 12}} {
-		ops := r.mapOps(&c.base, &next, c.mapRev, transition{View: 40})
+	}{{Map{}, 0}, {twoSlots(9, []string{"a"}, 0, 0, 0, 0), 0}, {Map{}, 12}} {
+		ops := r.mapOps(&c.base, &next, c.mapRev, Transition{View: 40})
 		val := ops[0].GetRequestPut().Value
 		if got := transitionOf(val); got.View != 40 {
 			t.Fatalf("base v%d at %d: the map written (%s) says view %d, want 40", c.base.Version, c.mapRev, val, got.View)

@@ -24,9 +24,9 @@ import (
 // says more is refused, not allocated.
 const maxRecordMembers = 1 << 22
 
-// change is the JSON value of the change record key. Absent fields did not
-// change.
-type change struct {
+// Record is the JSON value of the Record record key. Absent fields did not
+// Record.
+type Record struct {
 	// Schema is the map's protocol (3 or later), and Change marks the
 	// value as a record: a whole map has no such field.
 	Schema  int   `json:"schema"`
@@ -43,9 +43,9 @@ type change struct {
 	// Waiting replaces the waiting list whole, when Unwait and Wait cannot
 	// say the change: Unwait names members no longer waiting, Wait those
 	// waiting now that were not, appended in order.
-	Waiting  *[]waiter         `json:"waiting,omitempty"`
+	Waiting  *[]Waiter         `json:"waiting,omitempty"`
 	Unwait   []string          `json:"unwait,omitempty"`
-	Wait     []waiter          `json:"wait,omitempty"`
+	Wait     []Waiter          `json:"wait,omitempty"`
 	ByLoad   *bool             `json:"byLoad,omitempty"`
 	Incoming *map[string][]int `json:"incoming,omitempty"`
 	Leave    *[]string         `json:"leave,omitempty"`
@@ -60,10 +60,10 @@ type change struct {
 	// its slots without waiting for its lease to be recorded, as with a
 	// whole map that records none (see keepOwnLease).
 	Leased bool `json:"leased,omitempty"`
-	transition
+	Transition
 }
 
-// transition is what a put of the map key says of the put before it,
+// Transition is what a put of the map key says of the put before it,
 // beyond the map: From, the version of the map it was computed from, and
 // Gone, the members that map ranked or listed as waiting which this one
 // drops because they hold nothing any more (their keys are gone: a
@@ -71,7 +71,7 @@ type change struct {
 // and the floor (see view.go) learns departures from it. Records carry it
 // as fields; a whole map written alone carries it beside the map's own
 // fields (see withTransition). Builds before it leave both out.
-type transition struct {
+type Transition struct {
 	// View is the revision of the leader's view the map was planned from
 	// (0: a leader that does not say). A process whose member key is newer
 	// starts nothing in the map: the map gives its name's slots to an
@@ -107,8 +107,8 @@ type transition struct {
 
 // transitionOf returns the transition a map key's value carries (zero:
 // none, or one that does not decode).
-func transitionOf(value []byte) transition {
-	var t transition
+func transitionOf(value []byte) Transition {
+	var t Transition
 	// withTransition puts the fields last, and a record's are at its end
 	// too (the embedded struct's fields are encoded last): parse from the
 	// first of them, not the whole value (a whole map written alone is on
@@ -124,21 +124,21 @@ func transitionOf(value []byte) transition {
 		i = j
 	}
 	if i < 0 {
-		return transition{}
+		return Transition{}
 	}
 	if json.Unmarshal(append([]byte{'{'}, value[i:]...), &t) == nil {
 		return t
 	}
-	t = transition{}
+	t = Transition{}
 	if json.Unmarshal(value, &t) != nil {
-		return transition{}
+		return Transition{}
 	}
 	return t
 }
 
 // withTransition returns a whole map's JSON with t's fields added (as
 // is, when t says nothing).
-func withTransition(whole []byte, t transition) []byte {
+func withTransition(whole []byte, t Transition) []byte {
 	if t.View == 0 && t.From == 0 && len(t.Incs) == 0 || len(whole) < 2 || whole[len(whole)-1] != '}' {
 		return whole
 	}
@@ -154,8 +154,8 @@ func withTransition(whole []byte, t transition) []byte {
 
 // diff returns the record that apply turns prev into next with. Both are
 // maps of one rink (same schema and slots).
-func diff(prev, next *rankMap) change {
-	c := change{Schema: next.Schema, Change: true, Version: next.Version}
+func diff(prev, next *Map) Record {
+	c := Record{Schema: next.Schema, Change: true, Version: next.Version}
 	if prev.Leader != next.Leader {
 		c.Leader = &next.Leader
 	}
@@ -208,7 +208,7 @@ func diff(prev, next *rankMap) change {
 // leaseChanges returns, by name, the leases next records that prev does
 // not (nil: none, or next records none). A name prev ranks at the same
 // index costs a comparison; others, a lookup in prev's names, made once.
-func leaseChanges(prev, next *rankMap) map[string]int64 {
+func leaseChanges(prev, next *Map) map[string]int64 {
 	if len(next.Leases) != len(next.Members) {
 		return nil
 	}
@@ -242,12 +242,12 @@ func leaseChanges(prev, next *rankMap) map[string]int64 {
 
 // waitDiff says how next's waiting list follows from prev's by dropping
 // some members and appending others, or returns nil, nil when it does not.
-func waitDiff(prev, next []waiter) (unwait []string, wait []waiter) {
-	in := make(map[string]waiter, len(next))
+func waitDiff(prev, next []Waiter) (unwait []string, wait []Waiter) {
+	in := make(map[string]Waiter, len(next))
 	for _, w := range next {
 		in[w.Name] = w
 	}
-	var kept []waiter
+	var kept []Waiter
 	for _, w := range prev {
 		if n, ok := in[w.Name]; ok && n.Since.Equal(w.Since) {
 			kept = append(kept, w)
@@ -268,7 +268,7 @@ func waitDiff(prev, next []waiter) (unwait []string, wait []waiter) {
 	return unwait, slices.Clone(wait)
 }
 
-func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.Since) }
+func sameWaiter(a, b Waiter) bool { return a.Name == b.Name && a.Since.Equal(b.Since) }
 
 // apply returns the map that record c makes of prev, or an error when the
 // record does not fit prev (another index or slot than prev has, a member
@@ -278,7 +278,7 @@ func sameWaiter(a, b waiter) bool { return a.Name == b.Name && a.Since.Equal(b.S
 // of n members costs a member O(n) string comparisons and no hashing, where
 // validating the whole map cost every member O(n) hashing per change, and
 // the rink O(n²) (issue 25).
-func apply(prev *rankMap, c *change) (rankMap, error) { return applyAs(prev, c, false) }
+func apply(prev *Map, c *Record) (Map, error) { return applyAs(prev, c, false) }
 
 // applyAs is apply; lax leaves out the checks that cost a member O(members)
 // per record: that a new name is nowhere else among the members, and
@@ -290,13 +290,13 @@ func apply(prev *rankMap, c *change) (rankMap, error) { return applyAs(prev, c, 
 // leader, which applies every record strictly, cannot apply it and
 // writes a whole map over it (see underived), which every member decodes
 // and checks whole.
-func applyAs(prev *rankMap, c *change, lax bool) (rankMap, error) {
+func applyAs(prev *Map, c *Record, lax bool) (Map, error) {
 	m, err := applyUnchecked(prev, c, false)
 	if err != nil {
-		return rankMap{}, err
+		return Map{}, err
 	}
-	if err := m.validateChange(prev, c, lax); err != nil {
-		return rankMap{}, err
+	if err := m.ValidateChange(prev, c, lax); err != nil {
+		return Map{}, err
 	}
 	return m, nil
 }
@@ -313,7 +313,7 @@ func applyAs(prev *rankMap, c *change, lax bool) (rankMap, error) {
 // them meanwhile (the run goroutine publishes its map to other goroutines
 // under r.ownersMu) or need their old entries and names afterwards but
 // through the delta (see slotHistory, prevOwner and noteGone).
-func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
+func applyInPlace(prev *Map, c *Record, lax bool) (Map, error) {
 	undo := make([]int, 0, len(c.Moves)) // slot, entry: in the order written
 	for i := 0; i+1 < len(c.Moves); i += 2 {
 		if s := c.Moves[i]; s >= 0 && s < len(prev.Table) {
@@ -331,7 +331,7 @@ func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
 	}
 	m, err := applyUnchecked(prev, c, true)
 	if err == nil {
-		err = m.validateChange(prev, c, lax)
+		err = m.ValidateChange(prev, c, lax)
 	}
 	if err != nil {
 		for i := len(undo) - 2; i >= 0; i -= 2 {
@@ -340,7 +340,7 @@ func applyInPlace(prev *rankMap, c *change, lax bool) (rankMap, error) {
 		for i, name := range names {
 			prev.Members[i] = name
 		}
-		return rankMap{}, err
+		return Map{}, err
 	}
 	return m, nil
 }
@@ -366,7 +366,7 @@ const maxNameRoom = 512
 // applyUnchecked is apply without the checks that need the whole result:
 // it refuses only what it cannot build. inPlace writes the moves into
 // prev's table (see applyInPlace).
-func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
+func applyUnchecked(prev *Map, c *Record, inPlace bool) (Map, error) {
 	m := *prev
 	m.Schema, m.Version = c.Schema, c.Version
 	m.Leases = nil // (kept by name, by members that plan: see leaseBook)
@@ -377,7 +377,7 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 	if c.Size != nil {
 		n = *c.Size
 		if n < 0 || n > maxRecordMembers {
-			return rankMap{}, fmt.Errorf("%w: record sizes the members to %d", errMapInvalid, n)
+			return Map{}, fmt.Errorf("%w: record sizes the members to %d", errMapInvalid, n)
 		}
 	}
 	switch {
@@ -401,7 +401,7 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 	for k, name := range c.Names {
 		i, err := strconv.Atoi(k)
 		if err != nil || i < 0 || i >= n {
-			return rankMap{}, fmt.Errorf("%w: record names index %q of %d", errMapInvalid, k, n)
+			return Map{}, fmt.Errorf("%w: record names index %q of %d", errMapInvalid, k, n)
 		}
 		m.Members[i] = name
 	}
@@ -410,19 +410,19 @@ func applyUnchecked(prev *rankMap, c *change, inPlace bool) (rankMap, error) {
 		m.Table = nil
 	case len(prev.Table) == 0:
 		if prev.Slots < 1 || prev.Slots > MaxSlots {
-			return rankMap{}, fmt.Errorf("%w: a record ranks members in a map of %d slots", errMapInvalid, prev.Slots)
+			return Map{}, fmt.Errorf("%w: a record ranks members in a map of %d slots", errMapInvalid, prev.Slots)
 		}
-		m.Table = make(slotTable, prev.tableLen())
+		m.Table = make(SlotTable, prev.TableLen())
 	case len(c.Moves) > 0 && !inPlace:
 		m.Table = slices.Clone(prev.Table)
 	}
 	if len(c.Moves)%2 != 0 {
-		return rankMap{}, fmt.Errorf("%w: record moves an odd list", errMapInvalid)
+		return Map{}, fmt.Errorf("%w: record moves an odd list", errMapInvalid)
 	}
 	for i := 0; i < len(c.Moves); i += 2 {
 		s, idx := c.Moves[i], c.Moves[i+1]
 		if s < 0 || s >= len(m.Table) || idx < 0 || idx > maxRecordMembers {
-			return rankMap{}, fmt.Errorf("%w: record moves slot %d of %d to index %d", errMapInvalid, s, len(m.Table), idx)
+			return Map{}, fmt.Errorf("%w: record moves slot %d of %d to index %d", errMapInvalid, s, len(m.Table), idx)
 		}
 		m.Table[s] = int32(idx)
 	}
@@ -504,7 +504,7 @@ func (r renames) has(i int) bool {
 const maxRenames = 8
 
 // deltaOf returns what record c changes in prev.
-func deltaOf(prev *rankMap, c *change) *mapDelta {
+func deltaOf(prev *Map, c *Record) *mapDelta {
 	d := &mapDelta{renamed: len(prev.Table) == 0, moved: make([]int, 0, len(c.Moves)/2), old: make([]int, 0, len(c.Moves)/2)}
 	var renamed []int32
 	rename := func(i int) {

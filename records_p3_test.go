@@ -126,7 +126,7 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 		m.Table[s] = 0 // every slot to the first member
 	}
 	m.Version++
-	if _, err := newClient(t).Put(ctxTimeout(t, 5*time.Second), k.Map(), string(m.encode())); err != nil {
+	if _, err := newClient(t).Put(ctxTimeout(t, 5*time.Second), k.Map(), string(m.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, h, ms...)
@@ -142,21 +142,21 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 // readWhole reads the rink's map whole, as an operator would: the map key,
 // or, when it holds a change record, the whole map written with it. It
 // also returns the map key's put.
-func readWhole(cli *clientv3.Client, name string, slots int) (rankMap, *mvccpb.KeyValue, error) {
+func readWhole(cli *clientv3.Client, name string, slots int) (Map, *mvccpb.KeyValue, error) {
 	k := newKeys(name)
 	resp, err := cli.Txn(context.Background()).Then(clientv3.OpGet(k.Map()), clientv3.OpGet(k.Snapshot())).Commit()
 	if err != nil {
-		return rankMap{}, nil, err
+		return Map{}, nil, err
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return rankMap{}, nil, errors.New("no map")
+		return Map{}, nil, errors.New("no map")
 	}
 	var snap *mvccpb.KeyValue
 	if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 		snap = s[0]
 	}
-	m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, geometry{slots: slots})
+	m, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, Geometry{Slots: slots})
 	return m, kvs[0], err
 }
 

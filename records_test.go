@@ -11,15 +11,15 @@ import (
 )
 
 // randomMap returns a valid map of S slots over some of names.
-func randomMap(rng *rand.Rand, version int64, S int, names []string) rankMap {
-	m := rankMap{Schema: schemaVersion, Version: version, Slots: S}
+func randomMap(rng *rand.Rand, version int64, S int, names []string) Map {
+	m := Map{Schema: schemaVersion, Version: version, Slots: S}
 	pool := slices.Clone(names)
 	rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
 	k := rng.IntN(len(pool) + 1)
 	m.Members = pool[:k]
 	rest := pool[k:]
 	if len(m.Members) > 0 {
-		m.Table = make(slotTable, S)
+		m.Table = make(SlotTable, S)
 		for s := range m.Table {
 			m.Table[s] = int32(rng.IntN(len(m.Members)))
 		}
@@ -28,7 +28,7 @@ func randomMap(rng *rand.Rand, version int64, S int, names []string) rankMap {
 	base := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	for _, n := range rest {
 		if rng.IntN(2) == 0 {
-			m.Waiting = append(m.Waiting, waiter{Name: n, Since: base.Add(time.Duration(rng.IntN(5)) * time.Second)})
+			m.Waiting = append(m.Waiting, Waiter{Name: n, Since: base.Add(time.Duration(rng.IntN(5)) * time.Second)})
 		}
 	}
 	m.ByLoad = rng.IntN(3) == 0
@@ -42,17 +42,17 @@ func randomMap(rng *rand.Rand, version int64, S int, names []string) rankMap {
 }
 
 // roundTrip is what a member applies: the record as JSON.
-func roundTrip(t *testing.T, c change) change {
+func roundTrip(t *testing.T, c Record) Record {
 	t.Helper()
-	var out change
-	if err := json.Unmarshal(c.encode(), &out); err != nil {
+	var out Record
+	if err := json.Unmarshal(c.Encode(), &out); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func sameMap(a, b *rankMap) bool {
-	return a.sameAssignment(*b) && a.Version == b.Version && a.Leader == b.Leader && a.Slots == b.Slots && a.Schema == b.Schema &&
+func sameMap(a, b *Map) bool {
+	return a.SameAssignment(*b) && a.Version == b.Version && a.Leader == b.Leader && a.Slots == b.Slots && a.Schema == b.Schema &&
 		slices.EqualFunc(a.Waiting, b.Waiting, sameWaiter)
 }
 
@@ -80,7 +80,7 @@ func FuzzChangeRecord(f *testing.F) {
 				next.Waiting = next.Waiting[1:]
 				next.Members = append(next.Members, w.Name)
 				if next.Table == nil {
-					next.Table = make(slotTable, S)
+					next.Table = make(SlotTable, S)
 				}
 				next.Table[rng.IntN(S)] = int32(len(next.Members) - 1)
 			case len(next.Members) > 1:
@@ -93,19 +93,19 @@ func FuzzChangeRecord(f *testing.F) {
 				next.Members = next.Members[:last]
 			}
 		}
-		if err := next.validate(); err != nil {
+		if err := next.Validate(); err != nil {
 			t.Fatalf("test map invalid: %v", err)
 		}
 		c := roundTrip(t, diff(&prev, &next))
 		got, err := apply(&prev, &c)
 		if err != nil {
-			t.Fatalf("apply: %v\nprev %+v\nnext %+v\nrecord %s", err, prev, next, c.encode())
+			t.Fatalf("apply: %v\nprev %+v\nnext %+v\nrecord %s", err, prev, next, c.Encode())
 		}
 		if !sameMap(&got, &next) {
-			t.Fatalf("apply(prev, diff(prev, next)) = %+v\nwant %+v\nrecord %s", got, next, c.encode())
+			t.Fatalf("apply(prev, diff(prev, next)) = %+v\nwant %+v\nrecord %s", got, next, c.Encode())
 		}
-		if len(prev.Members) > 0 && slices.Equal(prev.Members, next.Members) && prev.Table[0] == next.Table[0] && len(c.encode()) > len(next.encode()) {
-			t.Logf("a record larger than the map: %d > %d", len(c.encode()), len(next.encode()))
+		if len(prev.Members) > 0 && slices.Equal(prev.Members, next.Members) && prev.Table[0] == next.Table[0] && len(c.Encode()) > len(next.Encode()) {
+			t.Logf("a record larger than the map: %d > %d", len(c.Encode()), len(next.Encode()))
 		}
 	})
 }
@@ -118,13 +118,13 @@ func FuzzApplyRecord(f *testing.F) {
 	f.Add([]byte(`{"version":3,"names":{"7":"x"}}`))
 	f.Add([]byte(`{"version":3,"moves":[9,0]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var c change
+		var c Record
 		if json.Unmarshal(data, &c) != nil {
 			return
 		}
-		for _, prev := range []rankMap{
-			{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: slotTable{0, 1}},
-			{Schema: schemaVersion, Version: 2, Slots: 3, Members: []string{"a", "b", "c"}, Table: slotTable{0, 1, 2}, Waiting: []waiter{{Name: "w"}}},
+		for _, prev := range []Map{
+			{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{0, 1}},
+			{Schema: schemaVersion, Version: 2, Slots: 3, Members: []string{"a", "b", "c"}, Table: SlotTable{0, 1, 2}, Waiting: []Waiter{{Name: "w"}}},
 			{Schema: schemaVersion, Version: 2, Slots: 2},
 		} {
 			m, err := apply(&prev, &c)
@@ -132,7 +132,7 @@ func FuzzApplyRecord(f *testing.F) {
 			// exactly the maps that validate refuses.
 			whole, uerr := applyUnchecked(&prev, &c, false)
 			if uerr == nil {
-				uerr = whole.validate()
+				uerr = whole.Validate()
 			}
 			if (err == nil) != (uerr == nil) {
 				t.Fatalf("apply: %v; applied whole and validated: %v", err, uerr)
@@ -181,11 +181,11 @@ func FuzzApplyRecord(f *testing.F) {
 				}
 				for s := range prev.Slots {
 					w, ok := was[s]
-					if !ok && prev.owner(s) != im.owner(s) {
-						t.Fatalf("slot %d went from %q to %q outside the delta %v", s, prev.owner(s), im.owner(s), delta.moved)
+					if !ok && prev.Owner(s) != im.Owner(s) {
+						t.Fatalf("slot %d went from %q to %q outside the delta %v", s, prev.Owner(s), im.Owner(s), delta.moved)
 					}
-					if ok && w != prev.owner(s) {
-						t.Fatalf("the delta says slot %d was %q's, it was %q's", s, w, prev.owner(s))
+					if ok && w != prev.Owner(s) {
+						t.Fatalf("the delta says slot %d was %q's, it was %q's", s, w, prev.Owner(s))
 					}
 				}
 			}
@@ -193,7 +193,7 @@ func FuzzApplyRecord(f *testing.F) {
 		// Maps with no members pass validate whatever their slot count
 		// (observers take any): a record must not make apply panic on one.
 		for _, slots := range []int{-1, 0, MaxSlots + 1} {
-			_, _ = apply(&rankMap{Schema: schemaVersion, Version: 2, Slots: slots}, &c)
+			_, _ = apply(&Map{Schema: schemaVersion, Version: 2, Slots: slots}, &c)
 		}
 	})
 }
@@ -202,11 +202,11 @@ func FuzzApplyRecord(f *testing.F) {
 // of bytes, against a map of kilobytes.
 func TestChangeRecordSize(t *testing.T) {
 	const n, S = 1000, 1024
-	prev := rankMap{Schema: schemaVersion, Version: 7, Slots: S, Leader: "m0000"}
+	prev := Map{Schema: schemaVersion, Version: 7, Slots: S, Leader: "m0000"}
 	for i := range n {
 		prev.Members = append(prev.Members, fmt.Sprintf("m%04d", i))
 	}
-	prev.Table = make(slotTable, S)
+	prev.Table = make(SlotTable, S)
 	for s := range prev.Table {
 		prev.Table[s] = int32(s % n)
 	}
@@ -216,8 +216,8 @@ func TestChangeRecordSize(t *testing.T) {
 	next.Table = slices.Clone(prev.Table)
 	next.Table[17] = n
 	c := diff(&prev, &next)
-	rec, whole := len(c.encode()), len(next.encode())
-	t.Logf("record %d bytes, map %d bytes: %s", rec, whole, c.encode())
+	rec, whole := len(c.Encode()), len(next.Encode())
+	t.Logf("record %d bytes, map %d bytes: %s", rec, whole, c.Encode())
 	if rec > 100 || whole < 8000 {
 		t.Errorf("record %d bytes, map %d", rec, whole)
 	}
@@ -231,24 +231,24 @@ func TestChangeRecordSize(t *testing.T) {
 // written alone, as withTransition and encode put it, and whole when the
 // tail does not parse.
 func TestTransitionOf(t *testing.T) {
-	want := transition{From: 7, Gone: []string{"a", "b"}, Incs: map[string]int64{"c": 9}}
-	m := rankMap{Schema: schemaVersion, Version: 8, Slots: 2, Leader: "x", Members: []string{"from", "incs"}, Table: slotTable{0, 1}}
-	whole := withTransition(m.encode(), want)
-	c := change{Schema: schemaVersion, Change: true, Version: 8, Moves: []int{0, 1}, transition: want}
-	gone := transition{From: 7, Gone: []string{"a"}}
+	want := Transition{From: 7, Gone: []string{"a", "b"}, Incs: map[string]int64{"c": 9}}
+	m := Map{Schema: schemaVersion, Version: 8, Slots: 2, Leader: "x", Members: []string{"from", "incs"}, Table: SlotTable{0, 1}}
+	whole := withTransition(m.Encode(), want)
+	c := Record{Schema: schemaVersion, Change: true, Version: 8, Moves: []int{0, 1}, Transition: want}
+	gone := Transition{From: 7, Gone: []string{"a"}}
 	for name, v := range map[string][]byte{
 		"whole map":       whole,
-		"record":          c.encode(),
+		"record":          c.Encode(),
 		"fields in front": []byte(`{"incs":{"c":9},"from":7,"gone":["a","b"],"version":8}`),
 	} {
 		if got := transitionOf(v); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %+v, want %+v", name, got, want)
 		}
 	}
-	if got := transitionOf(withTransition(m.encode(), gone)); !reflect.DeepEqual(got, gone) {
+	if got := transitionOf(withTransition(m.Encode(), gone)); !reflect.DeepEqual(got, gone) {
 		t.Errorf("no incs: %+v", got)
 	}
-	if got := transitionOf(m.encode()); !reflect.DeepEqual(got, transition{}) {
+	if got := transitionOf(m.Encode()); !reflect.DeepEqual(got, Transition{}) {
 		t.Errorf("a map without one: %+v", got)
 	}
 }

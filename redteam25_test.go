@@ -136,8 +136,8 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 		t.Fatalf("precondition: the observer's decode refuses the map: %v", err)
 	}
 	one := 1
-	rec := change{Schema: 3, Change: true, Version: 10, Size: &one, Names: map[string]string{"0": "a"}}
-	kv := &mvccpb.KeyValue{Key: []byte(k.Map()), Value: rec.encode(), CreateRevision: 5, ModRevision: 12, Version: 3}
+	rec := Record{Schema: 3, Change: true, Version: 10, Size: &one, Names: map[string]string{"0": "a"}}
+	kv := &mvccpb.KeyValue{Key: []byte(k.Map()), Value: rec.Encode(), CreateRevision: 5, ModRevision: 12, Version: 3}
 	noPanic := func(what string, fn func()) {
 		t.Helper()
 		defer func() {
@@ -148,7 +148,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 		fn()
 	}
 	// The Observer's call (observer.go run): slots 0, prev usable.
-	noPanic("readMap as the Observer calls it", func() { _, _ = readMap(kv, nil, &prev, true, 2, 5, geometry{}) })
+	noPanic("readMap as the Observer calls it", func() { _, _ = readMap(kv, nil, &prev, true, 2, 5, Geometry{}) })
 	// The aggregator's path (acks.go ackView.put): shapeOf keeps v.whole,
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {

@@ -31,8 +31,8 @@ func replicaBare(t *testing.T, self string, S, k int, createRev int64) *bare {
 // replicaMap is a map of schema 4 with k replicas per slot: rows lists
 // each entry of the table (row 0, the primaries, first), as indexes of
 // members.
-func replicaMap(version int64, k int, members []string, rows ...int) rankMap {
-	return rankMap{Schema: schemaReplicas, Version: version, Slots: len(rows) / k, Replicas: k, Members: members, Table: tableOf(rows...)}
+func replicaMap(version int64, k int, members []string, rows ...int) Map {
+	return Map{Schema: schemaReplicas, Version: version, Slots: len(rows) / k, Replicas: k, Members: members, Table: tableOf(rows...)}
 }
 
 // holdsReplica reports whether bare member b counts as holding slot s, as
@@ -102,7 +102,7 @@ func TestRT26SkippedSeqKeepsMembership(t *testing.T) {
 				b.put(append([]*mvccpb.KeyValue{mapKV(v5, L, L)}, all(11, 5)...)...)
 				cores[n] = b
 			}
-			for _, n := range v5.replicaNames(0) {
+			for _, n := range v5.ReplicaNames(0) {
 				if !holdsReplica(cores[n], 0) {
 					t.Fatalf("%s does not hold the slot at v5", n)
 				}
@@ -189,7 +189,7 @@ func TestRT26HeirTakesTheOldestRow(t *testing.T) {
 	crashed := planMap(rolled, planInput{Live: without(live, "a"), Replicas: 3, Zones: zones, Ready: map[string]bool{}})
 	cold := 0
 	for s := range S {
-		before := cur.replicaNames(s)
+		before := cur.ReplicaNames(s)
 		if before[0] != "a" || !slices.Contains(before, "b") {
 			continue
 		}
@@ -202,10 +202,10 @@ func TestRT26HeirTakesTheOldestRow(t *testing.T) {
 				warm = append(warm, n)
 			}
 		}
-		if got := crashed.owner(s); got == "g" && len(warm) > 0 {
+		if got := crashed.Owner(s); got == "g" && len(warm) > 0 {
 			cold++
 			if cold <= 3 {
-				t.Errorf("slot %d: replicas %v -> %v (g took b's place) -> a crashed: promoted %s, a newcomer, over %v, which held it since the start", s, before, rolled.replicaNames(s), got, warm)
+				t.Errorf("slot %d: replicas %v -> %v (g took b's place) -> a crashed: promoted %s, a newcomer, over %v, which held it since the start", s, before, rolled.ReplicaNames(s), got, warm)
 			}
 		}
 	}
@@ -240,19 +240,19 @@ func TestRT26WarmupHoldDropsPromotedSecondaries(t *testing.T) {
 	in := planInput{Live: live, Ready: map[string]bool{"e": true}, Replicas: k}
 	next := planMap(cur, in)
 	checkPlanned(t, next, k, nil)
-	r.holdForWarmup(&next, func() rankMap { return planMap(cur, in) }, time.Now())
+	r.holdForWarmup(&next, func() Map { return planMap(cur, in) }, time.Now())
 	if len(next.Incoming) == 0 {
 		t.Fatal("no announcement: the test needs the newcomer's moves announced")
 	}
 	short := 0
 	for s := range S {
-		if cur.owner(s) != "c" {
+		if cur.Owner(s) != "c" {
 			continue
 		}
-		if got := next.replicaNames(s); len(got) < k {
+		if got := next.ReplicaNames(s); len(got) < k {
 			short++
 			if short <= 3 {
-				t.Errorf("slot %d: replicas %v -> %v in the announcing map (c crashed): no secondary", s, cur.replicaNames(s), got)
+				t.Errorf("slot %d: replicas %v -> %v in the announcing map (c crashed): no secondary", s, cur.ReplicaNames(s), got)
 			}
 		}
 	}
@@ -274,12 +274,12 @@ func TestRT26KeepRoundLeavesNoSecondary(t *testing.T) {
 	r := b.r
 	r.st.cur = cur
 	// The round moves slot 0 to its secondary.
-	sec := cur.replicaNames(0)[1]
+	sec := cur.ReplicaNames(0)[1]
 	r.st.lead = &leadership{roundMoves: map[int]string{0: sec}}
 	next := planMap(cur, planInput{Live: names, Replicas: k})
 	r.keepRound(&next)
-	if got := next.replicaNames(0); len(got) < k {
-		t.Errorf("slot 0: replicas %v -> %v after keepRound moved its primary to %s: no secondary", cur.replicaNames(0), got, sec)
+	if got := next.ReplicaNames(0); len(got) < k {
+		t.Errorf("slot 0: replicas %v -> %v after keepRound moved its primary to %s: no secondary", cur.ReplicaNames(0), got, sec)
 	}
 }
 
@@ -298,7 +298,7 @@ func TestRT26PlanMapStableWithCapacityAndLoad(t *testing.T) {
 		nz := rng.IntN(4)
 		byLoad := rng.IntN(2) == 0
 		var live []string
-		cur := rankMap{Schema: schemaReplicas, Slots: S, Version: 1}
+		cur := Map{Schema: schemaReplicas, Slots: S, Version: 1}
 		next := 0
 		for step := 0; step < 30; step++ {
 			switch r := rng.IntN(10); {
@@ -339,7 +339,7 @@ func TestRT26PlanMapStableWithCapacityAndLoad(t *testing.T) {
 			again := in
 			again.Handed = nil
 			stable := planMap(m, again)
-			if len(m.Members) > 0 && !stable.sameAssignment(m) {
+			if len(m.Members) > 0 && !stable.SameAssignment(m) {
 				t.Errorf("seed %d step %d k=%d S=%d byLoad=%v caps=%v: planning again moved:\n%v\n%v", seed, step, k, S, byLoad, caps, m.Table, stable.Table)
 				fails++
 				break

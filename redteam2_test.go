@@ -105,7 +105,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 	defer func() { stopRuns(); letGo(); runs.Wait() }()
 	m := m0.ownersNow()
 	for s := 0; s < S; s++ {
-		if m.owner(s) != m0.Member() {
+		if m.Owner(s) != m0.Member() {
 			continue
 		}
 		role := roles[s]
@@ -123,7 +123,7 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "m0's functions run", func() bool {
 		for s := 0; s < S; s++ {
-			if st := m0.slots.load(s); m.owner(s) == m0.Member() && (st == nil || st.runners.Load() == 0) {
+			if st := m0.slots.load(s); m.Owner(s) == m0.Member() && (st == nil || st.runners.Load() == 0) {
 				return false
 			}
 		}
@@ -144,8 +144,8 @@ func TestRedteam2WarmLeaveKeepsUnstartedSlotUnheld(t *testing.T) {
 		cur := m1.ownersNow()
 		fromM0, fromM1 = fromM0[:0], fromM1[:0]
 		for s := 0; s < S; s++ {
-			if cur.owner(s) == "b" && len(cur.Incoming) == 0 {
-				switch m.owner(s) {
+			if cur.Owner(s) == "b" && len(cur.Incoming) == 0 {
+				switch m.Owner(s) {
 				case m0.Member():
 					fromM0 = append(fromM0, s)
 				case m1.Member():

@@ -79,7 +79,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 	m := a.ownersNow()
 	x := -1
 	for s := 0; s < S; s++ {
-		if m.owner(s) == "a" {
+		if m.Owner(s) == "a" {
 			x = s
 		}
 	}
@@ -112,7 +112,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 		}
 		m.Version++
 		m.Table[0], m.Table[1] = m.Table[1], m.Table[0]
-		if _, err := cli.Put(context.Background(), key, string(m.encode())); err != nil {
+		if _, err := cli.Put(context.Background(), key, string(m.Encode())); err != nil {
 			t.Fatal(err)
 		}
 	}

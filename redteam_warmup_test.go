@@ -94,7 +94,7 @@ func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
 		for _, s := range bSlots {
 			hs := slices.DeleteFunc(slices.Clone(held[s]), func(n string) bool { return n == b.Member() })
 			if len(hs) == 0 {
-				unheld = append(unheld, fmt.Sprintf("%d (owner %s)", s, cur.owner(s)))
+				unheld = append(unheld, fmt.Sprintf("%d (owner %s)", s, cur.Owner(s)))
 			}
 		}
 		if len(unheld) == 0 {
@@ -153,11 +153,11 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 		m := ms[0].ownersNow()
 		n := 0
 		for s := 0; s < S; s++ {
-			if m.owner(s) == c.Member() {
+			if m.Owner(s) == c.Member() {
 				n++
 			}
 		}
-		if n > 0 && m.index(ms[1].Member()) >= 0 {
+		if n > 0 && m.Index(ms[1].Member()) >= 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -237,7 +237,7 @@ func TestRedteamWarmupNeverEndsWhileLoadMoves(t *testing.T) {
 		}
 		owns := 0
 		for s := 0; s < S; s++ {
-			if m.owner(s) == "n" {
+			if m.Owner(s) == "n" {
 				owns++
 			}
 		}
@@ -279,7 +279,7 @@ func TestRedteamWarmLeaveIgnoresShutdownContext(t *testing.T) {
 
 	// b must hold slots when it leaves, or there is nothing to warm up:
 	// settle waits until the newcomer's announced slots are moved to it.
-	if m := a.ownersNow(); len(m.Incoming) > 0 || !slices.Contains(m.Table, int32(m.index(b.Member()))) {
+	if m := a.ownersNow(); len(m.Incoming) > 0 || !slices.Contains(m.Table, int32(m.Index(b.Member()))) {
 		t.Fatalf("b owns no slot before its Shutdown: map %d members %v table %v incoming %v", m.Version, m.Members, m.Table, m.Incoming)
 	}
 
@@ -367,7 +367,7 @@ func TestRedteamDepartGivesSlotsToLeavingMember(t *testing.T) {
 		var unheld []string
 		for _, s := range dSlots {
 			if hs := slices.DeleteFunc(slices.Clone(held[s]), func(n string) bool { return n == "d" }); len(hs) == 0 {
-				unheld = append(unheld, fmt.Sprintf("%d (owner %s)", s, cur.owner(s)))
+				unheld = append(unheld, fmt.Sprintf("%d (owner %s)", s, cur.Owner(s)))
 			}
 		}
 		if len(unheld) == 0 {

@@ -408,7 +408,7 @@ func secondaryShares(l *replicaLayout, live []int, total int) []float64 {
 // The returned map has cur's version; the caller numbers it if it differs.
 // It is deterministic, and planning again what it returns changes nothing
 // when the members do not change.
-func planMap(cur rankMap, in planInput) rankMap {
+func planMap(cur Map, in planInput) Map {
 	k := max(1, in.Replicas)
 	if k == 1 {
 		next := plan(primaryMap(cur), in)
@@ -453,7 +453,7 @@ func planMap(cur rankMap, in planInput) rankMap {
 			}
 			for r, x := range secs[s] {
 				if live[x] && ranked[x] {
-					base.Table[s] = int32(base.index(x))
+					base.Table[s] = int32(base.Index(x))
 					secs[s] = slices.Delete(secs[s], r, r+1)
 					promoted[s] = true
 					break
@@ -461,7 +461,7 @@ func planMap(cur rankMap, in planInput) rankMap {
 			}
 		}
 	}
-	in.balance = func(owners, members []string, capacity map[string]float64) slotTable {
+	in.balance = func(owners, members []string, capacity map[string]float64) SlotTable {
 		if in.Hold && !in.ByLoad {
 			return placeOrphansWarm(owners, members, capacity, secs)
 		}
@@ -480,8 +480,8 @@ func planMap(cur rankMap, in planInput) rankMap {
 // withPrimaries returns next with table (a load round's) as its
 // primaries, and its secondaries placed anew around them (placeAround):
 // a secondary that became the primary of its slot is replaced.
-func withPrimaries(next rankMap, table slotTable, in planInput) rankMap {
-	if next.replicas() == 1 {
+func withPrimaries(next Map, table SlotTable, in planInput) Map {
+	if next.ReplicaCount() == 1 {
 		next.Table = table
 		return next
 	}
@@ -496,7 +496,7 @@ func withPrimaries(next rankMap, table slotTable, in planInput) rankMap {
 // first, as the map before had them; rename maps a departed member's name
 // to its heir's, which comes after the others, as the newest, and any
 // other name next does not rank is dropped).
-func placeAround(next rankMap, secs [][]string, rename map[string]string, in planInput) rankMap {
+func placeAround(next Map, secs [][]string, rename map[string]string, in planInput) Map {
 	S, k := next.Slots, max(1, in.Replicas)
 	next.Replicas = k
 	next.Schema = max(next.Schema, schemaReplicas)
@@ -541,7 +541,7 @@ func placeAround(next rankMap, secs [][]string, rename map[string]string, in pla
 		}
 	}
 	rows := placeSecondariesAs(&l, prev, !in.Hold)
-	table := make(slotTable, S*k)
+	table := make(SlotTable, S*k)
 	copy(table, next.Table[:S])
 	for s := range S {
 		for r := 1; r < k; r++ {
@@ -557,7 +557,7 @@ func placeAround(next rankMap, secs [][]string, rename map[string]string, in pla
 }
 
 // primaryMap returns m as a map of one replica: its primaries' row alone.
-func primaryMap(m rankMap) rankMap {
+func primaryMap(m Map) Map {
 	if m.Replicas > 1 && len(m.Table) >= m.Slots {
 		m.Table = m.Table[:m.Slots:m.Slots]
 	}
@@ -565,12 +565,12 @@ func primaryMap(m rankMap) rankMap {
 	return m
 }
 
-// replicaNames returns the members slot s's replicas name in m, its
+// ReplicaNames returns the members slot s's replicas name in m, its
 // primary first, then its secondaries oldest first, each once.
-func (m *rankMap) replicaNames(s int) []string {
+func (m *Map) ReplicaNames(s int) []string {
 	var out []string
-	for v := s; v < len(m.Table) && v < m.tableLen(); v += max(1, m.Slots) {
-		if name := m.owner(v); name != "" && !slices.Contains(out, name) {
+	for v := s; v < len(m.Table) && v < m.TableLen(); v += max(1, m.Slots) {
+		if name := m.Owner(v); name != "" && !slices.Contains(out, name) {
 			out = append(out, name)
 		}
 	}
@@ -580,16 +580,16 @@ func (m *rankMap) replicaNames(s int) []string {
 // secondaryNames returns each slot's secondaries in m by name, oldest
 // first: the entries of its rows past the primary's that name a member
 // neither the primary nor an earlier row names.
-func secondaryNames(m *rankMap) [][]string {
-	S, k := m.Slots, m.replicas()
+func secondaryNames(m *Map) [][]string {
+	S, k := m.Slots, m.ReplicaCount()
 	out := make([][]string, S)
 	if k == 1 || len(m.Table) != S*k || len(m.Members) == 0 {
 		return out
 	}
 	for s := range S {
 		for r := 1; r < k; r++ {
-			name := m.owner(r*S + s)
-			if name != "" && name != m.owner(s) && !slices.Contains(out[s], name) {
+			name := m.Owner(r*S + s)
+			if name != "" && name != m.Owner(s) && !slices.Contains(out[s], name) {
 				out[s] = append(out[s], name)
 			}
 		}
@@ -608,10 +608,10 @@ func secondaryNames(m *rankMap) [][]string {
 // promoted after a crash stays where it is rather than move twice. The
 // slots given up and not placed on a secondary go, lowest first, to the
 // members below their share, lowest index first, as balance does.
-func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) slotTable {
+func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) SlotTable {
 	n, S := len(members), len(owners)
 	idx, count, target := sharesOf(owners, members, capacity)
-	table := make(slotTable, S)
+	table := make(SlotTable, S)
 	keep := slices.Clone(count)
 	// room returns a member below its share that holds slot s as a
 	// secondary, or -1.
@@ -688,10 +688,10 @@ func balanceWarm(owners []string, members []string, capacity map[string]float64,
 // orphan goes to a member below its share that holds it as a secondary,
 // else to the members below their share, lowest index first, else to the
 // member with the fewest.
-func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) slotTable {
+func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) SlotTable {
 	n, S := len(members), len(owners)
 	idx, count, target := sharesOf(owners, members, capacity)
-	table := make(slotTable, S)
+	table := make(SlotTable, S)
 	for s, o := range owners {
 		if i, ok := idx[o]; ok {
 			table[s] = int32(i)

@@ -324,8 +324,8 @@ func FuzzPlaceSecondaries(f *testing.F) {
 
 // planReplicated plans a first map of members names (zones by index, if
 // given) with k replicas per slot over slots slots.
-func planReplicated(k, slots int, names []string, zones map[string]string) rankMap {
-	cur := rankMap{Schema: schemaReplicas, Slots: slots}
+func planReplicated(k, slots int, names []string, zones map[string]string) Map {
+	cur := Map{Schema: schemaReplicas, Slots: slots}
 	ready := map[string]bool{}
 	for _, n := range names {
 		ready[n] = true
@@ -338,9 +338,9 @@ func planReplicated(k, slots int, names []string, zones map[string]string) rankM
 // checkPlanned fails t unless m is a valid map of k replicas per slot: it
 // validates, every slot's replicas name min(k, members) distinct members,
 // in as many distinct zones as the members' zones allow.
-func checkPlanned(t testing.TB, m rankMap, k int, zones map[string]string) {
+func checkPlanned(t testing.TB, m Map, k int, zones map[string]string) {
 	t.Helper()
-	if err := m.usableBy(geometry{m.Slots, k}); err != nil {
+	if err := m.UsableBy(Geometry{m.Slots, k}); err != nil {
 		t.Fatalf("planned map unusable: %v", err)
 	}
 	distinct := map[string]bool{}
@@ -348,7 +348,7 @@ func checkPlanned(t testing.TB, m rankMap, k int, zones map[string]string) {
 		distinct[zones[name]] = true
 	}
 	for s := range m.Slots {
-		names := m.replicaNames(s)
+		names := m.ReplicaNames(s)
 		if len(names) != min(k, len(m.Members)) {
 			t.Fatalf("slot %d: replicas %v, want %d", s, names, min(k, len(m.Members)))
 		}
@@ -390,23 +390,23 @@ func TestPlanMap(t *testing.T) {
 				return in
 			}
 			again := planMap(cur, input(names))
-			if !again.sameAssignment(cur) {
+			if !again.SameAssignment(cur) {
 				t.Fatalf("%s: planning again changed the map", name)
 			}
 			without := func(gone string) []string {
 				return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == gone })
 			}
-			warm := func(next rankMap, what string) {
+			warm := func(next Map, what string) {
 				t.Helper()
 				for s := range S {
-					was, now := cur.owner(s), next.owner(s)
-					if was == "c" && now != cur.replicaNames(s)[1] && (byLoad || !slices.Contains(cur.replicaNames(s)[1:], now)) {
+					was, now := cur.Owner(s), next.Owner(s)
+					if was == "c" && now != cur.ReplicaNames(s)[1] && (byLoad || !slices.Contains(cur.ReplicaNames(s)[1:], now)) {
 						// (By count, a member the promotions left above its
 						// share may pass one on to a younger secondary.)
-						t.Fatalf("%s %s: slot %d went to %s, not to its oldest secondary (replicas were %v)", name, what, s, now, cur.replicaNames(s))
+						t.Fatalf("%s %s: slot %d went to %s, not to its oldest secondary (replicas were %v)", name, what, s, now, cur.ReplicaNames(s))
 					}
-					if was != now && !slices.Contains(cur.replicaNames(s), now) {
-						t.Fatalf("%s %s: slot %d moved cold from %s to %s (replicas were %v)", name, what, s, was, now, cur.replicaNames(s))
+					if was != now && !slices.Contains(cur.ReplicaNames(s), now) {
+						t.Fatalf("%s %s: slot %d moved cold from %s to %s (replicas were %v)", name, what, s, was, now, cur.ReplicaNames(s))
 					}
 					if byLoad && was != "c" && was != now {
 						t.Fatalf("%s %s: slot %d moved from %s to %s", name, what, s, was, now)
@@ -418,7 +418,7 @@ func TestPlanMap(t *testing.T) {
 			next := planMap(cur, input(without("c")))
 			checkPlanned(t, next, k, zones)
 			warm(next, "crash")
-			if again := planMap(next, input(without("c"))); !again.sameAssignment(next) {
+			if again := planMap(next, input(without("c"))); !again.SameAssignment(next) {
 				t.Fatalf("%s crash: planning again changed the map", name)
 			}
 
@@ -426,16 +426,16 @@ func TestPlanMap(t *testing.T) {
 			// and every replica c held, nothing else moves.
 			next = planMap(cur, input(append(without("c"), "g"), "c"))
 			checkPlanned(t, next, k, zones)
-			if next.index("g") != cur.index("c") {
-				t.Fatalf("%s rolling: g at index %d, c was at %d", name, next.index("g"), cur.index("c"))
+			if next.Index("g") != cur.Index("c") {
+				t.Fatalf("%s rolling: g at index %d, c was at %d", name, next.Index("g"), cur.Index("c"))
 			}
 			for v := range cur.Table {
-				want := cur.owner(v)
+				want := cur.Owner(v)
 				if want == "c" {
 					want = "g"
 				}
-				if next.owner(v) != want {
-					t.Fatalf("%s rolling: entry %d is %s, want %s", name, v, next.owner(v), want)
+				if next.Owner(v) != want {
+					t.Fatalf("%s rolling: entry %d is %s, want %s", name, v, next.Owner(v), want)
 				}
 			}
 
@@ -451,8 +451,8 @@ func TestPlanMap(t *testing.T) {
 			next = planMap(cur, in)
 			checkPlanned(t, next, k, zones)
 			for s := range S {
-				if next.owner(s) != cur.owner(s) && next.owner(s) != "g" {
-					t.Fatalf("%s join: slot %d moved from %s to %s", name, s, cur.owner(s), next.owner(s))
+				if next.Owner(s) != cur.Owner(s) && next.Owner(s) != "g" {
+					t.Fatalf("%s join: slot %d moved from %s to %s", name, s, cur.Owner(s), next.Owner(s))
 				}
 			}
 			if n := countOwned(next, "g"); !byLoad && (n < S/7 || n > S/7+1) || byLoad && n == 0 {
@@ -463,10 +463,10 @@ func TestPlanMap(t *testing.T) {
 }
 
 // countOwned counts the primaries of name in m.
-func countOwned(m rankMap, name string) int {
+func countOwned(m Map, name string) int {
 	n := 0
 	for s := range m.Slots {
-		if m.owner(s) == name {
+		if m.Owner(s) == name {
 			n++
 		}
 	}
@@ -495,17 +495,17 @@ func TestPlanMapZoneLoss(t *testing.T) {
 		checkPlanned(t, next, 2, zones)
 		others := 0
 		for s := range cur.Slots {
-			was, now := cur.owner(s), next.owner(s)
+			was, now := cur.Owner(s), next.Owner(s)
 			if zones[was] != "z0" {
 				if now != was {
 					others++
-					if !slices.Contains(cur.replicaNames(s), now) {
+					if !slices.Contains(cur.ReplicaNames(s), now) {
 						t.Fatalf("byLoad=%v slot %d: moved cold from %s to %s", byLoad, s, was, now)
 					}
 				}
 				continue
 			}
-			if sec := cur.replicaNames(s)[1]; now != sec || zones[sec] == "z0" {
+			if sec := cur.ReplicaNames(s)[1]; now != sec || zones[sec] == "z0" {
 				t.Fatalf("byLoad=%v slot %d: the lost zone's primary went to %s, not to its secondary %s in another zone", byLoad, s, now, sec)
 			}
 		}
@@ -532,7 +532,7 @@ func FuzzPlanMap(f *testing.F) {
 		zones := map[string]string{}
 		nz := rng.IntN(4)
 		var live []string
-		cur := rankMap{Schema: schemaReplicas, Slots: S, Version: 1}
+		cur := Map{Schema: schemaReplicas, Slots: S, Version: 1}
 		next := 0
 		for step := 0; step < 30; step++ {
 			switch r := rng.IntN(10); {
@@ -570,14 +570,14 @@ func FuzzPlanMap(f *testing.F) {
 			// secondary, which keeps it.
 			if len(handed) == 0 && len(m.Members) == len(live) && len(cur.Members) > 0 && k > 1 {
 				for s := range S {
-					o := cur.owner(s)
+					o := cur.Owner(s)
 					if slices.Contains(live, o) {
 						continue
 					}
-					for _, sec := range cur.replicaNames(s)[1:] {
+					for _, sec := range cur.ReplicaNames(s)[1:] {
 						if slices.Contains(live, sec) {
-							if m.owner(s) != sec {
-								t.Fatalf("slot %d: crashed %s's primary went to %s, not its oldest live secondary %s", s, o, m.owner(s), sec)
+							if m.Owner(s) != sec {
+								t.Fatalf("slot %d: crashed %s's primary went to %s, not its oldest live secondary %s", s, o, m.Owner(s), sec)
 							}
 							break
 						}
@@ -587,7 +587,7 @@ func FuzzPlanMap(f *testing.F) {
 			again := in
 			again.Handed = nil
 			stable := planMap(m, again)
-			if len(m.Members) > 0 && !stable.sameAssignment(m) {
+			if len(m.Members) > 0 && !stable.SameAssignment(m) {
 				t.Fatalf("planning again moved: %v -> %v", m.Table, stable.Table)
 			}
 			cur = m
@@ -610,7 +610,7 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 		}
 		cur := planReplicated(2, c.slots, names, zones)
 		live := slices.Clone(names)
-		maps := []rankMap{cur}
+		maps := []Map{cur}
 		for _, gone := range names {
 			if zones[gone] != "z2" {
 				continue
@@ -620,19 +620,19 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 			next := planMap(prev, planInput{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
 			checkPlanned(t, next, 2, zones)
 			for s := range c.slots {
-				if slices.Contains(prev.replicaNames(s), gone) {
+				if slices.Contains(prev.ReplicaNames(s), gone) {
 					continue
 				}
-				if !slices.Equal(prev.replicaNames(s), next.replicaNames(s)) {
-					t.Errorf("%d members, %d slots: %s's crash moved slot %d's replicas %v -> %v", c.members, c.slots, gone, s, prev.replicaNames(s), next.replicaNames(s))
+				if !slices.Equal(prev.ReplicaNames(s), next.ReplicaNames(s)) {
+					t.Errorf("%d members, %d slots: %s's crash moved slot %d's replicas %v -> %v", c.members, c.slots, gone, s, prev.ReplicaNames(s), next.ReplicaNames(s))
 				}
 			}
 			maps = append(maps, next)
 		}
 		last := maps[len(maps)-1]
 		for s := range c.slots {
-			if zones[cur.owner(s)] == "z2" && !slices.Contains(cur.replicaNames(s), last.owner(s)) {
-				t.Errorf("%d members, %d slots: slot %d went cold to %s (replicas were %v)", c.members, c.slots, s, last.owner(s), cur.replicaNames(s))
+			if zones[cur.Owner(s)] == "z2" && !slices.Contains(cur.ReplicaNames(s), last.Owner(s)) {
+				t.Errorf("%d members, %d slots: slot %d went cold to %s (replicas were %v)", c.members, c.slots, s, last.Owner(s), cur.ReplicaNames(s))
 			}
 		}
 	}
@@ -659,7 +659,7 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		cur.ByLoad = byLoad
 		live := slices.Clone(names)
 		drop := func(g string) { live = slices.DeleteFunc(live, func(n string) bool { return n == g }) }
-		step := func(m rankMap, hold bool) rankMap {
+		step := func(m Map, hold bool) Map {
 			n := planMap(m, planInput{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
 			n.Version = m.Version + 1
 			checkPlanned(t, n, 2, zones)
@@ -668,7 +668,7 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		drop("m0")
 		held := step(cur, true)
 		before := step(held, false) // (a TTL later: balanced)
-		if again := step(before, false); !again.sameAssignment(before) {
+		if again := step(before, false); !again.SameAssignment(before) {
 			t.Fatalf("byLoad=%v: planning again moved", byLoad)
 		}
 		drop("m2")
@@ -676,8 +676,8 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		drop("m5")
 		last := step(first, true)
 		for s := range 64 {
-			if zones[before.owner(s)] == "z2" && !slices.Contains(before.replicaNames(s), last.owner(s)) {
-				t.Errorf("byLoad=%v slot %d: cold, %v -> %v -> %v", byLoad, s, before.replicaNames(s), first.replicaNames(s), last.replicaNames(s))
+			if zones[before.Owner(s)] == "z2" && !slices.Contains(before.ReplicaNames(s), last.Owner(s)) {
+				t.Errorf("byLoad=%v slot %d: cold, %v -> %v -> %v", byLoad, s, before.ReplicaNames(s), first.ReplicaNames(s), last.ReplicaNames(s))
 			}
 		}
 	}
@@ -690,17 +690,17 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 func TestOneReplicaEncodesAsBefore(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	in := planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
-	prev := planMap(rankMap{Schema: schemaVersion, Slots: 16}, in)
+	prev := planMap(Map{Schema: schemaVersion, Slots: 16}, in)
 	prev.Version, prev.Leader = 1, "a"
 	in2 := planInput{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
 	next := planMap(prev, in2)
 	next.Version = 2
 	c := diff(&prev, &next)
-	c.transition = transition{From: 1, View: 77}
+	c.Transition = Transition{From: 1, View: 77}
 	for _, x := range []struct{ name, got, want string }{
-		{"map", string(prev.encode()), `{"schema":3,"version":1,"slots":16,"leader":"a","members":["a","b","c"],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
-		{"next map", string(next.encode()), `{"schema":3,"version":2,"slots":16,"leader":"a","members":["a","d","c"],"waiting":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
-		{"record", string(c.encode()), `{"schema":3,"change":true,"version":2,"names":{"1":"d"},"wait":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"view":77,"from":1}`},
+		{"map", string(prev.Encode()), `{"schema":3,"version":1,"slots":16,"leader":"a","members":["a","b","c"],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
+		{"next map", string(next.Encode()), `{"schema":3,"version":2,"slots":16,"leader":"a","members":["a","d","c"],"waiting":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
+		{"record", string(c.Encode()), `{"schema":3,"change":true,"version":2,"names":{"1":"d"},"wait":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"view":77,"from":1}`},
 		{"member key", memberValueOf(1, "", false, 1), `{"protocols":[2,3]}`},
 		{"member key, capacity, leaving", memberValueOf(2.5, "", true, 1), `{"protocols":[2,3],"capacity":2.5,"leaving":true}`},
 	} {

@@ -168,13 +168,13 @@ func replicaHolders(events []Event) (primary, secondary map[int][]string) {
 // heldAsReplicated reports whether every slot of m is held as m says at
 // the end of the history: its primary by its primary, its secondaries by
 // its secondaries.
-func heldAsReplicated(events []Event, m *rankMap) bool {
+func heldAsReplicated(events []Event, m *Map) bool {
 	if m == nil || len(m.Members) == 0 {
 		return false
 	}
 	primary, secondary := replicaHolders(events)
 	for s := 0; s < m.Slots; s++ {
-		names := m.replicaNames(s)
+		names := m.ReplicaNames(s)
 		if got := primary[s]; len(got) != 1 || got[0] != names[0] {
 			return false
 		}
@@ -247,7 +247,7 @@ func TestReplicasCrashPromotesSecondaries(t *testing.T) {
 	}
 	zoneOf := map[string]string{"m0": "a", "m1": "b", "m2": "c"}
 	for s := range m.Slots {
-		names := m.replicaNames(s)
+		names := m.ReplicaNames(s)
 		if len(names) != 2 || zoneOf[names[0]] == zoneOf[names[1]] {
 			t.Fatalf("slot %d: replicas %v", s, names)
 		}
@@ -294,14 +294,14 @@ func TestReplicasCrashPromotesSecondaries(t *testing.T) {
 	after := ms[1].ownersNow()
 	// Every primary of m0 went to the member that was its secondary.
 	for s := range before.Slots {
-		if before.owner(s) != "m0" {
-			if after.owner(s) != before.owner(s) {
-				t.Errorf("slot %d: primary moved from %s to %s", s, before.owner(s), after.owner(s))
+		if before.Owner(s) != "m0" {
+			if after.Owner(s) != before.Owner(s) {
+				t.Errorf("slot %d: primary moved from %s to %s", s, before.Owner(s), after.Owner(s))
 			}
 			continue
 		}
-		if want := before.replicaNames(s)[1]; after.owner(s) != want {
-			t.Errorf("slot %d: m0's primary went to %s, not to its secondary %s", s, after.owner(s), want)
+		if want := before.ReplicaNames(s)[1]; after.Owner(s) != want {
+			t.Errorf("slot %d: m0's primary went to %s, not to its secondary %s", s, after.Owner(s), want)
 		}
 	}
 	select {
@@ -426,12 +426,12 @@ func TestReplicasGracefulLeavePromotes(t *testing.T) {
 	settleReplicated(t, h, ms[:3]...)
 	after := ms[0].ownersNow()
 	for s := range before.Slots {
-		was := before.owner(s)
+		was := before.Owner(s)
 		switch {
-		case was == "m3" && after.owner(s) != before.replicaNames(s)[1]:
-			t.Errorf("slot %d: the leaver's primary went to %s, not to its secondary %s", s, after.owner(s), before.replicaNames(s)[1])
-		case was != "m3" && after.owner(s) != was && !slices.Contains(before.replicaNames(s), after.owner(s)):
-			t.Errorf("slot %d: primary moved cold from %s to %s", s, was, after.owner(s))
+		case was == "m3" && after.Owner(s) != before.ReplicaNames(s)[1]:
+			t.Errorf("slot %d: the leaver's primary went to %s, not to its secondary %s", s, after.Owner(s), before.ReplicaNames(s)[1])
+		case was != "m3" && after.Owner(s) != was && !slices.Contains(before.ReplicaNames(s), after.Owner(s)):
+			t.Errorf("slot %d: primary moved cold from %s to %s", s, was, after.Owner(s))
 		}
 	}
 	if err := checkReplicaHistory(h.snapshot(), 2); err != nil {
@@ -486,7 +486,7 @@ func TestReplicasPartition(t *testing.T) {
 	p.BlackholeRx()
 	eventually(t, 15*time.Second, "the others took over", func() bool {
 		m := ms[0].ownersNow()
-		return m.index("m2") < 0 && heldAsReplicated(h.snapshot(), m)
+		return m.Index("m2") < 0 && heldAsReplicated(h.snapshot(), m)
 	})
 	p.UnblackholeTx()
 	p.UnblackholeRx()
@@ -536,12 +536,12 @@ func TestNewLeaderKeepsLoadBalance(t *testing.T) {
 			waitSettled(t, all...)
 			after := ms[1].ownersNow()
 			for v := range before.Table {
-				want := before.owner(v)
+				want := before.Owner(v)
 				if want == "m0" {
 					want = "new0"
 				}
-				if after.owner(v) != want {
-					t.Fatalf("entry %d of the table went from %s to %s (the new leader balanced by count: %v)", v, before.owner(v), after.owner(v), !after.ByLoad)
+				if after.Owner(v) != want {
+					t.Fatalf("entry %d of the table went from %s to %s (the new leader balanced by count: %v)", v, before.Owner(v), after.Owner(v), !after.ByLoad)
 				}
 			}
 		})
@@ -699,7 +699,7 @@ func TestReplicasWarmupScaleOut(t *testing.T) {
 	m := d.ownersNow()
 	seconds := 0
 	for _, role := range roles {
-		names := m.replicaNames(slotOf(role, 64))
+		names := m.ReplicaNames(slotOf(role, 64))
 		if slices.Contains(names[1:], "d") {
 			seconds++
 			mu.Lock()

@@ -137,8 +137,8 @@ func (r *Rink) restored(why string) {
 		r.fence(st.inc, ErrFenced)
 	}
 	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev, st.mapAbsentAt = 0, 0, 0, 0, 0, 0, 0
-	st.prev, st.prevSeq = rankMap{}, 0
-	st.floor = ackFloor{}
+	st.prev, st.prevSeq = Map{}, 0
+	st.floor = AckFloor{}
 	st.hist.reset()
 	clear(st.verSeq)
 	st.topVer, st.repeats = 0, 0

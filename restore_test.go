@@ -209,7 +209,7 @@ func TestRestoreWhileMembersAway(t *testing.T) {
 	snap := saveSnapshot(t, endpoint, dir)
 	eventually(t, 4*ttl, "b holds a's slots", func() bool {
 		m := b.ownersNow()
-		if m == nil || m.index("a") >= 0 {
+		if m == nil || m.Index("a") >= 0 {
 			return false
 		}
 		held := h.holders()

@@ -136,7 +136,7 @@ func TestFencedMemberResumes(t *testing.T) {
 	settle(t, h, ms...)
 	// (The leader writes one map after the resume, which records b's new
 	// lease once etcd said the old one ended (issue 42): it moves nothing.)
-	if now := a.ownersNow(); !now.sameAssignment(*assigned) {
+	if now := a.ownersNow(); !now.SameAssignment(*assigned) {
 		t.Errorf("the assignment changed: version %d to %d", assigned.Version, now.Version)
 	}
 	if i := b.Rank().Index; i != rankB {
@@ -303,8 +303,8 @@ func TestAllMembersResume(t *testing.T) {
 	})
 	settle(t, h, ms...)
 	for _, m := range ms {
-		if rk, now := m.Rank(), m.ownersNow(); !now.sameAssignment(*assigned) || rk.Index != ranks[m.Member()] {
-			t.Errorf("%s: rank %d version %d, before %d version %d (the assignment changed: %v)", m.Member(), rk.Index, rk.Version, ranks[m.Member()], assigned.Version, !now.sameAssignment(*assigned))
+		if rk, now := m.Rank(), m.ownersNow(); !now.SameAssignment(*assigned) || rk.Index != ranks[m.Member()] {
+			t.Errorf("%s: rank %d version %d, before %d version %d (the assignment changed: %v)", m.Member(), rk.Index, rk.Version, ranks[m.Member()], assigned.Version, !now.SameAssignment(*assigned))
 		}
 	}
 	checkResumed(t, h, ms, ms, mark, before)

@@ -92,7 +92,7 @@ type Rink struct {
 	// is set while this member holds it as a secondary. Empty with one
 	// replica per slot.
 	secs   slotStates
-	owners atomic.Pointer[rankMap]
+	owners atomic.Pointer[Map]
 	// ownersMu guards the table of the map in owners, which the run
 	// goroutine may write in place (see applyInPlace): readers hold it
 	// shared while they read the table.
@@ -283,7 +283,7 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 		if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 			snap = s[0]
 		}
-		m, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.geometry())
+		m, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, r.geometry())
 		if err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
 			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
 		}

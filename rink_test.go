@@ -405,7 +405,7 @@ func settle(t testing.TB, h *history, ms ...*Rink) {
 		// (TestChangeRecordsInTheMapKey read that earlier map now and
 		// then: issue 44).
 		for _, r := range ms {
-			if m.index(r.Member()) < 0 && !slices.ContainsFunc(m.Waiting, func(w waiter) bool { return w.Name == r.Member() }) {
+			if m.Index(r.Member()) < 0 && !slices.ContainsFunc(m.Waiting, func(w Waiter) bool { return w.Name == r.Member() }) {
 				return false
 			}
 		}
@@ -435,20 +435,20 @@ func slotsSince(h *history, t0 time.Time) (acq, rel map[string]map[int]int) {
 }
 
 // slotsOf returns the slots m gives member, in order.
-func slotsOf(m *rankMap, member string) []int {
+func slotsOf(m *Map, member string) []int {
 	var out []int
 	for s := 0; s < m.Slots; s++ {
-		if m.owner(s) == member {
+		if m.Owner(s) == member {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func ownedBy(m *rankMap, member string) map[int]bool {
+func ownedBy(m *Map, member string) map[int]bool {
 	out := map[int]bool{}
 	for s := 0; s < m.Slots; s++ {
-		if m.owner(s) == member {
+		if m.Owner(s) == member {
 			out[s] = true
 		}
 	}
@@ -584,7 +584,7 @@ func TestScaleOut(t *testing.T) {
 	if len(acq["m4"]) != moved(before, after) || released != moved(before, after) {
 		t.Errorf("m4 acquired %d slots, others released %d, moved %d", len(acq["m4"]), released, moved(before, after))
 	}
-	if after.owner(slotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
+	if after.Owner(slotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
 		t.Error("a role that stayed with m1 was interrupted")
 	}
 	h.check(t)
@@ -751,7 +751,7 @@ func TestIncompatibleMap(t *testing.T) {
 	// An operator restores a usable map: the member rejoins and leads again.
 	m := goodWhole
 	m.Version += 10
-	if _, err := cli.Put(context.Background(), k.Map(), string(m.encode())); err != nil {
+	if _, err := cli.Put(context.Background(), k.Map(), string(m.Encode())); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := a.AwaitRoleContext(ctxTimeout(t, 15*time.Second), "leader"); err != nil {
@@ -876,12 +876,12 @@ func TestFloorRewrittenAfterDeletion(t *testing.T) {
 	b := join(t, cli, name, WithMemberName("b"), WithSlots(8))
 	eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index >= 0 })
 	key := newKeys(name).Floor()
-	floor := func() (ackFloor, bool) {
+	floor := func() (AckFloor, bool) {
 		resp, err := cli.Get(context.Background(), key)
 		if err != nil || len(resp.Kvs) == 0 {
-			return ackFloor{}, false
+			return AckFloor{}, false
 		}
-		var f ackFloor
+		var f AckFloor
 		return f, json.Unmarshal(resp.Kvs[0].Value, &f) == nil
 	}
 	eventually(t, 10*time.Second, "a floor with both members at the map's version", func() bool {

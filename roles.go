@@ -208,7 +208,7 @@ func (r *Rink) Owners(role string) (members []string, ok bool) {
 	if m == nil || len(m.Table) == 0 || role == "" {
 		return nil, false
 	}
-	return m.replicaNames(slotOf(role, m.Slots)), true
+	return m.ReplicaNames(slotOf(role, m.Slots)), true
 }
 
 // Rank is this member's place in the rink as of one map version.

@@ -78,7 +78,7 @@ type replicaSlot struct {
 // per slot, and a table this member can read them from.
 func (r *Rink) replicated() bool {
 	m := &r.st.cur
-	return m.Replicas > 1 && len(m.Table) == m.tableLen() && len(m.Members) > 0
+	return m.Replicas > 1 && len(m.Table) == m.TableLen() && len(m.Members) > 0
 }
 
 // namedIn reports whether the applied map names index idx among slot s's
@@ -326,7 +326,7 @@ func (r *Rink) replicasFreeNarrow(s int, g, low int64) bool {
 	if low >= g {
 		return true
 	}
-	S, k := st.cur.Slots, st.cur.replicas()
+	S, k := st.cur.Slots, st.cur.ReplicaCount()
 	var names []string
 	for rr := range k {
 		holders, known := st.hist.during(rr*S+s, low, g)
@@ -357,7 +357,7 @@ func (r *Rink) replicaClear(s int, name string, b, g int64) bool {
 	if b >= g {
 		return true
 	}
-	S, k := st.cur.Slots, st.cur.replicas()
+	S, k := st.cur.Slots, st.cur.ReplicaCount()
 	for rr := range k {
 		in, known := st.hist.heldBy(rr*S+s, name, g, g+1)
 		if !known {

@@ -92,7 +92,7 @@ func settledRink(t testing.TB, h *history, loops *roleLoops, n int) []*Rink {
 // ranked, the map announces nothing and lists nobody waiting or leaving,
 // every slot is held by exactly its owner, and every member acknowledged
 // the map.
-func waitRest(t testing.TB, h *history, ms ...*Rink) (*rankMap, time.Time) {
+func waitRest(t testing.TB, h *history, ms ...*Rink) (*Map, time.Time) {
 	t.Helper()
 	ob, err := NewObserver(newClient(t), ms[0].Name())
 	if err != nil {
@@ -112,7 +112,7 @@ func waitRest(t testing.TB, h *history, ms ...*Rink) (*rankMap, time.Time) {
 		if s := ob.State(); why == "" && (!s.Settled || s.Version != v) {
 			why = fmt.Sprintf("observer: settled %v at version %d", s.Settled, s.Version)
 		}
-		var m *rankMap
+		var m *Map
 		if why == "" {
 			m, why = looksSettled(h, ob, ms)
 		}
@@ -128,7 +128,7 @@ func waitRest(t testing.TB, h *history, ms ...*Rink) (*rankMap, time.Time) {
 
 // looksSettled returns the map of a rink that looks settled, or why it
 // does not.
-func looksSettled(h *history, ob *Observer, ms []*Rink) (*rankMap, string) {
+func looksSettled(h *history, ob *Observer, ms []*Rink) (*Map, string) {
 	m := ms[0].ownersNow()
 	switch {
 	case m == nil || m.Version == 0:
@@ -139,7 +139,7 @@ func looksSettled(h *history, ob *Observer, ms []*Rink) (*rankMap, string) {
 		return nil, fmt.Sprintf("map %d ranks %v", m.Version, m.Members)
 	}
 	for _, r := range ms {
-		if rk := r.Rank(); rk.Version != m.Version || rk.Index < 0 || m.index(r.Member()) < 0 {
+		if rk := r.Rank(); rk.Version != m.Version || rk.Index < 0 || m.Index(r.Member()) < 0 {
 			return nil, fmt.Sprintf("%s is at version %d, index %d; the map at %d", r.Member(), rk.Version, rk.Index, m.Version)
 		}
 	}
@@ -163,10 +163,10 @@ func looksSettled(h *history, ob *Observer, ms []*Rink) (*rankMap, string) {
 }
 
 // roleShares says how many of roles each member of m owns.
-func roleShares(m *rankMap, roles []string) string {
+func roleShares(m *Map, roles []string) string {
 	n := map[string]int{}
 	for _, role := range roles {
-		n[m.owner(slotOf(role, m.Slots))]++
+		n[m.Owner(slotOf(role, m.Slots))]++
 	}
 	var parts []string
 	for _, name := range m.Members {
@@ -286,7 +286,7 @@ func TestSettledFenceAndReturnMovesNothing(t *testing.T) {
 	t.Logf("looked settled at version %d; roles per member %s", m.Version, roleShares(m, roles))
 	owner := make([]string, m.Slots)
 	for s := range owner {
-		owner[s] = m.owner(s)
+		owner[s] = m.Owner(s)
 	}
 
 	p.PauseTx()

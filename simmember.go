@@ -116,7 +116,7 @@ func (m *simMember) Start() error {
 				if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 					snap = s[0]
 				}
-				mp, err := readMap(kvs[0], snap, &rankMap{}, false, 0, 0, r.geometry())
+				mp, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, r.geometry())
 				wide = err != nil || mp.Schema < 3
 			}
 			r.wideView.Store(wide)
@@ -380,7 +380,7 @@ func (m *simMember) Steps() int { return m.steps }
 
 // Ranked reports whether the applied map ranks the member.
 func (m *simMember) Ranked() bool {
-	return !m.dead && m.r.st.inc != nil && m.r.st.cur.index(m.r.opts.member) >= 0
+	return !m.dead && m.r.st.inc != nil && m.r.st.cur.Index(m.r.opts.member) >= 0
 }
 
 // Joined reports whether the member has joined the rink once.

@@ -19,7 +19,7 @@ func holdsMapped(r *Rink) bool {
 		return false
 	}
 	for s := 0; s < m.Slots; s++ {
-		if m.owner(s) == r.Member() && r.slots.load(s) == nil {
+		if m.Owner(s) == r.Member() && r.slots.load(s) == nil {
 			return false
 		}
 	}
@@ -57,7 +57,7 @@ func TestLeaselessMemberKeyIsStray(t *testing.T) {
 		resp, err := op.Get(context.Background(), zz)
 		return err == nil && len(resp.Kvs) == 0
 	})
-	if m := a.ownersNow(); m.index("zz") >= 0 {
+	if m := a.ownersNow(); m.Index("zz") >= 0 {
 		t.Errorf("the leaseless key is ranked: %v", m.Members)
 	}
 	role := roleOf(t, c)
@@ -92,7 +92,7 @@ func TestStrangerBlocksNothing(t *testing.T) {
 	}
 	eventually(t, 3*time.Second, role+" held again", func() bool { return len(holding(role, a, b)) == 1 })
 	settle(t, h, a, b)
-	if m := a.ownersNow(); m.index("future") >= 0 {
+	if m := a.ownersNow(); m.Index("future") >= 0 {
 		t.Errorf("the stranger is ranked: %v", m.Members)
 	}
 	h.check(t)
@@ -151,7 +151,7 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 	assigned := a.ownersNow()
 	mark := cutUntilFenced(t, p, ctxB, ttl)
 	eventually(t, 5*time.Second, "b resumed", func() bool { return rejoinedSince(h, "b", mark) })
-	if now := a.ownersNow(); !now.sameAssignment(*assigned) {
+	if now := a.ownersNow(); !now.SameAssignment(*assigned) {
 		t.Fatalf("b did not resume: the assignment changed, version %d to %d", assigned.Version, now.Version)
 	}
 	if err := c.Shutdown(ctxTimeout(t, 5*time.Second)); err != nil {

@@ -30,7 +30,7 @@ import "sort"
 // which slot.
 type mapShape struct {
 	Members []string  `json:"members"`
-	Table   slotTable `json:"table"`
+	Table   SlotTable `json:"table"`
 }
 
 // changedBetween calls mark for every member whose slots differ between a
@@ -196,8 +196,8 @@ func (c *changeLog) still(name string, bound int64) int64 {
 
 // movedFor reports whether cur gives the member at index ci other slots
 // than prev gives the member at index pi (-1: not ranked there).
-func movedFor(prev, cur *rankMap, pi, ci int, delta *mapDelta) bool {
-	owns := func(m *rankMap, i, s int) bool { return i >= 0 && s < len(m.Table) && int(m.Table[s]) == i }
+func movedFor(prev, cur *Map, pi, ci int, delta *mapDelta) bool {
+	owns := func(m *Map, i, s int) bool { return i >= 0 && s < len(m.Table) && int(m.Table[s]) == i }
 	if delta != nil && !delta.renamed {
 		// The other slots kept their entries and those entries' names (so
 		// none of them is pi or ci, if those differ: the index we left

@@ -264,10 +264,10 @@ func TestNestedRinksRefused(t *testing.T) {
 // do the rest.
 type proclaimFx struct {
 	netEffects
-	base, next []rankMap
+	base, next []Map
 }
 
-func (fx *proclaimFx) proclaim(_ *leadership, base, next rankMap, _ int64, _ transition) {
+func (fx *proclaimFx) proclaim(_ *leadership, base, next Map, _ int64, _ Transition) {
 	fx.base, fx.next = append(fx.base, base), append(fx.next, next)
 }
 
@@ -294,7 +294,7 @@ func TestLeaderRewritesAMapThatRanksANameTwice(t *testing.T) {
 	if len(fx.next) != 1 {
 		t.Fatalf("%d maps proclaimed, want 1", len(fx.next))
 	}
-	if err := fx.next[0].validate(); err != nil {
+	if err := fx.next[0].Validate(); err != nil {
 		t.Fatalf("proclaimed %v: %v", fx.next[0], err)
 	}
 	if len(fx.base[0].Members) != 0 {

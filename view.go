@@ -89,7 +89,7 @@ func (r *Rink) syncView() {
 // changed. A whole map, or many names, cost one pass over the members (a
 // lookup per name cost every member O(names × members) per map while a
 // 10,000-member rink shut down).
-func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap, delta *mapDelta) {
+func (r *Rink) noteGone(t Transition, seq, prevSeq int64, prev *Map, delta *mapDelta) {
 	st := &r.st
 	if st.view.goneAt == nil {
 		st.view.goneAt = map[string]int64{}
@@ -105,14 +105,14 @@ func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap, delta *
 		if ranked != nil {
 			return ranked[name]
 		}
-		return st.cur.index(name) >= 0
+		return st.cur.Index(name) >= 0
 	}
 	back := inCur
 	if delta != nil && !delta.renamed && len(st.view.goneAt) > 0 {
 		back = func(name string) bool { return delta.places(name, len(prev.Members), st.cur.Members) }
 	}
 	for name := range st.view.goneAt {
-		if st.view.goneAt[name] < st.hist.from || back(name) || st.cur.waits(name) {
+		if st.view.goneAt[name] < st.hist.from || back(name) || st.cur.Waits(name) {
 			delete(st.view.goneAt, name) // back, or older than anything the check looks at
 		}
 	}
@@ -137,7 +137,7 @@ func (r *Rink) noteGone(t transition, seq, prevSeq int64, prev *rankMap, delta *
 		}
 	}
 	for _, name := range t.Gone {
-		if name != r.opts.member && !st.cur.waits(name) && !ranks(name) {
+		if name != r.opts.member && !st.cur.Waits(name) && !ranks(name) {
 			st.view.goneAt[name] = seq
 		}
 	}
@@ -368,13 +368,13 @@ func (r *Rink) watch() {
 // election keys each, thousands at once, and starved etcd (issue 25). A
 // leader of a build that does not say its view (t.View 0) gets the
 // listing.
-func (r *Rink) checkOwnName(t transition) {
+func (r *Rink) checkOwnName(t Transition) {
 	st := &r.st
 	if st.view.selfCheck != 0 {
 		return
 	}
 	st.view.selfCheck = 2 // (checked now, or never: only the first map counts)
-	if st.view.wide || st.inc == nil || st.joins != 1 || st.cur.index(r.opts.member) < 0 && !st.cur.waits(r.opts.member) {
+	if st.view.wide || st.inc == nil || st.joins != 1 || st.cur.Index(r.opts.member) < 0 && !st.cur.Waits(r.opts.member) {
 		return // (the wide view finds such a ghost itself: see noteCandidates)
 	}
 	if _, replaced := t.Incs[r.opts.member]; !replaced && t.ByLeader && t.View != 0 && t.View >= st.inc.createRev {

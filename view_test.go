@@ -11,7 +11,7 @@ import (
 
 // mapKVWith stands for the put of map m with transition t (see
 // records.go), as a whole map written alone.
-func mapKVWith(m rankMap, t transition, createRev, modRev int64) *mvccpb.KeyValue {
+func mapKVWith(m Map, t Transition, createRev, modRev int64) *mvccpb.KeyValue {
 	kv := mapKV(m, createRev, modRev)
 	kv.Value = withTransition(kv.Value, t)
 	return kv
@@ -39,7 +39,7 @@ func narrowStart(t *testing.T) *bare {
 func TestNarrowDepartureByTransition(t *testing.T) {
 	const L = 10
 	b := narrowStart(t)
-	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), transition{From: 2, Gone: []string{"a"}}, L, 13))
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), Transition{From: 2, Gone: []string{"a"}}, L, 13))
 	b.wantHeld(0, true, "a is gone: the map that dropped it says so")
 	b.wantHeld(1, true, "a is gone")
 
@@ -58,7 +58,7 @@ func TestNarrowDepartureByTransition(t *testing.T) {
 func TestNarrowTransitionOfAnotherBase(t *testing.T) {
 	const L = 10
 	b := narrowStart(t)
-	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), transition{From: 1, Gone: []string{"a"}}, L, 13))
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), Transition{From: 1, Gone: []string{"a"}}, L, 13))
 	b.wantHeld(0, false, "the transition names version 1 as its base, not 2")
 	b.wantHeld(1, false, "the transition names version 1 as its base, not 2")
 }
@@ -72,7 +72,7 @@ func TestNarrowFloorGhosts(t *testing.T) {
 	b.manual = true
 	b.put(memberKV("b", 5, 5, 0, 0))
 	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L))
-	f := ackFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1, Ghosts: 1}
+	f := AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1, Ghosts: 1}
 	b.put(floorKV(f, 11))
 	b.wantHeld(1, false, "a ghost may act")
 	f.Ghosts = 0
@@ -91,9 +91,9 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 		b.narrowView()
 		b.put(memberKV("b", 5, 5, 0, 0))
 		names := []string{"a", "b", "c", "d", "e"}
-		prev := rankMap{}
+		prev := Map{}
 		for seq := int64(1); seq <= 30; seq++ {
-			m := rankMap{Schema: schemaVersion, Version: seq, Slots: S}
+			m := Map{Schema: schemaVersion, Version: seq, Slots: S}
 			for _, n := range names {
 				if rng.IntN(4) > 0 {
 					m.Members = append(m.Members, n)
@@ -101,11 +101,11 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			}
 			rng.Shuffle(len(m.Members), func(i, j int) { m.Members[i], m.Members[j] = m.Members[j], m.Members[i] })
 			if len(m.Members) > 0 {
-				m.Table = make(slotTable, S)
+				m.Table = make(SlotTable, S)
 				for s := range m.Table {
 					m.Table[s] = int32(rng.IntN(len(m.Members)))
 					if rng.IntN(3) > 0 && prev.Version > 0 && len(prev.Members) > 0 {
-						if i := m.index(prev.owner(s)); i >= 0 {
+						if i := m.Index(prev.Owner(s)); i >= 0 {
 							m.Table[s] = int32(i) // mostly unmoved
 						}
 					}
@@ -114,14 +114,14 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			kv := mapKV(m, L, L+seq)
 			if seq > 1 {
 				c := diff(&prev, &m)
-				kv.Value = c.encode()
+				kv.Value = c.Encode()
 			}
 			b.r.onWatch(watchBatch{wide: !b.narrow, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + seq})
 			st := &b.r.st
 			if st.curSeq != seq {
 				t.Fatalf("round %d: seq %d not applied (at %d)", round, seq, st.curSeq)
 			}
-			idx := m.index("b")
+			idx := m.Index("b")
 			if st.selfIdx != idx {
 				t.Fatalf("round %d seq %d: own index %d, want %d", round, seq, st.selfIdx, idx)
 			}
@@ -148,7 +148,7 @@ func TestNarrowReplacedNameFences(t *testing.T) {
 	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
 	m := twoSlots(2, []string{"a", "b"}, 0, 1)
-	b.put(mapKVWith(m, transition{From: 1, Incs: map[string]int64{"b": 40}}, L, 41))
+	b.put(mapKVWith(m, Transition{From: 1, Incs: map[string]int64{"b": 40}}, L, 41))
 	b.put(memberKV("a", 3, 42, 2, L))
 	b.wantHeld(1, false, "the name b is another process's now")
 	if b.r.st.inc.ctx.Err() == nil {
@@ -160,7 +160,7 @@ func TestNarrowReplacedNameFences(t *testing.T) {
 	n.narrowView()
 	n.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 	n.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
-	n.put(mapKVWith(m, transition{From: 1, Incs: map[string]int64{"b": 5}}, L, 41))
+	n.put(mapKVWith(m, Transition{From: 1, Incs: map[string]int64{"b": 5}}, L, 41))
 	n.put(memberKV("a", 3, 42, 2, L))
 	n.wantHeld(1, true, "the name is still ours, and a acknowledged")
 }
@@ -173,7 +173,7 @@ func TestNarrowListingWithoutOwnKeyFences(t *testing.T) {
 	b := newBare(t, "b", 2, 5)
 	b.narrowView()
 	b.put(memberKV("b", 5, 5, 0, 0))
-	f := ackFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1}
+	f := AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1}
 	b.manual = true
 	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L), floorKV(f, 12)}, rev: 20})
 	b.r.tryAcquire()

@@ -71,13 +71,13 @@ type warmState struct {
 
 // plannedMoves returns the slots that target takes from a member with a
 // member key, and their heirs.
-func (r *Rink) plannedMoves(cur, target rankMap) map[int]string {
+func (r *Rink) plannedMoves(cur, target Map) map[int]string {
 	if len(cur.Table) != len(target.Table) {
 		return nil
 	}
 	var moves map[int]string
 	for s := range min(len(target.Table), target.Slots) { // (primaries: a secondary is the warm-up)
-		from, to := cur.owner(s), target.owner(s)
+		from, to := cur.Owner(s), target.Owner(s)
 		if from == to || from == "" || to == "" {
 			continue
 		}
@@ -96,7 +96,7 @@ func (r *Rink) plannedMoves(cur, target rankMap) map[int]string {
 // one that announces its planned moves instead of making them, until
 // every heir is ready or the warm-up time has passed. keep plans the same
 // map with leaving members still ranked.
-func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) {
+func (r *Rink) holdForWarmup(next *Map, keep func() Map, now time.Time) {
 	st := &r.st
 	l := st.lead
 	moves := r.plannedMoves(st.cur, *next)
@@ -117,7 +117,7 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	}
 	var leavers []string
 	for _, name := range st.cur.Members {
-		if st.members[name].leaving && next.index(name) < 0 {
+		if st.members[name].leaving && next.Index(name) < 0 {
 			leavers = append(leavers, name)
 		}
 	}
@@ -152,17 +152,17 @@ func (r *Rink) holdForWarmup(next *rankMap, keep func() rankMap, now time.Time) 
 	}
 	hold.Table = slices.Clone(hold.Table)
 	for s := range hold.Table {
-		o := st.cur.owner(s)
+		o := st.cur.Owner(s)
 		if _, alive := st.members[o]; o != "" && alive {
-			if i := hold.index(o); i >= 0 {
+			if i := hold.Index(o); i >= 0 {
 				hold.Table[s] = int32(i)
 				continue
 			}
 		}
 		// An orphan: it moves now, and not to a leaving member, which is
 		// on its way out: to its owner in the plan without them.
-		if h := hold.owner(s); h != "" && st.members[h].leaving {
-			if i := hold.index(next.owner(s)); i >= 0 {
+		if h := hold.Owner(s); h != "" && st.members[h].leaving {
+			if i := hold.Index(next.Owner(s)); i >= 0 {
 				hold.Table[s] = int32(i)
 			}
 		}
@@ -224,7 +224,7 @@ func (r *Rink) applyIncoming() {
 	}
 	st.incoming, st.incomingV, st.warmReady = in, st.cur.Version, false
 	for _, s := range in {
-		r.emit(Event{Kind: EventIncoming, Slot: s, From: st.cur.owner(s)})
+		r.emit(Event{Kind: EventIncoming, Slot: s, From: st.cur.Owner(s)})
 	}
 	sets := r.setsPub.Load()
 	st.warmWait = 0
@@ -282,7 +282,7 @@ func (r *Rink) startLeaving() bool {
 func (r *Rink) watchHeirs(ctx context.Context) {
 	warm := map[string]int64{}
 	put := func(kv *mvccpb.KeyValue) {
-		var a ackValue
+		var a AckValue
 		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
 			warm[r.keys.AckName(string(kv.Key))] = a.Warm
 		} else {
@@ -381,7 +381,7 @@ func (r *Rink) leftWarm() bool {
 // still to be made while their heirs warm up: a round runs once, and the
 // plans that follow it would otherwise forget them. A move that was made,
 // or that a change of members made moot, is dropped.
-func (r *Rink) keepRound(next *rankMap) {
+func (r *Rink) keepRound(next *Map) {
 	l := r.st.lead
 	cur := r.st.cur
 	if len(next.Table) != len(cur.Table) {
@@ -390,8 +390,8 @@ func (r *Rink) keepRound(next *rankMap) {
 	}
 	next.Table = slices.Clone(next.Table)
 	for s, heir := range l.roundMoves {
-		i := next.index(heir)
-		if cur.owner(s) == heir || i < 0 || next.owner(s) != cur.owner(s) {
+		i := next.Index(heir)
+		if cur.Owner(s) == heir || i < 0 || next.Owner(s) != cur.Owner(s) {
 			delete(l.roundMoves, s)
 			continue
 		}
@@ -407,10 +407,10 @@ func (r *Rink) keepRound(next *rankMap) {
 // keeps the owners of the map before; a load round's moves put back) may
 // name a slot's new primary as its secondary too, and leave it without
 // one (found in review).
-func (r *Rink) placedAround(m rankMap) rankMap {
-	if m.replicas() == 1 || len(m.Table) != m.tableLen() {
+func (r *Rink) placedAround(m Map) Map {
+	if m.ReplicaCount() == 1 || len(m.Table) != m.TableLen() {
 		return m
 	}
 	members := r.plannedMembers()
-	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), planInput{Replicas: m.replicas(), Zones: zones(members), Capacity: capacities(members), Hold: true})
+	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), planInput{Replicas: m.ReplicaCount(), Zones: zones(members), Capacity: capacities(members), Hold: true})
 }
