@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -59,16 +60,16 @@ func newFloorSteps(t *testing.T) *floorSteps {
 }
 
 func (s *floorSteps) member(name string, lease, rev int64) {
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
+	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
 }
 
 func (s *floorSteps) ack(name string, lease, seq int64) {
-	val, _ := json.Marshal(AckValue{Ack: seq, Lineage: 10, Seq: seq})
+	val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
 	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack(name)), Value: val, Lease: lease}, false)
 }
 
-func (s *floorSteps) mapAt(seq, rev int64, members []string, table SlotTable) {
-	m := Map{Members: members, Table: table, Version: seq, Slots: len(table), Schema: schemaVersion}
+func (s *floorSteps) mapAt(seq, rev int64, members []string, table wire.SlotTable) {
+	m := wire.Map{Members: members, Table: table, Version: seq, Slots: len(table), Schema: wire.SchemaVersion}
 	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 }
 
@@ -105,7 +106,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	s.member("a", 1, 11)
 	s.member("b", 2, 12)
 	s.member("c", 3, 13)
-	s.mapAt(1, 14, []string{"a", "b", "c"}, SlotTable{0, 1, 2, 0})
+	s.mapAt(1, 14, []string{"a", "b", "c"}, wire.SlotTable{0, 1, 2, 0})
 	for i, name := range []string{"a", "b", "c"} {
 		s.ack(name, int64(i+1), 1)
 	}
@@ -135,7 +136,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	}
 	// A join: n takes slot 1 from b.
 	s.member("n", 4, 19)
-	s.mapAt(2, 20, []string{"a", "b", "c", "n"}, SlotTable{0, 3, 2, 0})
+	s.mapAt(2, 20, []string{"a", "b", "c", "n"}, wire.SlotTable{0, 3, 2, 0})
 	step("the map that ranks n", false, long)
 	s.ack("b", 2, 2)
 	step("b, which lost slot 1, acknowledged", true, 0)
@@ -146,7 +147,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	delete(s.v.members, "a")
 	s.v.changes.forget("a")
 	delete(s.v.acks, "a")
-	s.mapAt(3, 30, []string{"n", "b", "c"}, SlotTable{1, 0, 2, 2})
+	s.mapAt(3, 30, []string{"n", "b", "c"}, wire.SlotTable{1, 0, 2, 2})
 	step("the map without a", false, long)
 	s.ack("b", 2, 3)
 	s.ack("c", 3, 3)
@@ -154,8 +155,8 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 
 	// Two changes before an acknowledgement: c's bound rises past the map
 	// that took slot 2 from it.
-	s.mapAt(4, 40, []string{"n", "b", "c"}, SlotTable{1, 0, 1, 2}) // c -> b
-	s.mapAt(5, 41, []string{"n", "b", "c"}, SlotTable{1, 0, 1, 0}) // c -> n
+	s.mapAt(4, 40, []string{"n", "b", "c"}, wire.SlotTable{1, 0, 1, 2}) // c -> b
+	s.mapAt(5, 41, []string{"n", "b", "c"}, wire.SlotTable{1, 0, 1, 0}) // c -> n
 	step("two maps", false, long)
 	s.ack("b", 2, 5)
 	s.ack("n", 4, 5)
@@ -165,9 +166,9 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 
 	// A member that writes no seq (it predates them) is judged by its
 	// version bound.
-	s.mapAt(6, 50, []string{"n", "b", "c"}, SlotTable{1, 1, 1, 0}) // c -> b, n -> b
+	s.mapAt(6, 50, []string{"n", "b", "c"}, wire.SlotTable{1, 1, 1, 0}) // c -> b, n -> b
 	step("the map", false, long)
-	val, _ := json.Marshal(AckValue{Ack: 6, Lineage: 10})
+	val, _ := json.Marshal(wire.AckValue{Ack: 6, Lineage: 10})
 	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack("b")), Value: val, Lease: 2}, false)
 	step("b acknowledged in versions only", true, 0)
 }
@@ -180,21 +181,21 @@ func TestFloorWrittenAtOnceForANewcomersHistory(t *testing.T) {
 	s := newFloorSteps(t)
 	s.member("a", 1, 11)
 	s.member("b", 2, 12)
-	s.mapAt(1, 14, []string{"a", "b"}, SlotTable{0, 1, 0, 1})
+	s.mapAt(1, 14, []string{"a", "b"}, wire.SlotTable{0, 1, 0, 1})
 	s.ack("a", 1, 1)
 	s.ack("b", 2, 1)
 	if now, _ := s.offer(); !now {
 		t.Fatal("the first floor is held back")
 	}
 	// b gains slot 0 from a at 2; a acknowledges, b not yet.
-	s.mapAt(2, 20, []string{"a", "b"}, SlotTable{1, 1, 0, 1})
+	s.mapAt(2, 20, []string{"a", "b"}, wire.SlotTable{1, 1, 0, 1})
 	s.ack("a", 1, 2)
 	if now, _ := s.offer(); !now {
 		t.Fatal("a's acknowledgement of its loss held back")
 	}
 	// n joins while map 2 is current, and gains slot 2 from a at 3.
 	s.member("n", 3, 21)
-	s.mapAt(3, 30, []string{"a", "b", "n"}, SlotTable{1, 1, 2, 1})
+	s.mapAt(3, 30, []string{"a", "b", "n"}, wire.SlotTable{1, 1, 2, 1})
 	s.ack("a", 1, 3)
 	if now, _ := s.offer(); !now {
 		t.Fatal("a's acknowledgement of its loss to n held back")
@@ -235,11 +236,11 @@ func (f *foldEvents) put(key string, value []byte, lease, rev int64) *clientv3.E
 }
 
 func (f *foldEvents) member(name string, lease, rev int64) *clientv3.Event {
-	return f.put(f.s.k.Member(name), []byte(memberValue(1)), lease, rev)
+	return f.put(f.s.k.Member(name), []byte(wire.MemberValue(1)), lease, rev)
 }
 
 func (f *foldEvents) ack(name string, lease, seq, rev int64) *clientv3.Event {
-	v, _ := json.Marshal(AckValue{Ack: seq, Lineage: 10, Seq: seq})
+	v, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
 	return f.put(f.s.k.Ack(name), v, lease, rev)
 }
 
@@ -251,7 +252,7 @@ func (f *foldEvents) floor(value []byte, rev int64) *clientv3.Event {
 // acknowledgements one after the other, and returns the two floors asked
 // for (the second before the first is seen written).
 func (f *foldEvents) start(t *testing.T) (first, second []byte) {
-	m := Map{Members: []string{"a", "b"}, Table: SlotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	m := wire.Map{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}, Version: 1, Slots: 2, Schema: wire.SchemaVersion}
 	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	first = f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
 	if first == nil {
@@ -312,7 +313,7 @@ func TestFloorWrittenBackByOperatorHeals(t *testing.T) {
 func TestFloorRestDroppedHeldLongest(t *testing.T) {
 	s := newFloorSteps(t)
 	s.member("a", 1, 11)
-	s.mapAt(1, 14, []string{"a"}, SlotTable{0, 0})
+	s.mapAt(1, 14, []string{"a"}, wire.SlotTable{0, 0})
 	s.ack("a", 1, 1)
 	f := s.v.compute()
 	f.Rest = 1
@@ -345,13 +346,13 @@ func TestFloorRestDroppedHeldLongest(t *testing.T) {
 // folded past its deletion, and then says what the run goroutine found.
 func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 	f := newFoldEvents(t)
-	m := Map{Members: []string{"a", "b"}, Table: SlotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	m := wire.Map{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}, Version: 1, Slots: 2, Schema: wire.SchemaVersion}
 	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
 	del := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Member("b")), ModRevision: 20}}
 	got := f.fold(del)
-	var fl AckFloor
+	var fl wire.AckFloor
 	if got != nil {
 		_ = json.Unmarshal(got, &fl)
 	}
@@ -367,15 +368,15 @@ func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 	// ghost whose bound the floor does not know (issue 42: keys are
 	// evidence, leases are proof), so the floor does not change.
 	if got = f.fold(); got != nil {
-		fl = AckFloor{}
+		fl = wire.AckFloor{}
 		_ = json.Unmarshal(got, &fl)
 		if fl.Ghosts != 1 {
 			t.Fatalf("after the leader folded the deletion, with b still ranked: floor %s, want 1 ghost", got)
 		}
 	}
-	m2 := Map{Members: []string{"a"}, Table: SlotTable{0, 0}, Version: 2, Slots: 2, Schema: schemaVersion}
+	m2 := wire.Map{Members: []string{"a"}, Table: wire.SlotTable{0, 0}, Version: 2, Slots: 2, Schema: wire.SchemaVersion}
 	got = f.fold(&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m2.Encode(), CreateRevision: 10, ModRevision: 21, Version: 2}}, f.ack("a", 1, 2, 22))
-	fl = AckFloor{}
+	fl = wire.AckFloor{}
 	_ = json.Unmarshal(got, &fl)
 	if got == nil || fl.Ghosts != 0 || !fl.Complete || fl.Floor != 2 {
 		t.Fatalf("after the map dropped b: floor %s, want complete at 2 without ghosts", got)
@@ -389,7 +390,7 @@ func TestFloorCountsAVanishedMemberUntilTheLeaderFoldsIt(t *testing.T) {
 // in review.
 func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
 	f := newFoldEvents(t)
-	m := Map{Members: []string{"a", "b"}, Table: SlotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	m := wire.Map{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}, Version: 1, Slots: 2, Schema: wire.SchemaVersion}
 	mapKV := &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: 10, Version: 1}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), &clientv3.Event{Type: clientv3.EventTypePut, Kv: mapKV}, f.ack("a", 1, 1, 11))
@@ -400,7 +401,7 @@ func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
 	if w := f.s.a.rest.waitRev.Load(); w != 22 && w != 20 {
 		t.Fatalf("after the listing the aggregator waits for revision %d: it forgot the deletion at 20", w)
 	}
-	var fl AckFloor
+	var fl wire.AckFloor
 	select {
 	case v := <-f.s.a.reqs:
 		_ = json.Unmarshal(v, &fl)
@@ -418,12 +419,12 @@ func TestFloorKeepsAVanishedMemberAcrossAListing(t *testing.T) {
 // review.
 func TestFloorCountsAMemberKeyPutWithoutALease(t *testing.T) {
 	f := newFoldEvents(t)
-	m := Map{Members: []string{"a", "b"}, Table: SlotTable{0, 1}, Version: 1, Slots: 2, Schema: schemaVersion}
+	m := wire.Map{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}, Version: 1, Slots: 2, Schema: wire.SchemaVersion}
 	mapKV := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(f.s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: 10, Version: 1}}
 	f.s.a.rest.seen.Store(11)
 	f.fold(f.member("a", 1, 8), f.member("b", 2, 9), mapKV, f.ack("a", 1, 1, 11))
 	got := f.fold(f.member("b", 0, 20))
-	var fl AckFloor
+	var fl wire.AckFloor
 	if got != nil {
 		_ = json.Unmarshal(got, &fl)
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -21,7 +22,7 @@ type ackView struct {
 	marks   []mapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
 	changes changeLog        // which map put last changed each member (see still.go)
 	mapRev  int64            // the map key's mod revision
-	whole   *Map             // the map of seq, when the view knows it (see records.go)
+	whole   *wire.Map        // the map of seq, when the view knows it (see records.go)
 	snap    *mvccpb.KeyValue // the snapshot key as last seen
 	floor   []byte           // the floor key's value; nil while it is absent
 }
@@ -36,7 +37,7 @@ type ackMember struct {
 	// An acknowledgement speaks of the process, whose view never goes
 	// back, whatever its lease: it stays a bound until the member writes
 	// one under its new lease.
-	carried AckValue
+	carried wire.AckValue
 }
 
 // mapMark is one put of the map key: its mod revision and seq.
@@ -47,7 +48,7 @@ const maxMarks = 1024
 
 type ackKey struct {
 	lease int64
-	AckValue
+	wire.AckValue
 }
 
 func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
@@ -78,13 +79,13 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 	case k.IsMap(key):
 		var version int64
 		var shape *mapShape // nil: unknown (a change record this view cannot apply)
-		if c, ok := decodeRecord(kv.Value); ok {
+		if c, ok := wire.DecodeRecord(kv.Value); ok {
 			version = c.Version
 			switch {
 			case v.snap != nil && v.snap.ModRevision == kv.ModRevision:
 				shape = v.shapeOf(v.snap.Value)
 			case v.whole != nil && !listed && kv.CreateRevision == v.lineage && kv.Version == v.seq+1:
-				if m, err := apply(v.whole, &c); err == nil {
+				if m, err := wire.Apply(v.whole, &c); err == nil {
 					v.whole, shape = &m, &mapShape{Members: m.Members, Table: m.Table}
 				}
 			}
@@ -126,7 +127,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 // shapeOf decodes a whole map for the view, keeping it (whole) for the
 // change records that follow; nil when it does not decode.
 func (v *ackView) shapeOf(value []byte) *mapShape {
-	m, err := decodeMap(value, peekSlots(value))
+	m, err := wire.DecodeMap(value, wire.PeekSlots(value))
 	if err != nil {
 		v.whole = nil
 		return nil
@@ -173,7 +174,7 @@ func (v *ackView) unkeyed(covered map[string]bool) int {
 // leases in f.Covered and returns how many ghosts it could not cover (their
 // bound is unknown: every acquisition waits for them) and the names it
 // covered.
-func coverGhosts(f *AckFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
+func coverGhosts(f *wire.AckFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
 	for _, lease := range slices.Sorted(maps.Keys(ghosts)) {
 		name := ghosts[lease]
 		a, ok := v.acks[name]
@@ -275,11 +276,11 @@ func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, delete
 // still act on. Such a bound counts in SeqFloor only for members that the
 // map does not rank: the rink is not at rest until every ranked member has
 // acknowledged the map.
-func (v *ackView) compute() *AckFloor {
+func (v *ackView) compute() *wire.AckFloor {
 	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
 		return nil
 	}
-	f := &AckFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
+	f := &wire.AckFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
 		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{},
 		Still: true, Base: v.changes.base}
 	for name, m := range v.members {
@@ -350,7 +351,7 @@ func addLagging(complete bool, lagging map[string]int64, name string, ack, top i
 	if ack >= top || !complete {
 		return complete, lagging
 	}
-	if len(lagging) == maxLagging {
+	if len(lagging) == wire.MaxLagging {
 		return false, nil
 	}
 	lagging[name] = ack

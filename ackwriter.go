@@ -136,7 +136,7 @@ func (w *ackWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait time
 			w.watchRev = 0
 		}
 		cur := w.cur
-		val, _ := json.Marshal(AckValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
+		val, _ := json.Marshal(wire.AckValue{Ack: cur.version, Lineage: cur.lineage, Seq: cur.seq, Warm: cur.warm})
 		w.val = string(val)
 		guard := wire.VersionEq(w.key, 0)
 		if w.last != nil {

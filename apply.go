@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
 )
@@ -14,7 +15,7 @@ import (
 // history of slot owners the barrier reads (see applyMap).
 type mapApplied struct {
 	incompatible error           // the newest map cannot be used by this member
-	cur          Map             // newest applied map; Version 0 before any
+	cur          wire.Map        // newest applied map; Version 0 before any
 	curRev       int64           // mod revision of cur's key (0: the key is gone)
 	curSeq       int64           // etcd version of cur's key: its seq (see ackValue)
 	lineage      int64           // create revision of cur's key: seqs count within it
@@ -30,13 +31,13 @@ type mapApplied struct {
 	// member could not apply (see underived), while it is above curRev
 	// (0: none).
 	underivedRev int64
-	prev         Map   // the map applied before cur (its version only, once applyMap is done)
-	prevSeq      int64 // its seq
+	prev         wire.Map // the map applied before cur (its version only, once applyMap is done)
+	prevSeq      int64    // its seq
 	// prevOld, while applyMap runs, is the record that made cur of prev
 	// when it was applied into prev's table (see applyInPlace): prev's
 	// entries for the slots it moved are cur's then, and prevOwner reads
 	// them from it. Nil otherwise.
-	prevOld *mapDelta
+	prevOld *wire.MapDelta
 	// curView is the leader's view revision cur was planned from (0: not
 	// said; see transition.View, and mapView).
 	curView int64
@@ -105,12 +106,12 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// What a record applied to the map before it changes (nil: unknown, a
 	// whole map), so that the passes below cost what it changed; taken
 	// before it is applied, which may write into the current map's table.
-	var delta *mapDelta
-	var rec *Record // the record, decoded once (nil: a whole map)
-	if c, ok := decodeRecord(kv.Value); ok {
+	var delta *wire.MapDelta
+	var rec *wire.Record // the record, decoded once (nil: a whole map)
+	if c, ok := wire.DecodeRecord(kv.Value); ok {
 		rec = &c
 		if snap == nil && !fresh && sameLineage && kv.Version == st.curSeq+1 {
-			delta = deltaOf(&st.cur, rec)
+			delta = wire.DeltaOf(&st.cur, rec)
 		}
 	}
 	// A member that does not lead applies a record laxly (only the leader
@@ -119,11 +120,11 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// and publishes it to other goroutines (Owner) under ownersMu. The
 	// leader's planning, and a proclaim still under way from a leadership
 	// just lost, may share it.
-	inPlace := delta != nil && !delta.renamed && st.lead == nil && st.proclaiming == 0 && len(st.cur.Table) > 0
+	inPlace := delta != nil && !delta.Renamed && st.lead == nil && st.proclaiming == 0 && len(st.cur.Table) > 0
 	if inPlace {
 		r.ownersMu.Lock()
 	}
-	m, err := readMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.geometry(), st.lead == nil, inPlace, rec)
+	m, err := wire.ReadMapAs(kv, snap, &st.cur, st.curRev != 0 && st.incompatible == nil && st.cur.Version > 0 && sameLineage, st.curSeq, st.lineage, r.geometry(), st.lead == nil, inPlace, rec)
 	if inPlace {
 		if err == nil {
 			r.owners.Store(&m) // (with the table written: the old map's members may not cover its entries)
@@ -134,7 +135,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if inPlace && err == nil {
 		st.prevOld = delta // (the map before shares the table now: see prevOwner)
 	}
-	if errors.Is(err, errUnderived) {
+	if errors.Is(err, wire.ErrUnderived) {
 		r.underived(kv)
 		return
 	}
@@ -152,11 +153,11 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	}
 	st.curRev, st.underivedRev = kv.ModRevision, 0
 	st.dirty = true
-	var t Transition
+	var t wire.Transition
 	if rec != nil {
 		t = rec.Transition // (decoded with the record)
 	} else {
-		t = transitionOf(kv.Value)
+		t = wire.TransitionOf(kv.Value)
 	}
 	st.curView = t.View
 	if t.Quiet && fresh {
@@ -208,7 +209,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	r.keepOwnLease(&m, rec)
 	if fresh {
 		// Before it, this member owned nothing.
-		if movedFor(&Map{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
+		if movedFor(&wire.Map{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
 			st.changedSeq = st.curSeq
 		}
 	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx, delta) ||
@@ -216,7 +217,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		st.changedSeq = st.curSeq
 	}
 	if newLineage {
-		st.prev, st.prevSeq = Map{}, 0
+		st.prev, st.prevSeq = wire.Map{}, 0
 	}
 	st.stale = m.Version <= st.topVer
 	if st.stale {
@@ -240,8 +241,8 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		r.load.wake()
 	}
 	st.moved = false
-	if delta != nil && !delta.renamed {
-		r.reconcileSlots(delta.moved)
+	if delta != nil && !delta.Renamed {
+		r.reconcileSlots(delta.Moved)
 	} else {
 		r.reconcile()
 	}
@@ -259,12 +260,12 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	// acknowledgement at all (see ackOwed).
 	if r.ackOwed() {
 		r.sendAckLazily(!st.moved && len(st.incoming) == 0 && st.prevSeq > 0 && st.prevSeq == st.curSeq-1 &&
-			len(st.members) <= maxLagging)
+			len(st.members) <= wire.MaxLagging)
 	}
 	// The map before is needed no more (its owners went into the gains
 	// above): keep its version, not its members and table, which at
 	// 10,000 members cost every member a quarter of a megabyte.
-	st.prev = Map{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
+	st.prev = wire.Map{Schema: st.prev.Schema, Version: st.prev.Version, Slots: st.prev.Slots, Incoming: st.prev.Incoming}
 	st.prevOld = nil
 	r.emit(Event{Kind: EventMapApplied, Slot: -1, Version: m.Version, Wait: r.now().Sub(began)})
 }
@@ -275,9 +276,9 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 func (r *Rink) prevOwner(s int) string {
 	st := &r.st
 	if d := st.prevOld; d != nil {
-		for i := len(d.moved) - 1; i >= 0; i-- {
-			if d.moved[i] == s {
-				return d.oldName(d.old[i], st.prev.Members)
+		for i := len(d.Moved) - 1; i >= 0; i-- {
+			if d.Moved[i] == s {
+				return d.OldName(d.Old[i], st.prev.Members)
 			}
 		}
 	}
@@ -310,15 +311,15 @@ func (r *Rink) underived(kv *mvccpb.KeyValue) {
 // the two lists differ can change (a join appends one; a departure moves
 // one into the gap), so a map change costs what it changed, except for a
 // reshuffle, which rebuilds unlisted.
-func (r *Rink) indexCur(prev []string, delta *mapDelta) {
+func (r *Rink) indexCur(prev []string, delta *wire.MapDelta) {
 	st := &r.st
 	cur := st.cur.Members
 	switch {
-	case delta != nil && !delta.renamed && st.selfIdx >= 0 && !delta.renames.has(st.selfIdx):
+	case delta != nil && !delta.Renamed && st.selfIdx >= 0 && !delta.Renames.Has(st.selfIdx):
 		// (Our index kept its name.)
-	case delta != nil && !delta.renamed:
+	case delta != nil && !delta.Renamed:
 		st.selfIdx = -1 // ranked now only if renamed to us, or appended
-		for i := range delta.renames {
+		for i := range delta.Renames {
 			if i < len(cur) && cur[i] == r.opts.member {
 				st.selfIdx = i
 			}
@@ -338,7 +339,7 @@ func (r *Rink) indexCur(prev []string, delta *mapDelta) {
 	// (prev's list may be cur's, renamed in place: see applyInPlace.)
 	prevName := func(i int) string {
 		if delta != nil {
-			return delta.oldName(i, prev)
+			return delta.OldName(i, prev)
 		}
 		return prev[i]
 	}

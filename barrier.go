@@ -3,12 +3,14 @@ package rink
 import (
 	"maps"
 	"slices"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // barrier is what frees slots for this member to start (see free), and
 // what this member tells others of the slots it let go.
 type barrier struct {
-	floor AckFloor // the leader's summary of acknowledgements (zero: none)
+	floor wire.AckFloor // the leader's summary of acknowledgements (zero: none)
 	// acked is the acknowledgement last handed to the ack writer, and
 	// changedSeq the newest applied seq whose map changed this member's
 	// slots or announcements (see still.go): with a floor that says

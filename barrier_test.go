@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -69,7 +70,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 // modRev. The harness turns it into what the member sees: its member key,
 // and the floor a leader would compute from every acknowledgement so far.
 func memberKV(name string, createRev, modRev, ack, lineage int64) *mvccpb.KeyValue {
-	v, _ := json.Marshal(AckValue{Ack: ack, Lineage: lineage, Seq: ack})
+	v, _ := json.Marshal(wire.AckValue{Ack: ack, Lineage: lineage, Seq: ack})
 	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
 }
 
@@ -89,7 +90,7 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 		name := k.MemberName(string(kv.Key))
 		b.sim.put(k, kv, false)
 		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
-		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(memberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
+		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(wire.MemberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
 	if f := b.sim.compute(); f != nil && !b.manual {
 		if b.noStill {
@@ -104,12 +105,12 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 // mapKV stands for the put of map m at modRev in the lineage createRev.
 // Its seq (the key's etcd version) is the map's version, as when leaders
 // alone write the key; mapKVSeq sets another.
-func mapKV(m Map, createRev, modRev int64) *mvccpb.KeyValue {
+func mapKV(m wire.Map, createRev, modRev int64) *mvccpb.KeyValue {
 	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Map()), Value: m.Encode(), CreateRevision: createRev, ModRevision: modRev, Version: m.Version}
 }
 
-func twoSlots(version int64, members []string, table ...int) Map {
-	return Map{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
+func twoSlots(version int64, members []string, table ...int) wire.Map {
+	return wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 }
 
 // put feeds put events, in order, then lets the member acquire what it may.
@@ -403,7 +404,7 @@ func TestRoleContextFencesAtDeadline(t *testing.T) {
 	}
 }
 
-func floorKV(f AckFloor, modRev int64) *mvccpb.KeyValue {
+func floorKV(f wire.AckFloor, modRev int64) *mvccpb.KeyValue {
 	v, _ := json.Marshal(f)
 	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Floor()), Value: v, CreateRevision: 1, ModRevision: modRev}
 }
@@ -412,8 +413,8 @@ func floorKV(f AckFloor, modRev int64) *mvccpb.KeyValue {
 // member checks the maps from the bound on.
 func TestBarrierFloorBounds(t *testing.T) {
 	const L = 10
-	three := func(version int64, table ...int) Map {
-		return Map{Schema: schemaVersion, Version: version, Slots: len(table), Members: []string{"a", "b", "c"}, Table: tableOf(table...)}
+	three := func(version int64, table ...int) wire.Map {
+		return wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: len(table), Members: []string{"a", "b", "c"}, Table: tableOf(table...)}
 	}
 	start := func() *bare {
 		b := newBare(t, "b", 3, 5)
@@ -427,34 +428,34 @@ func TestBarrierFloorBounds(t *testing.T) {
 
 	b := start()
 	b.wantHeld(0, false, "no floor yet")
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 1}, 13))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 1}, 13))
 	b.wantHeld(0, false, "incomplete floor 1: a may not have applied v2")
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 2}, 14))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 2}, 14))
 	b.wantHeld(0, true, "every member has applied v2")
 
 	// One member that lags does not hold up a slot it never had.
 	b = start()
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"c": 1}}, 13))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"c": 1}}, 13))
 	b.wantHeld(0, true, "a applied v2 (not listed); c lags but never had slot 0")
 	b = start()
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"a": 1}}, 13))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 1, Complete: true, Lagging: map[string]int64{"a": 1}}, 13))
 	b.wantHeld(0, false, "a, which had slot 0, lags")
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 0, Complete: true, Lagging: map[string]int64{"c": 0}}, 14))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 0, Complete: true, Lagging: map[string]int64{"c": 0}}, 14))
 	b.wantHeld(0, false, "c's acknowledgement is unknown")
 
 	// A floor of a map we have not applied yet, or of another lineage,
 	// counts for nothing.
 	b = start()
-	b.put(floorKV(AckFloor{Lineage: L, Version: 3, Floor: 3}, 13))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 3, Floor: 3}, 13))
 	b.wantHeld(0, false, "floor of v3, which b has not seen")
 	b = start()
-	b.put(floorKV(AckFloor{Lineage: L + 1, Version: 2, Floor: 2}, 13))
+	b.put(floorKV(wire.AckFloor{Lineage: L + 1, Version: 2, Floor: 2}, 13))
 	b.wantHeld(0, false, "floor of another lineage")
 
 	// A member the floor does not know joined after it was computed: it
 	// applies only maps from the floor's version on.
 	b = start()
-	b.put(floorKV(AckFloor{Lineage: L, Version: 2, Floor: 2, Complete: true}, 13), memberKV("d", 14, 14, 0, 0))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 2, Floor: 2, Complete: true}, 13), memberKV("d", 14, 14, 0, 0))
 	b.wantHeld(0, true, "d joined after v2: bound 2")
 
 	// A deleted floor is forgotten.
@@ -472,10 +473,10 @@ func TestFloorFromView(t *testing.T) {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease}, false)
 	}
 	ack := func(name string, lease, lineage, version int64) {
-		val, _ := json.Marshal(AckValue{Ack: version, Lineage: lineage, Seq: version})
+		val, _ := json.Marshal(wire.AckValue{Ack: version, Lineage: lineage, Seq: version})
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20), false)
@@ -488,13 +489,13 @@ func TestFloorFromView(t *testing.T) {
 	ack("c", 99, 10, 5) // another lease: an ended incarnation's
 	ack("d", 4, 9, 5)   // another lineage
 	f := v.compute()
-	want := &AckFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0},
+	want := &wire.AckFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0},
 		Seq: 5, SeqFloor: 0, SeqComplete: true, SeqLagging: map[string]int64{"b": 4, "c": 0, "d": 0}, Still: true, Base: 5}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("floor = %+v, want %+v", f, want)
 	}
 	// A member that predates seqs: known in versions, unknown in seqs.
-	val, _ := json.Marshal(AckValue{Ack: 5, Lineage: 10})
+	val, _ := json.Marshal(wire.AckValue{Ack: 5, Lineage: 10})
 	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack("a")), Value: val, Lease: 1}, false)
 	if f := v.compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
 		t.Fatalf("an ack without seq: %+v", f)
@@ -506,12 +507,12 @@ func TestFloorFromView(t *testing.T) {
 		t.Fatalf("with an acknowledgement beyond the map: %+v, want it unknown", f)
 	}
 	ack("a", 1, 10, 5)
-	for i := range maxLagging + 1 {
+	for i := range wire.MaxLagging + 1 {
 		member(fmt.Sprint("x", i), int64(100+i))
 	}
 	f = v.compute()
 	if f.Complete || f.Lagging != nil || f.Floor != 0 {
-		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", maxLagging+4, f)
+		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", wire.MaxLagging+4, f)
 	}
 	v.del(k, k.Map())
 	if v.compute() != nil {
@@ -530,10 +531,10 @@ func TestFloorBoundsUnknownAcks(t *testing.T) {
 	k := newKeys("bare")
 	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
 	member := func(name string, lease, createRev, modRev int64, listed bool) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
 	}
 	ack := func(name string, lease, seq int64) {
-		val, _ := json.Marshal(AckValue{Ack: seq, Lineage: 10, Seq: seq})
+		val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	check := func(what string, seqFloor int64, lagging map[string]int64) {
@@ -607,10 +608,10 @@ func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
 	for _, withSeq := range []bool{true, false} {
 		t.Run(fmt.Sprintf("floor_with_seq=%v", withSeq), func(t *testing.T) {
 			const L = 10
-			three := func(version int64, members []string, table ...int) Map {
-				return Map{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
+			three := func(version int64, members []string, table ...int) wire.Map {
+				return wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 			}
-			f1 := AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}
+			f1 := wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}
 			if withSeq {
 				f1.Seq, f1.SeqFloor, f1.SeqComplete = 10, 10, true
 			}
@@ -623,7 +624,7 @@ func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
 			n.put(mapKVSeq(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50, 12))
 			n.wantHeld(1, false, "F1 is of a map n has not seen")
 			m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
-			m.Waiting = []Waiter{{Name: "w"}}
+			m.Waiting = []wire.Waiter{{Name: "w"}}
 			n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13))
 			n.wantHeld(1, false, "F1 (written at 21) predates the hand-written v8 (30): it says nothing about x, which has applied only v8")
 		})
@@ -634,8 +635,8 @@ func TestBarrierStaleFloorAfterOlderMap(t *testing.T) {
 // after v10' (x lags at v8, seq 11) correctly blocks.
 func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 	const L = 10
-	three := func(version int64, members []string, table ...int) Map {
-		return Map{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
+	three := func(version int64, members []string, table ...int) wire.Map {
+		return wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 	}
 	n := newBare(t, "n", 3, 36)
 	n.manual = true
@@ -644,9 +645,9 @@ func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 		memberKV("x", 33, 33, 0, 0), memberKV("n", 36, 36, 0, 0), memberKV("y", 37, 37, 0, 0))
 	n.put(mapKVSeq(three(9, []string{"x", "n", "y"}, 0, 1, 2), L, 50, 12))
 	m := three(10, []string{"x", "n", "y"}, 0, 1, 2)
-	m.Waiting = []Waiter{{Name: "w"}}
+	m.Waiting = []wire.Waiter{{Name: "w"}}
 	n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13),
-		floorKV(AckFloor{Lineage: L, Version: 10, Floor: 0, Complete: true, Lagging: map[string]int64{"x": 8, "n": 9, "y": 9, "w": 0},
+		floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 0, Complete: true, Lagging: map[string]int64{"x": 8, "n": 9, "y": 9, "w": 0},
 			Seq: 13, SeqFloor: 0, SeqComplete: true, SeqLagging: map[string]int64{"x": 11, "n": 12, "y": 12, "w": 0}}, 61))
 	n.wantHeld(1, false, "x lags at seq 11, which gave it slot 1")
 }
@@ -657,8 +658,8 @@ func TestBarrierFreshFloorAfterOlderMap(t *testing.T) {
 // one of v10'.
 func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 	const L = 10
-	two := func(version int64, members []string, table ...int) Map {
-		return Map{Schema: schemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
+	two := func(version int64, members []string, table ...int) wire.Map {
+		return wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: len(table), Members: members, Table: tableOf(table...)}
 	}
 	n := newBare(t, "n", 2, 36) // the harness simulates the leader's floor
 	n.snapshot(38, mapKVSeq(two(8, []string{"a"}, 0, 0), L, 30, 11),
@@ -666,7 +667,7 @@ func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 	n.put(mapKVSeq(two(9, []string{"a", "n"}, 0, 1), L, 50, 12), memberKVSeq("n", 36, 51, 9, 12, L))
 	n.wantHeld(1, false, "a's ack is of seq 10, which n has not seen")
 	m := two(10, []string{"a", "n"}, 0, 1)
-	m.Waiting = []Waiter{{Name: "w"}}
+	m.Waiting = []wire.Waiter{{Name: "w"}}
 	n.put(memberKV("w", 55, 55, 0, 0), mapKVSeq(m, L, 60, 13), memberKVSeq("w", 55, 61, 10, 13, L))
 	n.wantHeld(1, false, "a's ack 10 is of the OLD v10 (seq 10), not v10' (seq 13)")
 }
@@ -677,21 +678,21 @@ func TestBarrierOldAckForRepeatedVersion(t *testing.T) {
 func TestBarrierPrunedThenLowerFloor(t *testing.T) {
 	const L = 10
 	b, two := tenMaps(t, L, func(int64) int { return 0 })
-	b.put(floorKV(AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 30))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 30))
 	if b.r.st.hist.covers(9) {
 		t.Fatal("seq 9 not pruned")
 	}
 	b.put(mapKV(two(11, 0, 1), L, 31)) // slot 1 to b at 11
-	b.put(floorKV(AckFloor{Lineage: L, Version: 11, Floor: 5, Complete: true, Lagging: map[string]int64{"a": 5}}, 32))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 11, Floor: 5, Complete: true, Lagging: map[string]int64{"a": 5}}, 32))
 	b.wantHeld(1, false, "a's bound 5: versions 5..9 are pruned")
-	b.put(floorKV(AckFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 33))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 33))
 	b.wantHeld(1, true, "a acked 11")
 }
 
 // mapKVSeq is mapKV for a map put whose etcd version (the key's count of
 // puts in its lineage) is seq: a map put by hand gets the next seq whatever
 // version it names.
-func mapKVSeq(m Map, createRev, modRev, seq int64) *mvccpb.KeyValue {
+func mapKVSeq(m wire.Map, createRev, modRev, seq int64) *mvccpb.KeyValue {
 	kv := mapKV(m, createRev, modRev)
 	kv.Version = seq
 	return kv
@@ -700,7 +701,7 @@ func mapKVSeq(m Map, createRev, modRev, seq int64) *mvccpb.KeyValue {
 // memberKVSeq is memberKV with an acknowledgement that names the map
 // instance it applied by its seq.
 func memberKVSeq(name string, createRev, modRev, ack, seq, lineage int64) *mvccpb.KeyValue {
-	v, _ := json.Marshal(AckValue{Ack: ack, Lineage: lineage, Seq: seq})
+	v, _ := json.Marshal(wire.AckValue{Ack: ack, Lineage: lineage, Seq: seq})
 	return &mvccpb.KeyValue{Key: []byte(newKeys("bare").Member(name)), Value: v, CreateRevision: createRev, ModRevision: modRev, Lease: createRev}
 }
 
@@ -754,10 +755,10 @@ func TestBarrierVersionBoundsAfterRegression(t *testing.T) {
 	b.put(mapKVSeq(twoSlots(8, []string{"a", "b"}, 0, 0), L, 30, 11)) // by hand: slot 1 to a
 	b.put(mapKVSeq(twoSlots(9, []string{"a", "b"}, 0, 0), L, 31, 12))
 	b.put(mapKVSeq(twoSlots(10, []string{"a", "b"}, 1, 0), L, 32, 13)) // slot 0 to b
-	b.put(floorKV(AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 33))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 33))
 	b.wantHeld(0, false, "version 10 names two maps")
 	b.put(mapKVSeq(twoSlots(11, []string{"a", "b"}, 1, 0), L, 34, 14))
-	b.put(floorKV(AckFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 35))
+	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 11, Floor: 11, Complete: true}, 35))
 	b.wantHeld(0, true, "version 11 names one map, which a acknowledged")
 }
 
@@ -808,7 +809,7 @@ func TestLazyAcksArrive(t *testing.T) {
 		if err != nil || len(f.Kvs) != 1 {
 			return false
 		}
-		var fl AckFloor
+		var fl wire.AckFloor
 		return json.Unmarshal(f.Kvs[0].Value, &fl) == nil && fl.Still && fl.Seq == m.Kvs[0].Version && fl.SeqFloor == fl.Seq && fl.Floor == fl.Version
 	})
 	t.Logf("acknowledgement writes for %d puts of the map and the leader's maps after them: %v", puts, writes)
@@ -858,9 +859,9 @@ func (restoreFx) dropLineage(int64) {}
 // tenMaps starts bare member b of a rink of a and b, with the floor
 // written by hand, and feeds it maps of seq 1 to 10 (at revisions 11 to
 // 20) that give slot 0 to a and slot 1 to slot1(v)'s index; two makes more.
-func tenMaps(t *testing.T, L int64, slot1 func(v int64) int) (*bare, func(v int64, table ...int) Map) {
-	two := func(v int64, table ...int) Map {
-		return Map{Schema: schemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
+func tenMaps(t *testing.T, L int64, slot1 func(v int64) int) (*bare, func(v int64, table ...int) wire.Map) {
+	two := func(v int64, table ...int) wire.Map {
+		return wire.Map{Schema: wire.SchemaVersion, Version: v, Slots: len(table), Members: []string{"a", "b"}, Table: tableOf(table...)}
 	}
 	b := newBare(t, "b", 2, 5)
 	b.manual = true

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -55,7 +56,7 @@ func BenchmarkHandover(b *testing.B) {
 					b.Fatal(err)
 				}
 				h.check(b)
-				all = append(all, gaps(h.snapshot(), slotOf(role, DefaultSlots), mark)...)
+				all = append(all, gaps(h.snapshot(), wire.SlotOf(role, DefaultSlots), mark)...)
 				bm.Shutdown(context.Background())
 			}
 			report(b, "ms", time.Millisecond, all)
@@ -154,7 +155,7 @@ func BenchmarkTakeOverHalf(b *testing.B) {
 		m.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 		m.put(mapKV(twoSlots(1, []string{"a", "b"}, half...), 10, 10), memberKV("a", 3, 11, 1, 10))
 		next := mapKV(twoSlots(2, []string{"b"}, all...), 10, 12)
-		next.Value = withTransition(next.Value, Transition{View: 11, From: 1, Gone: []string{"a"}})
+		next.Value = wire.WithTransition(next.Value, wire.Transition{View: 11, From: 1, Gone: []string{"a"}})
 		b.StartTimer()
 		m.r.onWatch(watchBatch{wide: true, rev: 12, events: []*clientv3.Event{
 			{Type: clientv3.EventTypePut, Kv: next},

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -62,7 +63,7 @@ func TestWatchEventCostFlat(t *testing.T) {
 // average, to apply one change record that moves one slot between two
 // other members, in a rink of n members on S slots.
 func recordBytes(t *testing.T, n, S int) float64 {
-	return changeBytes(t, n, S, func(m Map, i int) Map {
+	return changeBytes(t, n, S, func(m wire.Map, i int) wire.Map {
 		next := m
 		next.Table = slices.Clone(m.Table)
 		s := 1 + i%(S-1)
@@ -79,7 +80,7 @@ func recordBytes(t *testing.T, n, S int) float64 {
 // member after it (a waiting member joins at the end first, so that the
 // rink keeps its size).
 func departureBytes(t *testing.T, n, S int) float64 {
-	return changeBytes(t, n, S, func(m Map, i int) Map {
+	return changeBytes(t, n, S, func(m wire.Map, i int) wire.Map {
 		next := m
 		next.Table = slices.Clone(m.Table)
 		next.Members = slices.Clone(m.Members)
@@ -95,7 +96,7 @@ func departureBytes(t *testing.T, n, S int) float64 {
 // departure returns m (whose table and members the caller owns) without
 // the member at index gone: its slots go to the member at index heir, and
 // the highest index takes its place.
-func departure(m Map, gone, heir int32) Map {
+func departure(m wire.Map, gone, heir int32) wire.Map {
 	last := int32(len(m.Members) - 1)
 	for s, o := range m.Table {
 		switch o {
@@ -116,11 +117,11 @@ const recordBase = 10
 // narrowWithMap returns member "self" of the narrow view, having applied
 // a map of n members on S slots (self at index 0, slot s at index s mod n),
 // and that map.
-func narrowWithMap(t *testing.T, n, S int) (*bare, Map) {
+func narrowWithMap(t *testing.T, n, S int) (*bare, wire.Map) {
 	b := newBare(t, "self", S, 5)
 	b.narrowView()
 	b.put(memberKV("self", 5, 5, 0, 0))
-	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(SlotTable, S)}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(wire.SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = fmt.Sprintf("member-%05d", i)
 	}
@@ -134,9 +135,9 @@ func narrowWithMap(t *testing.T, n, S int) (*bare, Map) {
 
 // recordBatch is the watch batch of next put as the change record that
 // follows m, with transition tr; next takes the version after m's.
-func recordBatch(m Map, next *Map, tr Transition) watchBatch {
+func recordBatch(m wire.Map, next *wire.Map, tr wire.Transition) watchBatch {
 	next.Version = m.Version + 1
-	c := diff(&m, next)
+	c := wire.Diff(&m, next)
 	c.Transition = tr
 	kv := mapKV(*next, recordBase, recordBase+next.Version)
 	kv.Value = c.Encode()
@@ -146,13 +147,13 @@ func recordBatch(m Map, next *Map, tr Transition) watchBatch {
 // changeBytes returns the bytes a member that does not lead allocates, on
 // average, to apply the change records of the maps step makes, in a rink
 // of n members on S slots.
-func changeBytes(t *testing.T, n, S int, step func(m Map, i int) Map) float64 {
+func changeBytes(t *testing.T, n, S int, step func(m wire.Map, i int) wire.Map) float64 {
 	b, m := narrowWithMap(t, n, S)
 	const rounds = 50
 	var total uint64
 	for i := 1; i <= rounds; i++ {
 		next := step(m, i)
-		batch := recordBatch(m, &next, Transition{})
+		batch := recordBatch(m, &next, wire.Transition{})
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		b.r.onWatch(batch)
@@ -199,15 +200,15 @@ func TestDepartureCostFlat(t *testing.T) {
 // name that comes back (appended, or at a renamed index) is dropped.
 func TestNoteGoneByRecords(t *testing.T) {
 	b, m := narrowWithMap(t, 40, 256)
-	put := func(next Map, gone ...string) {
+	put := func(next wire.Map, gone ...string) {
 		t.Helper()
-		b.r.onWatch(recordBatch(m, &next, Transition{From: m.Version, Gone: gone}))
+		b.r.onWatch(recordBatch(m, &next, wire.Transition{From: m.Version, Gone: gone}))
 		if b.r.st.cur.Version != next.Version {
 			t.Fatalf("version %d not applied", next.Version)
 		}
 		m = next
 	}
-	depart := func(gone int32) Map {
+	depart := func(gone int32) wire.Map {
 		next := m
 		next.Table, next.Members = slices.Clone(m.Table), slices.Clone(m.Members)
 		return departure(next, gone, 0)
@@ -252,7 +253,7 @@ func TestNoteGoneByRecords(t *testing.T) {
 // none.
 func TestRecordLeasesFollowTheChange(t *testing.T) {
 	for _, n := range []int{8, 1000, 10000} {
-		prev := Map{Schema: schemaVersion, Version: 5, Slots: 1024, Table: make(SlotTable, 1024)}
+		prev := wire.Map{Schema: wire.SchemaVersion, Version: 5, Slots: 1024, Table: make(wire.SlotTable, 1024)}
 		for i := range n {
 			prev.Members = append(prev.Members, fmt.Sprintf("m%05d", i))
 			prev.Leases = append(prev.Leases, 7587879283487342080+int64(i))
@@ -268,10 +269,10 @@ func TestRecordLeasesFollowTheChange(t *testing.T) {
 		moved.Table[7] = 1
 		for _, c := range []struct {
 			what string
-			next Map
+			next wire.Map
 			want map[string]int64
 		}{{"join", join, map[string]int64{"new": 42}}, {"leave", leave, map[string]int64{"heir": 43}}, {"move", moved, nil}} {
-			if got := diff(&prev, &c.next).Leases; !maps.Equal(got, c.want) {
+			if got := wire.Diff(&prev, &c.next).Leases; !maps.Equal(got, c.want) {
 				t.Errorf("%d members, %s: the record's leases are %v, want %v", n, c.what, got, c.want)
 			}
 		}

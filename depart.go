@@ -76,7 +76,7 @@ func (r *Rink) depart(ctx context.Context, release func()) bool {
 type handOver struct {
 	r                  *Rink
 	members            map[string]memberInfo
-	cur                Map
+	cur                wire.Map
 	curRev, curSeq     int64
 	viewRev, version   int64
 	ghosts             map[int64]string
@@ -182,7 +182,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 			wire.CreateRevisionEq(key, d.createRev),
 			wire.LeaseEq(key, int64(d.lease)),
 		},
-		Success: append(r.mapOps(&cur, &next, d.curRev, Transition{View: d.viewRev, Gone: []string{self}}), wire.Delete(key)),
+		Success: append(r.mapOps(&cur, &next, d.curRev, wire.Transition{View: d.viewRev, Gone: []string{self}}), wire.Delete(key)),
 		Failure: []*etcdserverpb.RequestOp{wire.Range(fkey, fend), wire.Get(r.keys.Snapshot())},
 	}, true
 }
@@ -229,12 +229,12 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 		switch {
 		case r.keys.IsMember(k):
 			if name, ok := r.keys.LiveMember(kv); ok {
-				protocols, capacity := metaOf(kv.Value)
-				d.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, protocols: protocols, capacity: capacity, leaving: leavingOf(kv.Value), zone: zoneOf(kv.Value)}
+				protocols, capacity := wire.MetaOf(kv.Value)
+				d.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, protocols: protocols, capacity: capacity, leaving: wire.LeavingOf(kv.Value), zone: wire.ZoneOf(kv.Value)}
 			}
 			ours = ours || k == key && kv.CreateRevision == d.createRev && clientv3.LeaseID(kv.Lease) == d.lease
 		case r.keys.IsMap(k):
-			m, err := readMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
+			m, err := wire.ReadMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
 			if kv.ModRevision == prevRev {
 				m, err = d.cur, nil // (the guard failed on the member keys)
 			}
@@ -243,8 +243,8 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 			}
 			d.cur, d.curRev, d.curSeq = m, kv.ModRevision, kv.Version
 			if kv.ModRevision != prevRev {
-				var rec *Record
-				if c, ok := decodeRecord(kv.Value); ok {
+				var rec *wire.Record
+				if c, ok := wire.DecodeRecord(kv.Value); ok {
 					rec = &c
 				}
 				d.leased = mapLeased(&m, rec)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // runAll runs fn under Run on m for every role until the test's end,
@@ -30,7 +32,7 @@ func runAll(t *testing.T, m *Rink, roles []string, fn func(role string, ctx cont
 
 // running reports whether a function runs on m's holding of role.
 func running(m *Rink, role string) bool {
-	st := m.slots.load(slotOf(role, m.opts.slots))
+	st := m.slots.load(wire.SlotOf(role, m.opts.slots))
 	return st != nil && st.ctx != nil && st.ctx.Err() == nil && st.runners.Load() > 0
 }
 
@@ -126,7 +128,7 @@ func TestDrainHoldsTheHeir(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, role := range moved {
-				s := slotOf(role, 16)
+				s := wire.SlotOf(role, 16)
 				done, ok := returned[role]
 				switch {
 				case c.name == "drained" && (!ok || acquired[s].Before(done)):
@@ -173,7 +175,7 @@ func TestShutdownDrains(t *testing.T) {
 	eventually(t, 10*time.Second, "b holds the role", func() bool { _, ok := b.Get("leader"); return ok })
 	var got time.Time
 	for _, e := range h.snapshot() {
-		if e.Kind == EventAcquired && e.Member == "b" && e.Slot == slotOf("leader", 4) {
+		if e.Kind == EventAcquired && e.Member == "b" && e.Slot == wire.SlotOf("leader", 4) {
 			got = e.Time
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -16,12 +17,12 @@ import (
 // effects out with clientv3 and goroutines, each owned by the Rink's wait
 // group; a simulator can carry them out in virtual time.
 type effects interface {
-	ack(req ackReq)                                                     // to the ack writer
-	relist()                                                            // the watch lists anew, in the view r.wideView says (→ inBatch)
-	campaign(inc *incarnation)                                          // → inElected
-	aggregate(el elected, box *restBox) (stop context.CancelFunc)       // the leader's aggregator, until stop
-	proclaim(l *leadership, base, next Map, mapRev int64, t Transition) // → inProclaimed
-	checkOwnName(own int64)                                             // → mail.selfChecked
+	ack(req ackReq)                                                               // to the ack writer
+	relist()                                                                      // the watch lists anew, in the view r.wideView says (→ inBatch)
+	campaign(inc *incarnation)                                                    // → inElected
+	aggregate(el elected, box *restBox) (stop context.CancelFunc)                 // the leader's aggregator, until stop
+	proclaim(l *leadership, base, next wire.Map, mapRev int64, t wire.Transition) // → inProclaimed
+	checkOwnName(own int64)                                                       // → mail.selfChecked
 	dropLineage(rev int64)
 	awaitLeaseGone(name string, lease int64) // → mail.ghosts
 	revokeLease(lease int64)
@@ -70,7 +71,7 @@ func (fx netEffects) aggregate(el elected, box *restBox) (stop context.CancelFun
 
 // proclaim writes next in etcd (see Rink.proclaim) on a goroutine and
 // hands the run goroutine the result.
-func (fx netEffects) proclaim(l *leadership, base, next Map, mapRev int64, t Transition) {
+func (fx netEffects) proclaim(l *leadership, base, next wire.Map, mapRev int64, t wire.Transition) {
 	r := fx.r
 	r.wg.Add(1)
 	go func() {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // TestEventString: every kind of Event prints as one line that names the
@@ -93,7 +95,7 @@ func TestSlotEventsCountAwaitedRoles(t *testing.T) {
 	var roles []string
 	for i := range 64 {
 		roles = append(roles, fmt.Sprint("r", i))
-		awaited[slotOf(roles[i], second.opts.slots)]++
+		awaited[wire.SlotOf(roles[i], second.opts.slots)]++
 	}
 	set, err := second.Watch(Handler{Assigned: func(context.Context, string) {}}, roles...)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 func FuzzParseFloor(f *testing.F) {
-	full, _ := json.Marshal(AckFloor{Lineage: 4, Version: 75, Floor: 70, Complete: true, Lagging: map[string]int64{"m1": 70, "m2": 0},
+	full, _ := json.Marshal(wire.AckFloor{Lineage: 4, Version: 75, Floor: 70, Complete: true, Lagging: map[string]int64{"m1": 70, "m2": 0},
 		Seq: 80, SeqFloor: 79, SeqComplete: true, SeqLagging: map[string]int64{"m1": 79}, Rest: 75, Round: true,
 		Imbalance: 1.25, Tolerance: 0.1, Still: true, Base: 1, Ghosts: 2, Leader: "m0000"})
 	for _, s := range [][]byte{
@@ -22,11 +24,11 @@ func FuzzParseFloor(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := parseFloor(b)
+		got, ok := wire.ParseFloor(b)
 		if !ok {
 			return
 		}
-		var want AckFloor
+		var want wire.AckFloor
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseFloor(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}
@@ -38,7 +40,7 @@ func FuzzParseFloor(f *testing.F) {
 
 // The floors leaders write take parseFloor's path, not encoding/json's.
 func TestLeadersFloorsParseFast(t *testing.T) {
-	for _, fl := range []AckFloor{
+	for _, fl := range []wire.AckFloor{
 		{Lineage: 1, Version: 2, Floor: 2, Complete: true, Seq: 2, SeqFloor: 2, SeqComplete: true, Rest: 2, Still: true, Base: 1, Leader: "a"},
 		{Lineage: 1, Version: 3, Complete: true, Lagging: map[string]int64{"b": 2, "c": 0}, Seq: 4, SeqComplete: true,
 			SeqLagging: map[string]int64{"b": 3}, Imbalance: 1.5, Tolerance: 0.1, Ghosts: 1, Leader: "b"},
@@ -47,7 +49,7 @@ func TestLeadersFloorsParseFast(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, ok := parseFloor(b)
+		got, ok := wire.ParseFloor(b)
 		if !ok || !reflect.DeepEqual(got, fl) {
 			t.Errorf("parseFloor(%s) = %+v, %v; want %+v", b, got, ok, fl)
 		}
@@ -56,9 +58,9 @@ func TestLeadersFloorsParseFast(t *testing.T) {
 
 func FuzzParseRecord(f *testing.F) {
 	leader, size, by := "m0000", 3, true
-	full := (&Record{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
+	full := (&wire.Record{Schema: 3, Change: true, Version: 9, Leader: &leader, Size: &size, Names: map[string]string{"2": "c"},
 		Moves: []int{5, 2, 7, 0}, Unwait: []string{"c"}, ByLoad: &by,
-		Transition: Transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}, ByLeader: true}}).Encode()
+		Transition: wire.Transition{View: 40, From: 8, Gone: []string{"d"}, Incs: map[string]int64{"a": 3}, ByLeader: true}}).Encode()
 	for _, s := range [][]byte{
 		full,
 		[]byte(`{"schema":3,"change":true,"version":475,"size":10001,"names":{"10000":"m10000"},"moves":[14,10000],"view":97442,"from":474}`),
@@ -70,11 +72,11 @@ func FuzzParseRecord(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := parseRecord(b)
+		got, ok := wire.ParseRecord(b)
 		if !ok {
 			return
 		}
-		var want Record
+		var want wire.Record
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseRecord(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}
@@ -88,13 +90,13 @@ func FuzzParseRecord(f *testing.F) {
 // path.
 func TestLeadersRecordsParseFast(t *testing.T) {
 	size := 4
-	for _, c := range []Record{
+	for _, c := range []wire.Record{
 		{Schema: 3, Change: true, Version: 5, Size: &size, Names: map[string]string{"3": "d"}, Moves: []int{1, 3, 9, 3},
-			Transition: Transition{View: 20, From: 4, ByLeader: true}},
-		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, Transition: Transition{View: 22, From: 5, Gone: []string{"d"}}},
+			Transition: wire.Transition{View: 20, From: 4, ByLeader: true}},
+		{Schema: 3, Change: true, Version: 6, Moves: []int{1, 0}, Unwait: []string{"e"}, Transition: wire.Transition{View: 22, From: 5, Gone: []string{"d"}}},
 	} {
 		b := c.Encode()
-		got, ok := parseRecord(b)
+		got, ok := wire.ParseRecord(b)
 		if !ok || !reflect.DeepEqual(got, c) {
 			t.Errorf("parseRecord(%s) = %+v, %v; want %+v", b, got, ok, c)
 		}

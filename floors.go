@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -112,7 +113,7 @@ const floorPause = 50 * time.Millisecond
 // heldFloor is a floor held back (see floorPause).
 type heldFloor struct {
 	val []byte
-	f   *AckFloor
+	f   *wire.AckFloor
 }
 
 // send asks for floor h to be written at once, replacing any floor held
@@ -138,7 +139,7 @@ func (a *aggregation) unhold() {
 // offer asks for floor f (val, its JSON) to be written: at once, or after
 // a pause from now when it raises no bound anybody waits for (see
 // floorPause).
-func (a *aggregation) offer(f *AckFloor, val []byte, now time.Time) {
+func (a *aggregation) offer(f *wire.AckFloor, val []byte, now time.Time) {
 	h := heldFloor{val: val, f: f}
 	if a.last == nil || !a.idle(f) {
 		a.holds = 0
@@ -174,7 +175,7 @@ const maxHolds = 4
 // history begins after a bound waits for it regardless (raisesPastStart). Members that
 // predate seqs read bounds in versions: a member that writes no seq is
 // judged by the rise of its version bound.
-func (a *aggregation) idle(f *AckFloor) bool {
+func (a *aggregation) idle(f *wire.AckFloor) bool {
 	l := a.lastF
 	if l == nil || f.Lineage != l.Lineage || f.Seq < l.Seq || f.Version < l.Version || f.Ghosts != l.Ghosts || !slices.Equal(f.Covered, l.Covered) || l.Seq < 1 {
 		return false
@@ -219,7 +220,7 @@ func (a *aggregation) idle(f *AckFloor) bool {
 
 // sameBounds reports whether two floors give every member the same bounds
 // (they may differ in what the leader plans).
-func sameBounds(l, f *AckFloor) bool {
+func sameBounds(l, f *wire.AckFloor) bool {
 	return f.Lineage == l.Lineage && f.Seq == l.Seq && f.SeqFloor == l.SeqFloor && f.SeqComplete == l.SeqComplete && maps.Equal(f.SeqLagging, l.SeqLagging) &&
 		f.Version == l.Version && f.Floor == l.Floor && f.Complete == l.Complete && maps.Equal(f.Lagging, l.Lagging)
 }
@@ -235,7 +236,7 @@ func sameBounds(l, f *AckFloor) bool {
 // before h: a rise across h is written at once. (A member whose listing
 // came maps later is cleared by the floor that says every member is at a
 // newer map than the last: that one is written at once too.)
-func (a *aggregation) raisesPastStart(l, f *AckFloor, lo int64) bool {
+func (a *aggregation) raisesPastStart(l, f *wire.AckFloor, lo int64) bool {
 	var starts []int64
 	for _, m := range a.v.members {
 		if h := a.v.seqAt(m.createRev); h > lo {
@@ -272,7 +273,7 @@ func (a *aggregation) raisesPastStart(l, f *AckFloor, lo int64) bool {
 // on while the members it changed have not acknowledged it: they owe their
 // acknowledgements and know it (see ackOwed), and the floor that counts
 // them replaces it.
-func (a *aggregation) pause(f *AckFloor) time.Duration {
+func (a *aggregation) pause(f *wire.AckFloor) time.Duration {
 	if l := a.lastF; l != nil && l.Rest != 0 && f.Rest == 0 && sameBounds(l, f) {
 		// Only that the leader no longer rests: it is about to proclaim
 		// a map (a newcomer, a leaver), whose floor replaces this one.
@@ -303,10 +304,10 @@ func (a *aggregation) pause(f *AckFloor) time.Duration {
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
 	v         *ackView
-	last      []byte    // the floor we last asked to be written
-	lastF     *AckFloor // and what it says
-	held      heldFloor // a floor held back (see floorPause); val nil: none
-	holdUntil time.Time // when the hold ends (zero: none); the aggregator writes held then
+	last      []byte         // the floor we last asked to be written
+	lastF     *wire.AckFloor // and what it says
+	held      heldFloor      // a floor held back (see floorPause); val nil: none
+	holdUntil time.Time      // when the hold ends (zero: none); the aggregator writes held then
 	// holds counts the held floors written when their pause ran out, since
 	// the last floor that raised a bound: each such hold lasts twice the
 	// one before, so that acknowledgements that come in slowly (a drain, a

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -105,7 +106,7 @@ func (r *Rink) onWatch(b watchBatch) {
 		clear(st.elect)
 		clear(st.electOf)
 		clear(st.strayKeys)
-		st.floor, st.leader = AckFloor{}, ""
+		st.floor, st.leader = wire.AckFloor{}, ""
 		// The map first: what the member keys below trigger (our own join
 		// seen, and the gains that come with it) must use this listing's
 		// map, not an older one.
@@ -117,7 +118,7 @@ func (r *Rink) onWatch(b watchBatch) {
 			case r.keys.IsSnapshot(key):
 				snapKV = kv
 			case r.keys.IsFloor(key):
-				st.floor = decodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
+				st.floor = wire.DecodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
 			}
 		}
 		if mapKV != nil {
@@ -211,7 +212,7 @@ func (r *Rink) onWatch(b watchBatch) {
 					r.candidacyLost()
 				}
 			case r.keys.IsFloor(key):
-				st.floor = AckFloor{}
+				st.floor = wire.AckFloor{}
 			case r.keys.IsMap(key):
 				r.log.Warn("the rink's map key was deleted; the leader will start a new lineage")
 				r.mapGone(ev.Kv.ModRevision)
@@ -326,9 +327,9 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		}
 		delete(st.strayKeys, key)
 		old, existed := st.members[name]
-		protocols, capacity := metaOf(kv.Value)
-		leaving := leavingOf(kv.Value)
-		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving, zone: zoneOf(kv.Value)}
+		protocols, capacity := wire.MetaOf(kv.Value)
+		leaving := wire.LeavingOf(kv.Value)
+		st.members[name] = memberInfo{createRev: kv.CreateRevision, lease: kv.Lease, modRev: kv.ModRevision, protocols: protocols, capacity: capacity, leaving: leaving, zone: wire.ZoneOf(kv.Value)}
 		st.touched[name] = true
 		if !existed {
 			delete(st.unlisted, name)
@@ -376,7 +377,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 			st.leader = key
 		}
 	case r.keys.IsFloor(key):
-		st.floor = decodeFloor(kv.Value)
+		st.floor = wire.DecodeFloor(kv.Value)
 		if r.ackOwed() {
 			r.sendAck() // a new leader, or one that lists us as lagging (see ackOwed)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -301,14 +302,14 @@ func (fx *ownNameFx) checkOwnName(int64) { fx.checks++ }
 func TestOwnNameCheckedUnlessALeaderPlannedTheMap(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		tr    Transition
+		tr    wire.Transition
 		check bool
 	}{
-		{"departure's map", Transition{View: 9, Gone: []string{"y"}}, true},
-		{"leader's map", Transition{View: 9, ByLeader: true}, false},
-		{"leader's map naming the name replaced", Transition{View: 9, ByLeader: true, Incs: map[string]int64{"x": 5}}, true},
-		{"leader's map from before the key", Transition{View: 4, ByLeader: true}, true},
-		{"a build that says no view", Transition{}, true},
+		{"departure's map", wire.Transition{View: 9, Gone: []string{"y"}}, true},
+		{"leader's map", wire.Transition{View: 9, ByLeader: true}, false},
+		{"leader's map naming the name replaced", wire.Transition{View: 9, ByLeader: true, Incs: map[string]int64{"x": 5}}, true},
+		{"leader's map from before the key", wire.Transition{View: 4, ByLeader: true}, true},
+		{"a build that says no view", wire.Transition{}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := newBare(t, "x", 2, 5)
@@ -319,7 +320,7 @@ func TestOwnNameCheckedUnlessALeaderPlannedTheMap(t *testing.T) {
 			b.put(memberKV("x", 5, 5, 0, 0))
 			m := twoSlots(3, []string{"x", "z"}, 0, 1)
 			kv := mapKV(m, 2, 10)
-			kv.Value = withTransition(m.Encode(), c.tr)
+			kv.Value = wire.WithTransition(m.Encode(), c.tr)
 			b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{kv}, rev: 10})
 			if b.r.st.cur.Version != 3 {
 				t.Fatalf("map not applied (version %d)", b.r.st.cur.Version)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
 )
@@ -190,8 +191,8 @@ func handedOver(t testing.TB, h *history, from string, slots []int, since time.T
 
 // departureMap returns a channel that gets the first map r publishes in
 // which member owns no slot (polled every millisecond, for up to within).
-func departureMap(t testing.TB, r *Rink, member string, within time.Duration) <-chan *Map {
-	out := make(chan *Map, 1)
+func departureMap(t testing.TB, r *Rink, member string, within time.Duration) <-chan *wire.Map {
+	out := make(chan *wire.Map, 1)
 	ctx := ctxTimeout(t, within)
 	go func() {
 		defer close(out)
@@ -281,7 +282,7 @@ func testKeysDeletedWhileCutOff(t *testing.T, ackAndLoad bool) {
 		t.Fatalf("deleted %v: want at least x's member and election keys", existed)
 	}
 	eventually(t, 10*time.Second, l.role+" held again, by a or b", func() bool { return len(holding(l.role, l.a, l.b)) == 1 })
-	cutOffGoneOnlyAfterX(t, h, l.role, slotOf(l.role, l.x.opts.slots), l.ended, cut)
+	cutOffGoneOnlyAfterX(t, h, l.role, wire.SlotOf(l.role, l.x.opts.slots), l.ended, cut)
 }
 
 // ---------------------------------------------------------------------
@@ -474,7 +475,7 @@ func testGhostCostsOnlyItsSlots(t *testing.T, deleteKey bool) {
 		t.Errorf("c's slot %d was unheld for %v after c's graceful shutdown until %s acquired it, want < 1s: x's lease, which could hold none of c's slots, held up the handover", acq.Slot, longest, acq.Member)
 	}
 	eventually(t, 10*time.Second, roleX+" held again, by a", func() bool { return len(holding(roleX, a)) == 1 })
-	cutOffGoneOnlyAfterX(t, h, roleX, slotOf(roleX, x.opts.slots), ended, cut)
+	cutOffGoneOnlyAfterX(t, h, roleX, wire.SlotOf(roleX, x.opts.slots), ended, cut)
 }
 
 // proxiedTrio starts a rink (named name) of a (ranked first), mid (through the proxy

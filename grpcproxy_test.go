@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rink-go/rink/internal/wire"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy"
@@ -195,7 +196,7 @@ func TestGRPCProxy(t *testing.T) {
 	moves, _ := roleMoves(h, roles, mark)
 	for _, role := range roles {
 		if moves[role] != 1 {
-			t.Errorf("%s (slot %d) acquired %d times during the replacement, want 1", role, slotOf(role, DefaultSlots), moves[role])
+			t.Errorf("%s (slot %d) acquired %d times during the replacement, want 1", role, wire.SlotOf(role, DefaultSlots), moves[role])
 		}
 	}
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // In a graceful handover the roles in use move first: the leaver releases
@@ -36,7 +38,7 @@ func TestHandoverStartsRolesInUseFirst(t *testing.T) {
 					role = fmt.Sprint("role-", i)
 				}
 			}
-			slot := slotOf(role, DefaultSlots)
+			slot := wire.SlotOf(role, DefaultSlots)
 			// (The acquisition's event comes a moment before Get sees it.)
 			eventually(t, 10*time.Second, leaver.Member()+" holds "+role, func() bool { _, ok := leaver.Get(role); return ok })
 			awaited := make(chan error, 1)
@@ -104,7 +106,7 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 		// The first slot b starts is the awaited one; await a role of a
 		// lower slot now, before the run goroutine goes on.
 		go b.AwaitRoleContext(context.Background(), low)
-		slot := slotOf(low, DefaultSlots)
+		slot := wire.SlotOf(low, DefaultSlots)
 		for b.slots.load(slot) == nil {
 			runtime.Gosched()
 		}
@@ -122,7 +124,7 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 	var hi string
 	for i := 0; hi == "" || low == ""; i++ {
 		role := fmt.Sprint("role-", i)
-		switch s := slotOf(role, DefaultSlots); {
+		switch s := wire.SlotOf(role, DefaultSlots); {
 		case s == DefaultSlots-1:
 			hi = role
 		case s == DefaultSlots-12:
@@ -148,8 +150,8 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 			order = append(order, e.Slot)
 		}
 	}
-	if i := slices.Index(order, slotOf(low, DefaultSlots)); i < 0 || i == len(order)-1 {
-		t.Errorf("slot %d started last of b's %d (at %d): skipped by the pass that should have taken it", slotOf(low, DefaultSlots), len(order), i)
+	if i := slices.Index(order, wire.SlotOf(low, DefaultSlots)); i < 0 || i == len(order)-1 {
+		t.Errorf("slot %d started last of b's %d (at %d): skipped by the pass that should have taken it", wire.SlotOf(low, DefaultSlots), len(order), i)
 	}
 	h.check(t)
 }

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // The tests share one embedded etcd, started by TestMain on loopback ports
@@ -180,7 +181,7 @@ func holdersIn(evs []Event) map[int][]string {
 
 // heldAsMapped reports whether every slot of m is held by exactly its
 // owner in m, as of the end of the history.
-func (h *history) heldAsMapped(m *Map) bool {
+func (h *history) heldAsMapped(m *wire.Map) bool {
 	if m == nil {
 		return false
 	}
@@ -341,7 +342,7 @@ func every(ctx context.Context, d time.Duration, fn func()) {
 // ownersNow returns a copy of the map r publishes to its API (see Owner),
 // for a test to read at leisure: the run goroutine may write the
 // published table in place (see applyInPlace).
-func (r *Rink) ownersNow() *Map {
+func (r *Rink) ownersNow() *wire.Map {
 	r.ownersMu.RLock()
 	defer r.ownersMu.RUnlock()
 	m := r.owners.Load()
@@ -354,8 +355,8 @@ func (r *Rink) ownersNow() *Map {
 }
 
 // tableOf is a slot table with the given entries.
-func tableOf(entries ...int) SlotTable {
-	t := make(SlotTable, len(entries))
+func tableOf(entries ...int) wire.SlotTable {
+	t := make(wire.SlotTable, len(entries))
 	for i, e := range entries {
 		t[i] = int32(e)
 	}

@@ -3,6 +3,8 @@ package rink
 import (
 	"slices"
 	"sort"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // slotHistory is what the handover check (free) needs of the maps a member
@@ -29,8 +31,8 @@ import (
 // keeping the one in force at from.
 type slotHistory struct {
 	from, top int64
-	curTable  SlotTable // the newest map's table (shared)
-	curNames  []string  // the newest map's members (shared: a record renames in place only after add reads it)
+	curTable  wire.SlotTable // the newest map's table (shared)
+	curNames  []string       // the newest map's members (shared: a record renames in place only after add reads it)
 	changes   map[int][]ownerSince
 	entries   int          // entries over all slots, for prune
 	order     []slotChange // see the invariants
@@ -50,7 +52,7 @@ type slotHistory struct {
 type lazyMap struct {
 	seq   int64
 	slots int // the table's entries (see rankMap.tableLen)
-	table SlotTable
+	table wire.SlotTable
 	names []string
 }
 
@@ -105,7 +107,7 @@ func (h *slotHistory) last(s int) string {
 // add records the map of seq seq, which record delta made of the map
 // before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
-func (h *slotHistory) add(seq int64, m *Map, delta *mapDelta) {
+func (h *slotHistory) add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 	h.settle()
 	if h.top == 0 || seq != h.top+1 {
 		h.reset()
@@ -113,16 +115,16 @@ func (h *slotHistory) add(seq int64, m *Map, delta *mapDelta) {
 		h.curTable, h.curNames = m.Table, m.Members
 		return
 	}
-	if delta != nil && !delta.renamed {
+	if delta != nil && !delta.Renamed {
 		// No other slot's owner changed: a moved slot's owner in the map
 		// before is its last entry, or the old name of its old entry (the
 		// table may have been written in place since).
-		for i, s := range delta.moved {
+		for i, s := range delta.Moved {
 			was := ""
 			if l := h.changes[s]; len(l) > 0 {
 				was = l[len(l)-1].name
 			} else {
-				was = delta.oldName(delta.old[i], m.Members)
+				was = delta.OldName(delta.Old[i], m.Members)
 			}
 			if o := m.Owner(s); o != was {
 				h.change(s, was, seq, o)
@@ -147,7 +149,7 @@ func (h *slotHistory) settle() {
 		return
 	}
 	h.lazy = lazyMap{}
-	m := Map{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
+	m := wire.Map{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
 	// (A whole map's table is its own: the newest map's, which curTable
 	// holds, was not written over, and gives each slot's owner in it, as
 	// its last entry does.)

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // slotHistory answers heldBy as a history of whole maps would, through
@@ -16,9 +18,9 @@ func FuzzSlotHistory(f *testing.F) {
 		const S = 6
 		names := []string{"a", "b", "c", "d"}
 		var h slotHistory
-		var live SlotTable       // the table last added to h
-		whole := map[int64]Map{} // the maps a member would have kept
-		low := int64(0)          // nothing below it is kept
+		var live wire.SlotTable       // the table last added to h
+		whole := map[int64]wire.Map{} // the maps a member would have kept
+		low := int64(0)               // nothing below it is kept
 		seq := int64(0)
 		for step := 0; step < 60; step++ {
 			switch r := rng.IntN(10); {
@@ -28,14 +30,14 @@ func FuzzSlotHistory(f *testing.F) {
 					seq += 1 + int64(rng.IntN(3)) // a gap: the history starts again
 					clear(whole)
 				}
-				m := Map{Slots: S}
+				m := wire.Map{Slots: S}
 				for _, n := range names {
 					if rng.IntN(3) > 0 {
 						m.Members = append(m.Members, n)
 					}
 				}
 				if len(m.Members) > 0 {
-					m.Table = make(SlotTable, S)
+					m.Table = make(wire.SlotTable, S)
 					for s := range m.Table {
 						m.Table[s] = int32(rng.IntN(len(m.Members)))
 					}
@@ -45,13 +47,13 @@ func FuzzSlotHistory(f *testing.F) {
 				// Such a record is written into the table the history last
 				// saw, as a member that does not lead applies it (see
 				// applyInPlace): the history must not need its old entries.
-				var delta *mapDelta
+				var delta *wire.MapDelta
 				added := m
 				if prev, ok := whole[seq-1]; ok && rng.IntN(2) == 0 && len(prev.Members) > 0 {
-					m.Schema, m.Version, prev.Schema, prev.Version = schemaVersion, seq, schemaVersion, seq-1
-					c := diff(&prev, &m)
-					delta = deltaOf(&prev, &c)
-					if !delta.renamed && len(live) == len(m.Table) {
+					m.Schema, m.Version, prev.Schema, prev.Version = wire.SchemaVersion, seq, wire.SchemaVersion, seq-1
+					c := wire.Diff(&prev, &m)
+					delta = wire.DeltaOf(&prev, &c)
+					if !delta.Renamed && len(live) == len(m.Table) {
 						h.settle() // (as applyMap does before a record is written in place)
 						copy(live, m.Table)
 						added.Table = live
@@ -110,9 +112,9 @@ func FuzzSlotHistory(f *testing.F) {
 // newest map drops every change.
 func TestSlotHistory(t *testing.T) {
 	var h slotHistory
-	m1 := Map{Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{0, 1}}
-	m2 := Map{Slots: 2, Members: []string{"b", "a"}, Table: SlotTable{1, 0}} // same owners
-	m3 := Map{Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{1, 1}} // slot 0 to b
+	m1 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}}
+	m2 := wire.Map{Slots: 2, Members: []string{"b", "a"}, Table: wire.SlotTable{1, 0}} // same owners
+	m3 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{1, 1}} // slot 0 to b
 	h.add(1, &m1, nil)
 	h.add(2, &m2, nil)
 	h.add(3, &m3, nil)
@@ -161,9 +163,9 @@ func TestSlotHistory(t *testing.T) {
 // churn adds to a history 2,999 maps on 4,096 slots, each moving one slot
 // to the next of 64 members, as records, and calls after with the
 // history, the seq added, the slot moved and the map before.
-func churn(after func(h *slotHistory, seq int64, s int, prev *Map)) {
+func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
 	const S, n = 4096, 64
-	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(SlotTable, S)}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(wire.SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
@@ -175,8 +177,8 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *Map)) {
 		m.Table = slices.Clone(prev.Table)
 		s := int(seq*7) % S
 		m.Table[s] = (m.Table[s] + 1) % n
-		c := diff(&prev, &m)
-		h.add(seq, &m, deltaOf(&prev, &c))
+		c := wire.Diff(&prev, &m)
+		h.add(seq, &m, wire.DeltaOf(&prev, &c))
 		after(&h, seq, s, &prev)
 	}
 }
@@ -187,7 +189,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *Map)) {
 // a rink of 10,000 kept an entry for nearly every slot while members
 // joined: about 600 KB each).
 func TestSlotHistoryFollowsTheFloor(t *testing.T) {
-	churn(func(h *slotHistory, seq int64, _ int, _ *Map) {
+	churn(func(h *slotHistory, seq int64, _ int, _ *wire.Map) {
 		h.prune(seq - 2)
 		if len(h.changes) > 3 || h.entries > 12 {
 			t.Fatalf("seq %d: the history keeps %d entries over %d slots, with 3 maps since the floor", seq, h.entries, len(h.changes))
@@ -200,7 +202,7 @@ func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 // the maps it keeps.
 func TestSlotHistoryBounded(t *testing.T) {
 	const keep = 100
-	churn(func(h *slotHistory, seq int64, s int, prev *Map) {
+	churn(func(h *slotHistory, seq int64, s int, prev *wire.Map) {
 		if low := h.keepingAtMost(keep); low > h.from {
 			h.prune(low)
 		}
@@ -220,7 +222,7 @@ func TestSlotHistoryBounded(t *testing.T) {
 func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 	const L = 10
 	b, two := tenMaps(t, L, func(v int64) int { return int(v % 2) })
-	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
+	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
 	if b.r.st.hist.covers(9) {
 		t.Fatal("seq 9 kept after a floor at 10")
 	}
@@ -233,7 +235,7 @@ func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 // watch batch, took 9 % of the process's CPU).
 func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 	const S, n, maps = 512, 8, 4000
-	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(SlotTable, S)}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(wire.SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
@@ -246,8 +248,8 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 		m.Table = slices.Clone(prev.Table)
 		s := int(seq) % S
 		m.Table[s] = (m.Table[s] + 1) % n
-		c := diff(&prev, &m)
-		h.add(seq, &m, deltaOf(&prev, &c))
+		c := wire.Diff(&prev, &m)
+		h.add(seq, &m, wire.DeltaOf(&prev, &c))
 		added++
 		if seq > 4*S { // the floor a few changes of every slot behind
 			h.prune(seq - 3*S)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,30 +24,30 @@ func TestLeaseGateUnderALeaderThatRecordsNoLeases(t *testing.T) {
 	r.st.inc = &incarnation{lease: 7}
 	// A whole map of a leader that records leases, c waiting.
 	r.st.selfIdx = -1
-	r.keepOwnLease(&Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	r.keepOwnLease(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
 	// A leader of this build ranks c: its record names c's lease.
-	next := Map{Members: []string{"a", "c"}, Leases: []int64{5, 7}}
-	rec := diff(&Map{Members: []string{"a"}, Leases: []int64{5}}, &next)
+	next := wire.Map{Members: []string{"a", "c"}, Leases: []int64{5, 7}}
+	rec := wire.Diff(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, &next)
 	r.st.selfIdx = 1
-	r.keepOwnLease(&Map{Members: next.Members}, decoded(t, rec))
+	r.keepOwnLease(&wire.Map{Members: next.Members}, decoded(t, rec))
 	if !r.leaseGate() {
 		t.Fatal("a record that records c's lease leaves c gated")
 	}
 	// One that ranks c with another lease keeps c gated (issue 42).
 	r.st.selfIdx = -1
-	r.keepOwnLease(&Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	r.keepOwnLease(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
 	next.Leases[1] = 6
-	rec = diff(&Map{Members: []string{"a"}, Leases: []int64{5}}, &next)
+	rec = wire.Diff(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, &next)
 	r.st.selfIdx = 1
-	r.keepOwnLease(&Map{Members: next.Members}, decoded(t, rec))
+	r.keepOwnLease(&wire.Map{Members: next.Members}, decoded(t, rec))
 	if r.leaseGate() {
 		t.Fatal("a record that records another lease for c lets c start slots")
 	}
 	// A leader of an earlier build ranks c: its record says nothing of
 	// leases (encoded as that build does: no lease field at all).
 	r.st.selfIdx = -1
-	r.keepOwnLease(&Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
-	old := diff(&Map{Members: []string{"a"}}, &Map{Members: []string{"a", "c"}})
+	r.keepOwnLease(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, nil)
+	old := wire.Diff(&wire.Map{Members: []string{"a"}}, &wire.Map{Members: []string{"a", "c"}})
 	b, err := json.Marshal(old)
 	if err != nil {
 		t.Fatal(err)
@@ -55,23 +56,23 @@ func TestLeaseGateUnderALeaderThatRecordsNoLeases(t *testing.T) {
 		t.Fatalf("the earlier build's record %s names leases", b)
 	}
 	r.st.selfIdx = 1
-	r.keepOwnLease(&Map{Members: []string{"a", "c"}}, decoded(t, old))
+	r.keepOwnLease(&wire.Map{Members: []string{"a", "c"}}, decoded(t, old))
 	if !r.leaseGate() {
 		t.Fatal("under a leader that records no leases, c starts nothing")
 	}
 	// A leader of this build follows, and records another lease for c
 	// (its view is older than c's rejoin): c is gated again.
-	back := diff(&Map{Members: []string{"a", "c"}}, &Map{Members: []string{"a", "c"}, Leases: []int64{5, 6}})
-	r.keepOwnLease(&Map{Members: []string{"a", "c"}}, decoded(t, back))
+	back := wire.Diff(&wire.Map{Members: []string{"a", "c"}}, &wire.Map{Members: []string{"a", "c"}, Leases: []int64{5, 6}})
+	r.keepOwnLease(&wire.Map{Members: []string{"a", "c"}}, decoded(t, back))
 	if r.leaseGate() {
 		t.Fatal("after an earlier build's leader, a record of another lease for c lets c start slots")
 	}
 }
 
 // decoded returns c as a member decodes it from the map key.
-func decoded(t *testing.T, c Record) *Record {
+func decoded(t *testing.T, c wire.Record) *wire.Record {
 	t.Helper()
-	out, ok := decodeRecord(c.Encode())
+	out, ok := wire.DecodeRecord(c.Encode())
 	if !ok {
 		t.Fatalf("record %s does not decode", c.Encode())
 	}
@@ -127,7 +128,7 @@ func TestLeaderRecordsLeasesAfterAnUnleasedRecord(t *testing.T) {
 		if err != nil || len(resp.Kvs) != 1 {
 			return false
 		}
-		rec, ok := decodeRecord(resp.Kvs[0].Value)
+		rec, ok := wire.DecodeRecord(resp.Kvs[0].Value)
 		return ok && rec.Version > m.Version+1 && rec.Leased && rec.Leases["a"] == la && rec.Leases["c"] == lc
 	})
 }

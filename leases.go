@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
 )
@@ -65,7 +66,7 @@ const (
 // not (a map of an earlier leader, or written by hand) says nothing of
 // leases, and the book keeps what it knew; a record sets what it changed.
 // What a map replaces stays in the book as evidence (others).
-func (r *Rink) keepLeases(m *Map, rec *Record) {
+func (r *Rink) keepLeases(m *wire.Map, rec *wire.Record) {
 	st := &r.st
 	if !st.view.wide && st.lead == nil {
 		st.recorded, st.others = nil, nil
@@ -176,7 +177,7 @@ func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 // map of that put (a record put back by hand), or it records no leases.
 func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
 	whole := mapKV.Value
-	if _, ok := decodeRecord(whole); ok {
+	if _, ok := wire.DecodeRecord(whole); ok {
 		if snapKV == nil || snapKV.ModRevision != mapKV.ModRevision {
 			return nil, false
 		}
@@ -189,8 +190,8 @@ func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
 // is false when it does not decode or records none.
 func leasesIn(whole []byte) (map[string]int64, bool) {
 	var m struct {
-		Members MemberList `json:"members"`
-		Leases  []int64    `json:"leases"`
+		Members wire.MemberList `json:"members"`
+		Leases  []int64         `json:"leases"`
 	}
 	if json.Unmarshal(whole, &m) != nil || len(m.Leases) != len(m.Members) || len(m.Members) == 0 {
 		return nil, false
@@ -268,7 +269,7 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 // keepOwnLease notes what the map m just applied (rec: its change
 // record, nil for a whole map) records of this member's lease (see
 // leaseGate). Every member keeps it, at the cost of a lookup per map.
-func (r *Rink) keepOwnLease(m *Map, rec *Record) {
+func (r *Rink) keepOwnLease(m *wire.Map, rec *wire.Record) {
 	st := &r.st
 	st.curLeased = mapLeased(m, rec)
 	switch {
@@ -290,7 +291,7 @@ func (r *Rink) keepOwnLease(m *Map, rec *Record) {
 
 // mapLeased reports whether map m, applied from record rec (nil: a whole
 // map), records leases.
-func mapLeased(m *Map, rec *Record) bool {
+func mapLeased(m *wire.Map, rec *wire.Record) bool {
 	if rec != nil {
 		return rec.Leased
 	}

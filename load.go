@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -143,7 +144,7 @@ func (r *Rink) AddLoad(role string, units float64) {
 	if role == "" || !(units > 0) || math.IsInf(units, 1) {
 		return
 	}
-	r.load.acc.add(slotOf(role, r.opts.slots), units)
+	r.load.acc.add(wire.SlotOf(role, r.opts.slots), units)
 }
 
 // awaiting reports whether any role is awaited (false on a nil l: a Rink

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -236,7 +237,7 @@ func TestAddLoadAllocs(t *testing.T) {
 	if n := testing.AllocsPerRun(1000, func() { r.AddLoad("BTC/ETH", 1.5) }); n != 0 {
 		t.Errorf("AddLoad allocates %v times per call", n)
 	}
-	if got := r.load.acc.load(slotOf("BTC/ETH", 1024)); got != 1501.5 {
+	if got := r.load.acc.load(wire.SlotOf("BTC/ETH", 1024)); got != 1501.5 {
 		t.Errorf("accumulated %v, want 1501.5", got) // AllocsPerRun runs it once more to warm up
 	}
 }

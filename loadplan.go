@@ -3,6 +3,8 @@ package rink
 import (
 	"math"
 	"slices"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // Load balancing, the pure part. Once members report their load (see
@@ -40,7 +42,7 @@ type loadPlanInput struct {
 }
 
 // memberLoads returns each member's load over its slots in table.
-func memberLoads(table SlotTable, n int, load []float64) []float64 {
+func memberLoads(table wire.SlotTable, n int, load []float64) []float64 {
 	out := make([]float64, n)
 	for s, i := range table {
 		out[i] += load[s]
@@ -51,7 +53,7 @@ func memberLoads(table SlotTable, n int, load []float64) []float64 {
 // imbalance returns the most loaded member's load per capacity over the
 // mean load per capacity: 1 is perfect balance. It is 1 when there is no
 // load.
-func imbalance(m Map, load []float64, capacity map[string]float64) float64 {
+func imbalance(m wire.Map, load []float64, capacity map[string]float64) float64 {
 	if len(m.Members) == 0 {
 		return 1
 	}
@@ -59,7 +61,7 @@ func imbalance(m Map, load []float64, capacity map[string]float64) float64 {
 	loads := memberLoads(m.Table, len(m.Members), load)
 	total, caps, worst := 0.0, 0.0, 0.0
 	for i, name := range m.Members {
-		c := capacityOr1(capacity[name])
+		c := wire.CapacityOr1(capacity[name])
 		total += loads[i]
 		caps += c
 		worst = max(worst, loads[i]/c)
@@ -72,14 +74,14 @@ func imbalance(m Map, load []float64, capacity map[string]float64) float64 {
 
 // imbalanceBound returns the least imbalance any table could reach: the
 // hottest slot on the member with the most capacity, beside the mean (or 1).
-func imbalanceBound(m Map, load []float64, capacity map[string]float64) float64 {
+func imbalanceBound(m wire.Map, load []float64, capacity map[string]float64) float64 {
 	total, caps, hot, top := 0.0, 0.0, 0.0, 0.0
 	for _, x := range load {
 		total += x
 		hot = max(hot, x)
 	}
 	for _, name := range m.Members {
-		c := capacityOr1(capacity[name])
+		c := wire.CapacityOr1(capacity[name])
 		caps += c
 		top = max(top, c)
 	}
@@ -108,7 +110,7 @@ func imbalanceBound(m Map, load []float64, capacity map[string]float64) float64 
 //     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
-func rebalanceLoad(cur Map, in loadPlanInput) (table SlotTable, moved []int) {
+func rebalanceLoad(cur wire.Map, in loadPlanInput) (table wire.SlotTable, moved []int) {
 	n := len(cur.Members)
 	cur = primaryMap(cur) // (load is the primaries': the caller places secondaries around them)
 	table = slices.Clone(cur.Table)
@@ -118,7 +120,7 @@ func rebalanceLoad(cur Map, in loadPlanInput) (table SlotTable, moved []int) {
 	caps := make([]float64, n)
 	capSum := 0.0
 	for i, name := range cur.Members {
-		caps[i] = capacityOr1(in.Capacity[name])
+		caps[i] = wire.CapacityOr1(in.Capacity[name])
 		capSum += caps[i]
 	}
 	loads := memberLoads(table, n, in.Load)
@@ -203,18 +205,18 @@ func rebalanceLoad(cur Map, in loadPlanInput) (table SlotTable, moved []int) {
 // capacity it raises least, ties to the member with the fewest slots per
 // capacity, then the lower index. It is balance for a rink balanced by
 // load: live members' slots stay where the load rounds put them.
-func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) SlotTable {
+func placeOrphans(owners []string, members []string, capacity map[string]float64, load []float64) wire.SlotTable {
 	n, S := len(members), len(owners)
 	idx := make(map[string]int, n)
 	for i, name := range members {
 		idx[name] = i
 	}
-	table := make(SlotTable, S)
+	table := make(wire.SlotTable, S)
 	loads := make([]float64, n)
 	count := make([]int, n)
 	caps := make([]float64, n)
 	for i, name := range members {
-		caps[i] = capacityOr1(capacity[name])
+		caps[i] = wire.CapacityOr1(capacity[name])
 	}
 	var orphans []int
 	for s, o := range owners {
@@ -278,7 +280,7 @@ func placeOrphans(owners []string, members []string, capacity map[string]float64
 //     highest-numbered).
 //
 // Newcomers are served in index order. It changes table in place.
-func fillNewcomers(table SlotTable, members []string, capacity map[string]float64, load []float64) {
+func fillNewcomers(table wire.SlotTable, members []string, capacity map[string]float64, load []float64) {
 	n, S := len(members), len(table)
 	count := make([]int, n)
 	for _, i := range table {
@@ -287,7 +289,7 @@ func fillNewcomers(table SlotTable, members []string, capacity map[string]float6
 	caps := make([]float64, n)
 	total := 0.0
 	for i, name := range members {
-		caps[i] = capacityOr1(capacity[name])
+		caps[i] = wire.CapacityOr1(capacity[name])
 		total += caps[i]
 	}
 	at := func(s int) float64 {
@@ -342,7 +344,7 @@ func fillNewcomers(table SlotTable, members []string, capacity map[string]float6
 
 // loadedSlot picks the loaded slot newcomer i takes next (see
 // fillNewcomers), or -1.
-func loadedSlot(table SlotTable, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
+func loadedSlot(table wire.SlotTable, i int, count []int, caps, loads []float64, at func(int) float64, share float64) int {
 	donor := -1
 	for j := range caps {
 		if j == i || count[j] < 2 || (donor >= 0 && loads[j]/caps[j] <= loads[donor]/caps[donor]) {

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // rolesPerSlot is the load of a rink whose only signal is the awaited
@@ -13,13 +15,13 @@ import (
 func rolesPerSlot(S int, roles ...string) []float64 {
 	load := make([]float64, S)
 	for _, r := range roles {
-		load[slotOf(r, S)]++
+		load[wire.SlotOf(r, S)]++
 	}
 	return load
 }
 
 // owned counts each member's roles (load units) in a table.
-func owned(m Map, load []float64) []float64 {
+func owned(m wire.Map, load []float64) []float64 {
 	return memberLoads(m.Table, len(m.Members), load)
 }
 
@@ -60,21 +62,21 @@ func TestRebalanceLoadFewRoles(t *testing.T) {
 
 func TestRebalanceLoadTable(t *testing.T) {
 	// Four slots per member, two members: a holds the hot slots.
-	m := Map{Schema: schemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: SlotTable{0, 0, 0, 0, 1, 1, 1, 1}}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: 8, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 0, 0, 0, 1, 1, 1, 1}}
 	for _, c := range []struct {
 		name   string
 		load   []float64
 		frozen []bool
 		budget int
 		tol    float64
-		want   SlotTable
+		want   wire.SlotTable
 	}{
-		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, SlotTable{0, 1, 0, 0, 1, 1, 1, 1}},
-		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
-		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
-		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"within tolerance: nothing moves", []float64{5, 0, 0, 0, 5, 0, 0, 0}, nil, 8, 0.1, wire.SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the least load that reaches the aim", []float64{4, 3, 1, 0, 0, 0, 0, 0}, nil, 8, 0.5, wire.SlotTable{0, 1, 0, 0, 1, 1, 1, 1}},
+		{"as close as the hottest slot allows", []float64{6, 2, 1, 1, 0, 0, 0, 0}, nil, 8, 0.1, wire.SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
+		{"one slot too hot to move", []float64{10, 0, 0, 0, 0, 0, 0, 0}, nil, 8, 0.1, wire.SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"frozen slots stay", []float64{6, 2, 1, 1, 0, 0, 0, 0}, []bool{true, true, true, true, false, false, false, false}, 8, 0.1, wire.SlotTable{0, 0, 0, 0, 1, 1, 1, 1}},
+		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, wire.SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, moved := rebalanceLoad(m, loadPlanInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
@@ -96,7 +98,7 @@ func zipfLoad(rng *rand.Rand, S, n int) []float64 {
 }
 
 // checkRound asserts rebalanceLoad's promises for one round.
-func checkRound(t testing.TB, cur Map, in loadPlanInput, table SlotTable, moved []int) {
+func checkRound(t testing.TB, cur wire.Map, in loadPlanInput, table wire.SlotTable, moved []int) {
 	t.Helper()
 	if len(table) != len(cur.Table) {
 		t.Fatalf("table of %d slots, want %d", len(table), len(cur.Table))
@@ -160,7 +162,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
 	}
-	cur := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: names}
+	cur := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: names}
 	cur.Table = balance(make([]string, S), names, caps)
 	load := zipfLoad(rng, S, 1+rng.IntN(4*S))
 	tol := []float64{0.05, 0.1, 0.25}[rng.IntN(3)]
@@ -216,7 +218,7 @@ func TestPlaceOrphans(t *testing.T) {
 	owners := []string{"a", "a", "c", "c", "b", "c", ""}
 	load := []float64{5, 5, 4, 1, 0, 0, 0}
 	got := placeOrphans(owners, []string{"a", "b"}, nil, load)
-	if want := (SlotTable{0, 0, 1, 1, 1, 1, 1}); !slices.Equal(got, want) {
+	if want := (wire.SlotTable{0, 0, 1, 1, 1, 1, 1}); !slices.Equal(got, want) {
 		t.Errorf("table %v, want %v", got, want)
 	}
 	// Without load the orphans spread by count per capacity.
@@ -267,7 +269,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 	for seed := uint64(0); seed < 200; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 3))
 		S := []int{8, 64, 1024}[seed%3]
-		cur := Map{Schema: schemaVersion, Slots: S}
+		cur := wire.Map{Schema: wire.SchemaVersion, Slots: S}
 		var live []string
 		next := 0
 		for step := 0; step < 40; step++ {
@@ -316,7 +318,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 // a count share back at once, outside the budget and the freeze. Planning
 // after rounds is a fixed point.
 func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
-	m := Map{Schema: schemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: SlotTable{0, 1, 1, 1, 1}, ByLoad: true}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 1, 1, 1}, ByLoad: true}
 	caps := map[string]float64{"b": 4}
 	load := []float64{3, 0, 0, 0, 0}
 	table, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
@@ -334,7 +336,7 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
 		in := planInput{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
-		cur := plan(Map{Schema: schemaVersion, Slots: S}, in)
+		cur := plan(wire.Map{Schema: wire.SchemaVersion, Slots: S}, in)
 		for _, name := range names {
 			in.Ready[name] = true
 		}
@@ -373,17 +375,17 @@ func TestFillNewcomersSpreadsLoad(t *testing.T) {
 				roles = append(roles, fmt.Sprintf("role-%d", i))
 			}
 			load := rolesPerSlot(S, roles...)
-			m := Map{Slots: S}
+			m := wire.Map{Slots: S}
 			for i := 0; i < c.members; i++ {
 				m.Members = append(m.Members, fmt.Sprintf("m%d", i))
 			}
-			table := make(SlotTable, S) // m0 owns every slot
+			table := make(wire.SlotTable, S) // m0 owns every slot
 			fillNewcomers(table, m.Members, c.capacity, load)
 			m.Table = table
 			caps := make([]float64, c.members)
 			total := 0.0
 			for i, name := range m.Members {
-				caps[i] = capacityOr1(c.capacity[name])
+				caps[i] = wire.CapacityOr1(c.capacity[name])
 				total += caps[i]
 			}
 			count := make([]int, c.members)

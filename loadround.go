@@ -3,6 +3,7 @@ package rink
 import (
 	"slices"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -98,7 +99,7 @@ func (r *Rink) loadSeen(est []float64) bool {
 
 // allReported reports whether every member owning slots in m has
 // reported its load; with measured, its rates over a load interval.
-func (r *Rink) allReported(m Map, measured bool) bool {
+func (r *Rink) allReported(m wire.Map, measured bool) bool {
 	seen := make([]bool, len(m.Members))
 	for _, i := range m.Table {
 		if i < 0 || int(i) >= len(seen) || seen[i] {
@@ -115,7 +116,7 @@ func (r *Rink) allReported(m Map, measured bool) bool {
 // loadRound runs one round of load balancing on next (see rebalanceLoad),
 // once every ranked member that owns slots has reported its load, and
 // starts the timer of the next round.
-func (r *Rink) loadRound(next *Map, in planInput) {
+func (r *Rink) loadRound(next *wire.Map, in planInput) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false

@@ -3,6 +3,8 @@ package rink
 import (
 	"context"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // core is everything the run goroutine owns: the member's protocol state,
@@ -162,7 +164,7 @@ func (r *Rink) initState() {
 	st.strayKeys = map[string]strayKey{}
 	st.verSeq = map[int64]int64{}
 	st.pending = newSlotSet(S)
-	st.cur = Map{Schema: schemaVersion, Slots: S}
+	st.cur = wire.Map{Schema: wire.SchemaVersion, Slots: S}
 }
 
 // maxIndexDiff is how many positions of two maps' members indexCur

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -95,8 +96,8 @@ type State struct {
 	// and its Owner and Owners answer false (see Observer.Close).
 	Closed bool
 
-	table   SlotTable  // the map's table: a row of Slots entries per replica
-	names   MemberList // the map's members by index, as table names them
+	table   wire.SlotTable  // the map's table: a row of Slots entries per replica
+	names   wire.MemberList // the map's members by index, as table names them
 	changed chan struct{}
 }
 
@@ -171,7 +172,7 @@ func (s State) Owner(role string) (string, bool) {
 	if len(s.table) == 0 || role == "" || s.MapError != "" {
 		return "", false
 	}
-	return s.Members[s.table[slotOf(role, s.Slots)]].Name, true
+	return s.Members[s.table[wire.SlotOf(role, s.Slots)]].Name, true
 }
 
 // Owners returns the members that hold role in this state, as Rink.Owners
@@ -183,13 +184,13 @@ func (s State) Owners(role string) (members []string, ok bool) {
 		return nil, false
 	}
 	m := s.rankMap()
-	return m.ReplicaNames(slotOf(role, s.Slots)), true
+	return m.ReplicaNames(wire.SlotOf(role, s.Slots)), true
 }
 
 // rankMap returns the part of the state's map that says who holds which
 // slot, so that the state answers as members do from their maps.
-func (s State) rankMap() Map {
-	return Map{Slots: s.Slots, Replicas: s.Replicas, Members: s.names, Table: s.table}
+func (s State) rankMap() wire.Map {
+	return wire.Map{Slots: s.Slots, Replicas: s.Replicas, Members: s.names, Table: s.table}
 }
 
 type observed struct{ s State }
@@ -274,8 +275,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	elect := map[string]electInfo{}
 	acks := map[string]ackKey{}
 	loads := map[string]memberLoad{}
-	var cur Map
-	var floor AckFloor
+	var cur wire.Map
+	var floor wire.AckFloor
 	var lineage, seq, rev int64
 	var mapErr string
 	var snap *mvccpb.KeyValue // the snapshot key (see records.go)
@@ -308,8 +309,8 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(members, name)
 					return
 				}
-				protocols, capacity := metaOf(kvVal)
-				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity, zone: zoneOf(kvVal)}
+				protocols, capacity := wire.MetaOf(kvVal)
+				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity, zone: wire.ZoneOf(kvVal)}
 			case ob.keys.IsAck(key):
 				name := ob.keys.AckName(key)
 				if deleted {
@@ -331,9 +332,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(loads, name)
 				}
 			case ob.keys.IsFloor(key):
-				floor = AckFloor{}
+				floor = wire.AckFloor{}
 				if !deleted && json.Unmarshal(kvVal, &floor) != nil {
-					floor = AckFloor{} // unreadable: nothing is known
+					floor = wire.AckFloor{} // unreadable: nothing is known
 				}
 			case ob.keys.IsElection(key):
 				if deleted || !ob.keys.IsCandidate(kv) {
@@ -352,10 +353,10 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				// Observers take any slot count. A change record
 				// applies to the map before it, or comes with the whole
 				// map in the snapshot key (see readMap).
-				m, err := readMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, Geometry{})
+				m, err := wire.ReadMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, wire.Geometry{})
 				mapRev = kv.ModRevision
 				switch {
-				case errors.Is(err, errUnderived):
+				case errors.Is(err, wire.ErrUnderived):
 					mapErr, derived = err.Error(), false // (the snapshot key follows, in this batch)
 					seq, lineage = kv.Version, createRev
 					return
@@ -376,7 +377,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 				}
 				snap = kv
 				if !derived && mapRev == kv.ModRevision {
-					if m, err := decodeMap(kvVal, peekSlots(kvVal)); err == nil {
+					if m, err := wire.DecodeMap(kvVal, wire.PeekSlots(kvVal)); err == nil {
 						cur, mapErr, derived = m, "", true
 					}
 				}
@@ -387,7 +388,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 			clear(elect)
 			clear(acks)
 			clear(loads)
-			floor = AckFloor{}
+			floor = wire.AckFloor{}
 			for _, kv := range b.kvs {
 				apply(kv, false)
 			}
@@ -411,7 +412,7 @@ type memberLoad struct {
 	report loadReport
 }
 
-func (ob *Observer) publish(cur Map, lineage, seq, rev int64, floor *AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
+func (ob *Observer) publish(cur wire.Map, lineage, seq, rev int64, floor *wire.AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, names: cur.Members, changed: make(chan struct{})}
 	if cur.Version > 0 {
 		s.Protocol, s.Replicas = cur.Schema, cur.ReplicaCount()
@@ -472,7 +473,7 @@ type slotFigure struct {
 // reported it, its previous owner, as the leader estimates the load of
 // slots that moved. A member's figures then follow the map at once,
 // where its own summary lags a move by up to a load interval.
-func slotFigures(cur *Map, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
+func slotFigures(cur *wire.Map, members map[string]memberInfo, loads map[string]memberLoad) []slotFigure {
 	if len(loads) == 0 || cur.Slots <= 0 || len(cur.Table) < cur.Slots {
 		return nil
 	}
@@ -510,7 +511,7 @@ func slotFigures(cur *Map, members map[string]memberInfo, loads map[string]membe
 // memberFigures sums, per index of cur's members, the figures of the
 // slots the map gives it (see slotFigures), in one pass over the slots;
 // nil when no member reported any.
-func memberFigures(cur *Map, members map[string]memberInfo, loads map[string]memberLoad) (load []float64, roles []int) {
+func memberFigures(cur *wire.Map, members map[string]memberInfo, loads map[string]memberLoad) (load []float64, roles []int) {
 	figs := slotFigures(cur, members, loads)
 	if figs == nil {
 		return nil, nil
@@ -531,7 +532,7 @@ func memberFigures(cur *Map, members map[string]memberInfo, loads map[string]mem
 // (see rankMap.Replicas), and so counts for nobody: counting every entry
 // of the table, as before replicas, would count such entries, and every
 // secondary, as slots owned.
-func slotCounts(m *Map) (primaries, secondaries []int) {
+func slotCounts(m *wire.Map) (primaries, secondaries []int) {
 	primaries, secondaries = make([]int, len(m.Members)), make([]int, len(m.Members))
 	S, k := m.Slots, m.ReplicaCount()
 	if len(m.Members) == 0 || len(m.Table) < S*k {
@@ -554,7 +555,7 @@ func slotCounts(m *Map) (primaries, secondaries []int) {
 
 // settleState adds to a state what the leader says of the
 // moves it plans (see ackFloor.Rest).
-func settleState(s *State, cur Map, lineage, seq int64, f *AckFloor) {
+func settleState(s *State, cur wire.Map, lineage, seq int64, f *wire.AckFloor) {
 	for _, slots := range cur.Incoming {
 		for _, x := range slots {
 			if x >= 0 && x < cur.Slots && len(cur.Table) > 0 { // (a primary's move: see plannedMoves)

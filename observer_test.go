@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 func changes(cs []Change) string {
@@ -157,7 +159,7 @@ func TestObserverUnusableMapAndDiff(t *testing.T) {
 	awaitState(t, ob, "a ranked", func(s State) bool { return len(s.Members) == 1 })
 
 	// A map of an unknown schema: members refuse it, so does the observer.
-	older := Map{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(SlotTable, DefaultSlots)}
+	older := wire.Map{Schema: 99, Version: 1, Slots: DefaultSlots, Members: []string{"ghost"}, Table: make(wire.SlotTable, DefaultSlots)}
 	if _, err := cli.Put(context.Background(), newKeys(name).Map(), string(older.Encode())); err != nil {
 		t.Fatal(err)
 	}
@@ -197,8 +199,8 @@ func TestDiffUnranked(t *testing.T) {
 // for the map it names, with every member's acknowledgement, nobody
 // waiting, joining or gone, and nothing announced.
 func TestSettleState(t *testing.T) {
-	m := Map{Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: SlotTable{0, 1, 0, 1}}
-	at := func(f AckFloor, mod func(*State, *Map)) State {
+	m := wire.Map{Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 0, 1}}
+	at := func(f wire.AckFloor, mod func(*State, *wire.Map)) State {
 		s := State{Version: m.Version, Members: []MemberState{{Name: "a", Live: true}, {Name: "b", Live: true}}}
 		cur := m
 		if mod != nil {
@@ -207,28 +209,28 @@ func TestSettleState(t *testing.T) {
 		settleState(&s, cur, 3, 9, &f)
 		return s
 	}
-	rest := AckFloor{Lineage: 3, Version: 7, Floor: 7, Seq: 9, SeqFloor: 9, Rest: 7, Imbalance: 1.04, Tolerance: 0.1}
+	rest := wire.AckFloor{Lineage: 3, Version: 7, Floor: 7, Seq: 9, SeqFloor: 9, Rest: 7, Imbalance: 1.04, Tolerance: 0.1}
 	if s := at(rest, nil); !s.Settled || s.Imbalance != 1.04 || s.Tolerance != 0.1 || s.LoadRound {
 		t.Errorf("at rest: %+v", s)
 	}
 	for _, c := range []struct {
 		why string
-		f   func(*AckFloor)
-		mod func(*State, *Map)
+		f   func(*wire.AckFloor)
+		mod func(*State, *wire.Map)
 	}{
-		{"moves planned", func(f *AckFloor) { f.Rest = 0 }, nil},
-		{"rest of an older map", func(f *AckFloor) { f.Rest, f.Version = 6, 6 }, nil},
-		{"another lineage", func(f *AckFloor) { f.Lineage = 2 }, nil},
-		{"an acknowledgement missing", func(f *AckFloor) { f.Floor = 6 }, nil},
-		{"a seq acknowledgement missing", func(f *AckFloor) { f.SeqFloor = 8 }, nil},
-		{"another map of the same version", func(f *AckFloor) { f.Seq, f.SeqFloor = 8, 8 }, nil},
-		{"a load round", func(f *AckFloor) { f.Rest, f.Round = 0, true }, nil},
-		{"a member waiting", nil, func(s *State, _ *Map) { s.Waiting = []WaitingState{{Name: "c"}} }},
-		{"a member joining", nil, func(s *State, _ *Map) { s.Joining = []string{"c"} }},
-		{"a member gone", nil, func(s *State, _ *Map) { s.Members[1].Live = false }},
-		{"a move announced", nil, func(_ *State, m *Map) { m.Incoming = map[string][]int{"b": {0}} }},
-		{"a member leaving", nil, func(_ *State, m *Map) { m.Leave = []string{"a"} }},
-		{"an unusable map", nil, func(s *State, _ *Map) { s.MapError = "bad" }},
+		{"moves planned", func(f *wire.AckFloor) { f.Rest = 0 }, nil},
+		{"rest of an older map", func(f *wire.AckFloor) { f.Rest, f.Version = 6, 6 }, nil},
+		{"another lineage", func(f *wire.AckFloor) { f.Lineage = 2 }, nil},
+		{"an acknowledgement missing", func(f *wire.AckFloor) { f.Floor = 6 }, nil},
+		{"a seq acknowledgement missing", func(f *wire.AckFloor) { f.SeqFloor = 8 }, nil},
+		{"another map of the same version", func(f *wire.AckFloor) { f.Seq, f.SeqFloor = 8, 8 }, nil},
+		{"a load round", func(f *wire.AckFloor) { f.Rest, f.Round = 0, true }, nil},
+		{"a member waiting", nil, func(s *State, _ *wire.Map) { s.Waiting = []WaitingState{{Name: "c"}} }},
+		{"a member joining", nil, func(s *State, _ *wire.Map) { s.Joining = []string{"c"} }},
+		{"a member gone", nil, func(s *State, _ *wire.Map) { s.Members[1].Live = false }},
+		{"a move announced", nil, func(_ *State, m *wire.Map) { m.Incoming = map[string][]int{"b": {0}} }},
+		{"a member leaving", nil, func(_ *State, m *wire.Map) { m.Leave = []string{"a"} }},
+		{"an unusable map", nil, func(s *State, _ *wire.Map) { s.MapError = "bad" }},
 	} {
 		f := rest
 		if c.f != nil {
@@ -238,10 +240,10 @@ func TestSettleState(t *testing.T) {
 			t.Errorf("%s: settled", c.why)
 		}
 	}
-	if s := at(AckFloor{Lineage: 3, Version: 7, Round: true}, nil); !s.LoadRound {
+	if s := at(wire.AckFloor{Lineage: 3, Version: 7, Round: true}, nil); !s.LoadRound {
 		t.Error("a load round planned is not shown")
 	}
-	if s := at(AckFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *Map) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
+	if s := at(wire.AckFloor{Lineage: 3, Version: 7, Floor: 7, Rest: 7}, func(_ *State, m *wire.Map) { m.Incoming = map[string][]int{"b": {0, 9, -1}} }); s.Announced != 1 {
 		t.Errorf("announced %d slots, want 1 (entries naming no slot are ignored)", s.Announced)
 	}
 }
@@ -249,9 +251,9 @@ func TestSettleState(t *testing.T) {
 // observedReplicas waits until the observer and every member of ms agree
 // on one map, which every member has acknowledged, and returns the
 // observer's state and a member's copy of that map.
-func observedReplicas(t *testing.T, ob *Observer, ms ...*Rink) (State, *Map) {
+func observedReplicas(t *testing.T, ob *Observer, ms ...*Rink) (State, *wire.Map) {
 	t.Helper()
-	var m *Map
+	var m *wire.Map
 	s := awaitState(t, ob, fmt.Sprintf("%d members on one acknowledged map", len(ms)), func(s State) bool {
 		if len(s.Members) != len(ms) || s.MapError != "" {
 			return false
@@ -290,8 +292,8 @@ func TestObserverReplicas(t *testing.T) {
 		ms = append(ms, join(t, newClient(t), name, WithMemberName(n), WithReplicas(2), WithSlots(64), WithZone(zones[n])))
 	}
 	s, m := observedReplicas(t, ob, ms...)
-	if s.Replicas != 2 || s.Protocol != schemaReplicas || s.Slots != 64 {
-		t.Fatalf("state of %d replicas, protocol %d, %d slots; want 2, %d, 64", s.Replicas, s.Protocol, s.Slots, schemaReplicas)
+	if s.Replicas != 2 || s.Protocol != wire.SchemaReplicas || s.Slots != 64 {
+		t.Fatalf("state of %d replicas, protocol %d, %d slots; want 2, %d, 64", s.Replicas, s.Protocol, s.Slots, wire.SchemaReplicas)
 	}
 	// Each member's counts, as the member's own map gives them.
 	primaries, secondaries := map[string]int{}, map[string]int{}
@@ -384,13 +386,13 @@ func TestObserverReplicas(t *testing.T) {
 func TestStateReplicaCounts(t *testing.T) {
 	// Two members, three replicas per slot of four: each slot's third
 	// replica is "none".
-	m := Map{Schema: schemaReplicas, Version: 3, Slots: 4, Replicas: 3, Members: MemberList{"a", "b"},
-		Table: SlotTable{0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0}}
+	m := wire.Map{Schema: wire.SchemaReplicas, Version: 3, Slots: 4, Replicas: 3, Members: wire.MemberList{"a", "b"},
+		Table: wire.SlotTable{0, 0, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0}}
 	p, sec := slotCounts(&m)
 	if !slices.Equal(p, []int{2, 2}) || !slices.Equal(sec, []int{2, 2}) {
 		t.Fatalf("slot counts %v, secondaries %v; want [2 2] and [2 2]", p, sec)
 	}
-	state := func(m Map) State {
+	state := func(m wire.Map) State {
 		p, sec := slotCounts(&m)
 		s := State{Version: m.Version, Slots: m.Slots, Replicas: m.ReplicaCount(), table: m.Table, names: m.Members}
 		for i, n := range m.Members {
@@ -405,18 +407,18 @@ func TestStateReplicaCounts(t *testing.T) {
 	// Three members of two replicas: slot 0's primary goes to its
 	// secondary (b), which c replaces; slot 1's primary goes to c, which
 	// was not its secondary; slot 2's secondary moves; slot 3 stays.
-	a := Map{Schema: schemaReplicas, Version: 1, Slots: 4, Replicas: 2, Members: MemberList{"a", "b", "c"},
-		Table: SlotTable{0, 0, 1, 2, 1, 1, 0, 0}}
+	a := wire.Map{Schema: wire.SchemaReplicas, Version: 1, Slots: 4, Replicas: 2, Members: wire.MemberList{"a", "b", "c"},
+		Table: wire.SlotTable{0, 0, 1, 2, 1, 1, 0, 0}}
 	b := a
-	b.Table = SlotTable{1, 2, 1, 2, 2, 1, 2, 0}
+	b.Table = wire.SlotTable{1, 2, 1, 2, 2, 1, 2, 0}
 	d := changes(Diff(state(a), state(b)))
 	if d != "2 slots moved; 1 slots promoted from secondaries; 2 secondaries moved" {
 		t.Errorf("diff = %q", d)
 	}
 	// One replica per slot: slots only, as before replicas.
-	one := Map{Schema: 3, Version: 1, Slots: 4, Members: MemberList{"a", "b"}, Table: SlotTable{0, 0, 1, 1}}
+	one := wire.Map{Schema: 3, Version: 1, Slots: 4, Members: wire.MemberList{"a", "b"}, Table: wire.SlotTable{0, 0, 1, 1}}
 	two := one
-	two.Table = SlotTable{0, 1, 1, 0}
+	two.Table = wire.SlotTable{0, 1, 1, 0}
 	if d := changes(Diff(state(one), state(two))); d != "2 slots moved" {
 		t.Errorf("diff with one replica = %q", d)
 	}

@@ -3,6 +3,8 @@ package rink
 import (
 	"context"
 	"testing"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // An Observer gives each member the load and the roles of the slots the
@@ -18,11 +20,11 @@ func TestObserverLoadFollowsTheMap(t *testing.T) {
 	ob.state.Store(&observed{State{changed: make(chan struct{})}})
 	// b was ranked and took slots 2 and 3 from a; a's summary predates
 	// the move, and b has written none yet.
-	cur := Map{Schema: 3, Version: 2, Slots: 4, Members: []string{"a", "b"}, Table: []int32{0, 0, 1, 1}}
+	cur := wire.Map{Schema: 3, Version: 2, Slots: 4, Members: []string{"a", "b"}, Table: []int32{0, 0, 1, 1}}
 	members := map[string]memberInfo{"a": {lease: 1, capacity: 1}, "b": {lease: 2, capacity: 1}}
 	loads := map[string]memberLoad{"a": {lease: 1, report: loadReport{Slots: []slotLoad{
 		{Slot: 0, Rate: 1, Roles: 1}, {Slot: 1, Rate: 2, Roles: 1}, {Slot: 2, Rate: 4, Roles: 1}, {Slot: 3, Rate: 8, Roles: 2}}}}}
-	ob.publish(cur, 1, 1, 10, &AckFloor{}, "", members, nil, nil, loads)
+	ob.publish(cur, 1, 1, 10, &wire.AckFloor{}, "", members, nil, nil, loads)
 	got := map[string]MemberState{}
 	for _, m := range ob.State().Members {
 		got[m.Name] = m
@@ -32,7 +34,7 @@ func TestObserverLoadFollowsTheMap(t *testing.T) {
 	}
 	// b's own summary, once written, is what counts for its slots.
 	loads["b"] = memberLoad{lease: 2, report: loadReport{Slots: []slotLoad{{Slot: 2, Rate: 5, Roles: 1}, {Slot: 3, Rate: 0, Roles: 0}}}}
-	ob.publish(cur, 1, 1, 11, &AckFloor{}, "", members, nil, nil, loads)
+	ob.publish(cur, 1, 1, 11, &wire.AckFloor{}, "", members, nil, nil, loads)
 	for _, m := range ob.State().Members {
 		got[m.Name] = m
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -27,14 +28,14 @@ const (
 	// leave too little room between renewals, fencing and expiry.
 	MinSessionTTL = 2 * time.Second
 	// MaxSlots is the largest slot count accepted.
-	MaxSlots = 65536
+	MaxSlots = wire.MaxSlots
 	// MaxCapacity is the largest capacity accepted (see WithCapacity).
-	MaxCapacity = 1e9
+	MaxCapacity = wire.MaxCapacity
 	// MaxReplicas is the most replicas per slot accepted (see
 	// WithReplicas).
-	MaxReplicas = 8
+	MaxReplicas = wire.MaxReplicas
 	// MaxZoneLength is the longest zone name accepted (see WithZone).
-	MaxZoneLength = 63
+	MaxZoneLength = wire.MaxZoneLength
 	// DefaultLoadInterval is how often a member may write its load summary
 	// (see WithLoadInterval).
 	DefaultLoadInterval = 10 * time.Second
@@ -219,28 +220,12 @@ func WithReplicas(k int) Option {
 func WithZone(zone string) Option {
 	return func(o *options) {
 		o.use("WithZone")
-		if why := validZone(zone); why != "" {
+		if why := wire.ValidZone(zone); why != "" {
 			o.fail("zone %q: %s", zone, why)
 			return
 		}
 		o.zone = zone
 	}
-}
-
-// validZone returns why zone is not a usable zone name, or "".
-func validZone(zone string) string {
-	if zone == "" {
-		return "empty"
-	}
-	if len(zone) > MaxZoneLength {
-		return fmt.Sprintf("longer than %d bytes", MaxZoneLength)
-	}
-	for i := 0; i < len(zone); i++ {
-		if c := zone[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
-			return "want printable ASCII without spaces, quotes or backslashes"
-		}
-	}
-	return ""
 }
 
 // WithLoadInterval sets how often this member folds in the load AddLoad

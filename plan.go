@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -143,7 +144,7 @@ func (r *Rink) plan() {
 		st.setTimer(timerLoad, now.Add(r.opts.loadEvery))
 	}
 	if r.opts.warmup > 0 {
-		r.holdForWarmup(&next, func() Map {
+		r.holdForWarmup(&next, func() wire.Map {
 			in.Live = append(slices.Clone(in.Live), leavers...)
 			return planMap(from, in)
 		}, now)
@@ -152,7 +153,7 @@ func (r *Rink) plan() {
 	if s := strings.Join(strangers, ","); s != l.strangers {
 		l.strangers = s
 		if s != "" {
-			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", offered(r.opts.replicas)))
+			r.log.Warn("members speak none of this member's protocols: they would refuse its maps, and are not ranked", zap.Strings("members", strangers), zap.Ints("protocols", wire.Offered(r.opts.replicas)))
 		}
 	}
 	// A change record this member cannot apply (see underived) is written
@@ -196,11 +197,11 @@ func (r *Rink) plan() {
 	mapRev, base := st.curRev, st.cur
 	base.Leases = baseLeases(base.Members, st.recorded, st.curLeased) // (what the record changes: see leaseChanges)
 	if underived {
-		mapRev, base = st.underivedRev, Map{} // (an empty base: the whole map)
+		mapRev, base = st.underivedRev, wire.Map{} // (an empty base: the whole map)
 	} else if repeated {
-		base = Map{}
+		base = wire.Map{}
 	}
-	t := Transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
+	t := wire.Transition{View: st.rev, Gone: goneFrom(&base, &next, st.members, st.ghosts), Incs: r.replacedNames(), ByLeader: true}
 	if mapRev == 0 && st.cur.Version > 0 {
 		l.quietUntil = now.Add(r.opts.ttl) // a lineage that replaces another (see transition.Quiet)
 	}
@@ -344,15 +345,17 @@ func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) +
 // It checks the map itself, not its encoding: a map holds only strings,
 // integers and times, and member names are valid UTF-8 (see validName), so
 // what members decode is what the leader planned.
-func (r *Rink) usable(m Map) error { return m.UsableBy(r.geometry()) }
+func (r *Rink) usable(m wire.Map) error { return m.UsableBy(r.geometry()) }
 
 // geometry returns what this member requires of the rink's maps.
-func (r *Rink) geometry() Geometry { return Geometry{Slots: r.opts.slots, Replicas: r.opts.replicas} }
+func (r *Rink) geometry() wire.Geometry {
+	return wire.Geometry{Slots: r.opts.slots, Replicas: r.opts.replicas}
+}
 
 // vacateRepeats returns m with every name that an earlier index holds
 // too made empty: planning takes such an index as departed, and gives its
 // slots to others (under the barrier, as any move).
-func vacateRepeats(m Map) Map {
+func vacateRepeats(m wire.Map) wire.Map {
 	m.Members = slices.Clone(m.Members)
 	seen := make(map[string]bool, len(m.Members))
 	for i, name := range m.Members {

@@ -19,7 +19,7 @@ import (
 // only when they cannot (see readMap). The whole map goes into the map
 // key alone when the key is absent (a lineage starts whole) and when the
 // record would be no smaller.
-func (r *Rink) mapOps(base, next *Map, mapRev int64, t Transition) []*etcdserverpb.RequestOp {
+func (r *Rink) mapOps(base, next *wire.Map, mapRev int64, t wire.Transition) []*etcdserverpb.RequestOp {
 	wholeJSON := next.Encode()
 	whole := string(wholeJSON)
 	if next.Schema < 3 {
@@ -31,13 +31,13 @@ func (r *Rink) mapOps(base, next *Map, mapRev int64, t Transition) []*etcdserver
 		// ranked name waits past, and the names whose keys other
 		// processes hold now (transition.Incs); not what it changed from
 		// a base.
-		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(withTransition(wholeJSON, Transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
+		return []*etcdserverpb.RequestOp{wire.Put(r.keys.Map(), string(wire.WithTransition(wholeJSON, wire.Transition{View: t.View, Incs: t.Incs, ByLeader: t.ByLeader, Quiet: t.Quiet})), 0)}
 	}
-	c := diff(base, next)
+	c := wire.Diff(base, next)
 	t.From = base.Version
 	c.Transition = t
 	rec := c.Encode()
-	if alone := withTransition(wholeJSON, c.Transition); len(rec) >= len(alone) {
+	if alone := wire.WithTransition(wholeJSON, c.Transition); len(rec) >= len(alone) {
 		// A change as large as the map (a hole closed in a small rink
 		// renumbers half the slots): the whole map alone, which members
 		// read as one. The whole map beside the key would double what
@@ -49,7 +49,7 @@ func (r *Rink) mapOps(base, next *Map, mapRev int64, t Transition) []*etcdserver
 
 // proclaimTxn is the transaction that writes m as the rink's map over
 // base, provided we still lead (l) and the map key is still at mapRev.
-func (r *Rink) proclaimTxn(l *leadership, base, m *Map, mapRev int64, t Transition) *etcdserverpb.TxnRequest {
+func (r *Rink) proclaimTxn(l *leadership, base, m *wire.Map, mapRev int64, t wire.Transition) *etcdserverpb.TxnRequest {
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
 			wire.CreateRevisionEq(l.key, l.rev),
@@ -61,7 +61,7 @@ func (r *Rink) proclaimTxn(l *leadership, base, m *Map, mapRev int64, t Transiti
 }
 
 // proclaim writes m as the rink's map (see proclaimTxn).
-func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m Map, mapRev int64, t Transition) proclaimResult {
+func (r *Rink) proclaim(ctx context.Context, l *leadership, base, m wire.Map, mapRev int64, t wire.Transition) proclaimResult {
 	resp, err := execTxn(ctx, r.cli, r.proclaimTxn(l, &base, &m, mapRev, t))
 	return proclaimedBy(l, m.Version, mapRev, resp, err)
 }
@@ -161,7 +161,7 @@ func (r *Rink) replacedNames() map[string]int64 {
 // stays ranked (see withGhosts), unless a map put back by hand stopped
 // ranking it; either way it may hold its slots.) Members that follow only
 // the map learn it from the transition written with next.
-func goneFrom(base, next *Map, members map[string]memberInfo, ghosts map[int64]string) []string {
+func goneFrom(base, next *wire.Map, members map[string]memberInfo, ghosts map[int64]string) []string {
 	var gone []string
 	drop := func(name string) {
 		if _, live := members[name]; !live && next.Index(name) < 0 && !next.Waits(name) && !slices.Contains(gone, name) {
@@ -188,7 +188,7 @@ func goneFrom(base, next *Map, members map[string]memberInfo, ghosts map[int64]s
 // member may still hold them, cut off etcd, until it fences; a map giving
 // them to others would let a newcomer that never saw the key go (and so
 // knows no ghost) start them at once (issue 22).
-func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur Map) []string {
+func withGhosts(ghosts map[int64]string, live []string, members map[string]memberInfo, cur wire.Map) []string {
 	for _, lease := range slices.Sorted(maps.Keys(ghosts)) { // (in one order: a history replays)
 		name := ghosts[lease]
 		if _, ok := members[name]; !ok && cur.Index(name) >= 0 && !slices.Contains(live, name) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,11 +22,11 @@ func TestProtocolsOf(t *testing.T) {
 		{`{"protocols":[]}`, []int{2}},
 		{`{"protocols":[3,2,3]}`, []int{2, 3}},
 		{`{"protocols":[2],"later":{"field":1}}`, []int{2}}, // unknown fields are ignored
-		{memberValue(1), []int{2, 3}},                       // one replica: the key reads as an earlier release's
-		{memberValueOf(1, "z", false, 2), []int{4}},         // replicas: protocol 4 alone
+		{wire.MemberValue(1), []int{2, 3}},                  // one replica: the key reads as an earlier release's
+		{wire.MemberValueOf(1, "z", false, 2), []int{4}},    // replicas: protocol 4 alone
 		{`{"protocols":[2,3,4],"zone":"a"}`, []int{2, 3, 4}},
 	} {
-		if got := protocolsOf([]byte(c.value)); !slices.Equal(got, c.want) {
+		if got := wire.ProtocolsOf([]byte(c.value)); !slices.Equal(got, c.want) {
 			t.Errorf("protocolsOf(%q) = %v, want %v", c.value, got, c.want)
 		}
 	}
@@ -38,8 +39,8 @@ func TestCapacityOf(t *testing.T) {
 	}{
 		{`{}`, 1},
 		{`garbage`, 1},
-		{memberValue(1), 1},
-		{memberValue(2.5), 2.5},
+		{wire.MemberValue(1), 1},
+		{wire.MemberValue(2.5), 2.5},
 		{`{"capacity":4}`, 4},
 		{`{"protocols":[2],"capacity":0.5}`, 0.5},
 		{`{"protocols":[2],"capacity":0}`, 1},
@@ -47,18 +48,18 @@ func TestCapacityOf(t *testing.T) {
 		{`{"protocols":[2],"capacity":1e999}`, 1}, // does not decode
 		{`{"protocols":[2],"capacity":1e12}`, 1},  // above MaxCapacity
 	} {
-		if _, got := metaOf([]byte(c.value)); got != c.want {
+		if _, got := wire.MetaOf([]byte(c.value)); got != c.want {
 			t.Errorf("metaOf(%q) capacity = %v, want %v", c.value, got, c.want)
 		}
 	}
 	// A capacity this build cannot read costs nothing else.
 	for _, v := range []string{`{"protocols":[2,3],"capacity":"2"}`, `{"protocols":[2,3],"capacity":1e999}`, `{"protocols":[2,3],"capacity":{"x":1}}`} {
-		if p, c := metaOf([]byte(v)); !slices.Equal(p, []int{2, 3}) || c != 1 {
+		if p, c := wire.MetaOf([]byte(v)); !slices.Equal(p, []int{2, 3}) || c != 1 {
 			t.Errorf("metaOf(%s) = %v, %v; want [2 3], 1", v, p, c)
 		}
 	}
-	if memberValue(1) != ownValue || strings.Contains(memberValue(1), "capacity") {
-		t.Errorf("memberValue(1) = %s: a capacity of 1 is left out", memberValue(1))
+	if wire.MemberValue(1) != wire.OwnValue || strings.Contains(wire.MemberValue(1), "capacity") {
+		t.Errorf("memberValue(1) = %s: a capacity of 1 is left out", wire.MemberValue(1))
 	}
 }
 
@@ -133,7 +134,7 @@ func TestProtocolNegotiation(t *testing.T) {
 			return false
 		}
 		for _, m := range s.Members {
-			want := map[string][]int{"a": offered(1), "later": {2, 3}, "old": {2}}[m.Name]
+			want := map[string][]int{"a": wire.Offered(1), "later": {2, 3}, "old": {2}}[m.Name]
 			if !slices.Equal(m.Protocols, want) {
 				return false
 			}
@@ -206,7 +207,7 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "a map of this build's protocol again, every slot held", func() bool {
 		cur := a.ownersNow()
-		if cur.Schema != schemaVersion || cur.Version <= m.Version {
+		if cur.Schema != wire.SchemaVersion || cur.Version <= m.Version {
 			return false
 		}
 		held := h.holders()
@@ -230,6 +231,6 @@ func TestUnknownProtocolWaitedOut(t *testing.T) {
 	b := join(t, cli, other, WithMemberName("b"))
 	eventually(t, 10*time.Second, "b ranked in a map of this build's protocol", func() bool {
 		cur := b.ownersNow()
-		return b.Rank().Index == 0 && cur != nil && cur.Schema == schemaVersion
+		return b.Rank().Index == 0 && cur != nil && cur.Schema == wire.SchemaVersion
 	})
 }

@@ -12,19 +12,21 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // start is a map with the given ranked members and an even, contiguous
 // assignment of S slots (the shape the first rebalance produces).
-func start(S int, members ...string) Map {
-	m := Map{Schema: schemaVersion, Version: 1, Slots: S, Members: members}
+func start(S int, members ...string) wire.Map {
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: members}
 	if len(members) > 0 {
 		m.Table = balance(make([]string, S), members, nil)
 	}
 	return m
 }
 
-func counts(m Map) map[string]int {
+func counts(m wire.Map) map[string]int {
 	c := map[string]int{}
 	for s := range m.Table {
 		c[m.Owner(s)]++
@@ -32,7 +34,7 @@ func counts(m Map) map[string]int {
 	return c
 }
 
-func moved(a, b Map) int {
+func moved(a, b wire.Map) int {
 	n := 0
 	for s := 0; s < a.Slots; s++ {
 		if a.Owner(s) != b.Owner(s) {
@@ -54,7 +56,7 @@ func TestPlan(t *testing.T) {
 	const S = 10
 	tests := []struct {
 		name        string
-		cur         Map
+		cur         wire.Map
 		live        []string
 		ready       map[string]bool
 		wantMembers []string
@@ -207,7 +209,7 @@ func TestDecodeMap(t *testing.T) {
 		{"version zero", `{"schema":2,"version":0,"slots":1,"members":[]}`, 1, false},
 	}
 	for _, tt := range tests {
-		_, err := decodeMap([]byte(tt.data), tt.slots)
+		_, err := wire.DecodeMap([]byte(tt.data), tt.slots)
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
 		}
@@ -231,7 +233,7 @@ func TestSlotOfStable(t *testing.T) {
 		{"partition:42", 7, 5},
 	}
 	for _, tt := range tests {
-		if got := slotOf(tt.role, tt.slots); got != tt.want {
+		if got := wire.SlotOf(tt.role, tt.slots); got != tt.want {
 			t.Errorf("slotOf(%q, %d) = %d, want %d", tt.role, tt.slots, got, tt.want)
 		}
 	}
@@ -239,7 +241,7 @@ func TestSlotOfStable(t *testing.T) {
 
 // checkMap asserts the invariants every planned map keeps; caps gives
 // capacities other than 1.
-func checkMap(t testing.TB, m Map, live []string, caps map[string]float64) {
+func checkMap(t testing.TB, m wire.Map, live []string, caps map[string]float64) {
 	t.Helper()
 	if len(m.Members) == 0 {
 		if len(m.Table) != 0 {
@@ -267,10 +269,10 @@ func checkMap(t testing.TB, m Map, live []string, caps map[string]float64) {
 	}
 	total := 0.0
 	for _, n := range m.Members {
-		total += capacityOr1(caps[n])
+		total += wire.CapacityOr1(caps[n])
 	}
 	for i, n := range c {
-		share := float64(m.Slots) * capacityOr1(caps[m.Members[i]]) / total
+		share := float64(m.Slots) * wire.CapacityOr1(caps[m.Members[i]]) / total
 		if math.Abs(float64(n)-share) > 1-1e-9 {
 			t.Fatalf("member %s owns %d slots, want within one slot of %.3f", m.Members[i], n, share)
 		}
@@ -281,7 +283,7 @@ func checkMap(t testing.TB, m Map, live []string, caps map[string]float64) {
 // must move: every orphaned slot, plus what members above their share give
 // up when the shares rounded up go to those that own most. caps gives
 // capacities other than 1.
-func minMoves(cur Map, members []string, caps map[string]float64) int {
+func minMoves(cur wire.Map, members []string, caps map[string]float64) int {
 	if len(members) == 0 {
 		return len(cur.Table)
 	}
@@ -293,7 +295,7 @@ func minMoves(cur Map, members []string, caps map[string]float64) int {
 	total := 0.0
 	for _, n := range members {
 		orphans -= have[n]
-		total += capacityOr1(caps[n])
+		total += wire.CapacityOr1(caps[n])
 	}
 	// Each member's share rounded down, and which shares are not whole.
 	// (Which of those get the shares rounded up matters only for those
@@ -305,7 +307,7 @@ func minMoves(cur Map, members []string, caps map[string]float64) int {
 	var ms []m
 	left := cur.Slots
 	for _, n := range members {
-		x := float64(cur.Slots) * capacityOr1(caps[n]) / total
+		x := float64(cur.Slots) * wire.CapacityOr1(caps[n]) / total
 		f := int(math.Floor(x + 1e-9))
 		ms = append(ms, m{have[n], f, math.Abs(x-math.Round(x)) < 1e-9})
 		left -= f
@@ -330,7 +332,7 @@ func minMoves(cur Map, members []string, caps map[string]float64) int {
 
 // heirs returns the members of next that took over a departed member's
 // index: their slots count as the departed member's, not as moves.
-func renamed(cur, next Map) Map {
+func renamed(cur, next wire.Map) wire.Map {
 	out := cur
 	out.Members = slices.Clone(cur.Members)
 	liveNext := map[string]bool{}
@@ -349,7 +351,7 @@ func renamed(cur, next Map) Map {
 // plan and checks every step.
 func simulate(t testing.TB, seed uint64, steps int, S int) {
 	rng := rand.New(rand.NewPCG(seed, 0))
-	cur := Map{Schema: schemaVersion, Slots: S}
+	cur := wire.Map{Schema: wire.SchemaVersion, Slots: S}
 	var live []string
 	next := 0
 	// Odd seeds give members capacities other than 1.
@@ -423,12 +425,12 @@ func TestWaitingSinceIsKept(t *testing.T) {
 func TestParseTable(t *testing.T) {
 	for _, c := range []struct {
 		in   string
-		want SlotTable
+		want wire.SlotTable
 		ok   bool
 	}{
-		{`[0,1,2]`, SlotTable{0, 1, 2}, true},
-		{` [ 0 , 12 ,3 ] `, SlotTable{0, 12, 3}, true},
-		{`[]`, SlotTable{}, true},
+		{`[0,1,2]`, wire.SlotTable{0, 1, 2}, true},
+		{` [ 0 , 12 ,3 ] `, wire.SlotTable{0, 12, 3}, true},
+		{`[]`, wire.SlotTable{}, true},
 		{`null`, nil, true},
 		{`[01]`, nil, false},
 		{`[-1]`, nil, false},
@@ -441,14 +443,14 @@ func TestParseTable(t *testing.T) {
 		{`{}`, nil, false},
 		{``, nil, false},
 	} {
-		got, ok := parseTable([]byte(c.in))
+		got, ok := wire.ParseTable([]byte(c.in))
 		if ok != c.ok || ok && !slices.Equal(got, c.want) || ok && (got == nil) != (c.want == nil) {
 			t.Errorf("parseTable(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
-	m := plan(Map{Schema: schemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
+	m := plan(wire.Map{Schema: wire.SchemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
 	m.Version = 1
-	got, err := decodeMap(m.Encode(), 1024)
+	got, err := wire.DecodeMap(m.Encode(), 1024)
 	if err != nil || !slices.Equal(got.Table, m.Table) {
 		t.Fatalf("round trip: %v", err)
 	}
@@ -459,13 +461,13 @@ func FuzzParseTable(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := parseTable(b)
+		got, ok := wire.ParseTable(b)
 		var want []int32
 		err := json.Unmarshal(b, &want)
 		if ok && (err != nil || !slices.Equal(got, want)) {
 			t.Fatalf("parseTable(%q) = %v, json: %v, %v", b, got, want, err)
 		}
-		var tab SlotTable
+		var tab wire.SlotTable
 		terr := json.Unmarshal(b, &tab)
 		if (terr == nil) != (err == nil) || err == nil && !slices.Equal([]int32(tab), want) {
 			t.Fatalf("slotTable(%q) = %v, %v; json: %v, %v", b, tab, terr, want, err)
@@ -532,7 +534,7 @@ func FuzzShares(f *testing.F) {
 	f.Add(uint16(7), 1e-9, 1e9, 0.5, uint16(0), uint16(7), uint16(0))
 	f.Fuzz(func(t *testing.T, slots uint16, a, b, c float64, ca, cb, cc uint16) {
 		S := int(slots)%MaxSlots + 1
-		caps := []float64{capacityOr1(a), capacityOr1(b), capacityOr1(c)}
+		caps := []float64{wire.CapacityOr1(a), wire.CapacityOr1(b), wire.CapacityOr1(c)}
 		count := []int{int(ca) % (S + 1), int(cb) % (S + 1), int(cc) % (S + 1)}
 		got := shares(S, caps, count)
 		sum := 0
@@ -579,7 +581,7 @@ func TestParseNames(t *testing.T) {
 		{`["a`, nil, false},
 		{``, nil, false},
 	} {
-		got, ok := parseNames([]byte(c.in))
+		got, ok := wire.ParseNames([]byte(c.in))
 		if ok != c.ok || ok && !slices.Equal(got, c.want) || ok && (got == nil) != (c.want == nil) {
 			t.Errorf("parseNames(%q) = %q, %v; want %q, %v", c.in, got, ok, c.want, c.ok)
 		}
@@ -594,13 +596,13 @@ func FuzzParseNames(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := parseNames(b)
+		got, ok := wire.ParseNames(b)
 		var want []string
 		err := json.Unmarshal(b, &want)
 		if ok && (err != nil || !slices.Equal(got, want)) {
 			t.Fatalf("parseNames(%q) = %q, json: %q, %v", b, got, want, err)
 		}
-		var l MemberList
+		var l wire.MemberList
 		lerr := json.Unmarshal(b, &l)
 		if (lerr == nil) != (err == nil) || err == nil && !slices.Equal([]string(l), want) {
 			t.Fatalf("memberList(%q) = %q, %v; json: %q, %v", b, l, lerr, want, err)
@@ -613,8 +615,8 @@ func FuzzParseMap(f *testing.F) {
 	m := twoSlots(7, []string{"a", "b"}, 0, 1, 1, 0)
 	for _, s := range [][]byte{
 		m.Encode(),
-		withTransition(m.Encode(), Transition{View: 9, From: 6, Gone: []string{"c"}}),
-		withTransition(m.Encode(), Transition{View: 9, Incs: map[string]int64{"a": 3}}),
+		wire.WithTransition(m.Encode(), wire.Transition{View: 9, From: 6, Gone: []string{"c"}}),
+		wire.WithTransition(m.Encode(), wire.Transition{View: 9, Incs: map[string]int64{"a": 3}}),
 		[]byte(`{"schema":3,"version":1,"slots":1,"members":["a"],"table":[0],"byLoad":true}`),
 		[]byte(`{"Version":2}`), []byte(`{"version":1,"version":2}`), []byte(`{"version":1.0}`),
 		[]byte(`{"version":-0,"leader":"x\"y"}`), []byte(`{}`), []byte(` { "slots" : 2 } `),
@@ -624,11 +626,11 @@ func FuzzParseMap(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := parseMap(b)
+		got, ok := wire.ParseMap(b)
 		if !ok {
 			return
 		}
-		var want Map
+		var want wire.Map
 		if err := json.Unmarshal(b, &want); err != nil {
 			t.Fatalf("parseMap(%q) = %+v; encoding/json refuses it: %v", b, got, err)
 		}

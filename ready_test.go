@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 func probe(r *Rink) int {
@@ -28,7 +30,7 @@ func TestReadyThroughFenceAndRejoin(t *testing.T) {
 		t.Fatal("ready although the map neither ranks nor lists it")
 	}
 	m := twoSlots(2, []string{"a"}, 0)
-	m.Waiting = []Waiter{{Name: "b"}}
+	m.Waiting = []wire.Waiter{{Name: "b"}}
 	b0.put(mapKV(m, 7, 8))
 	b0.r.publishRank()
 	if !b0.r.Ready() || !b0.r.Rank().Waiting {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -19,9 +20,9 @@ import (
 // the leader's next map held a slot beside its heir: see the seeds in
 // tools/internal/sim's TestRinkHistories).
 func TestRestartedNameWaitsForAMapThatKnowsIt(t *testing.T) {
-	withView := func(m Map, modRev, view int64) []byte {
+	withView := func(m wire.Map, modRev, view int64) []byte {
 		kv := mapKV(m, 3, modRev)
-		return withTransition(kv.Value, Transition{View: view})
+		return wire.WithTransition(kv.Value, wire.Transition{View: view})
 	}
 	b := newBare(t, "m3", 2, 28) // our key was created at revision 28
 	old := mapKV(twoSlots(6, []string{"m0", "m3"}, 0, 1), 3, 27)
@@ -133,7 +134,7 @@ func TestNothingStartsBeforeTheViewReachesTheBinding(t *testing.T) {
 	if fx.relists != 0 {
 		t.Fatalf("a rejoin in the wide view asked for %d listings, want none (the view follows our key)", fx.relists)
 	}
-	own := &mvccpb.KeyValue{Key: []byte(b.r.keys.Member("b")), Value: []byte(memberValue(1)), CreateRevision: 5, ModRevision: 20, Lease: 20}
+	own := &mvccpb.KeyValue{Key: []byte(b.r.keys.Member("b")), Value: []byte(wire.MemberValue(1)), CreateRevision: 5, ModRevision: 20, Lease: 20}
 	b.r.onWatch(watchBatch{own: true, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: own}}, rev: 20})
 	b.r.st.quiet = 0 // (the rejoin's quiet time ran out)
 	b.r.tryAcquire()
@@ -247,7 +248,7 @@ func TestRejoinSeesItsKeyGoneBeforeItBegins(t *testing.T) {
 	b.r.st.joins = 1 // (newBare began the first incarnation)
 	b.lose()
 	key := []byte(b.r.keys.Member("b"))
-	put := &mvccpb.KeyValue{Key: key, Value: []byte(memberValue(1)), CreateRevision: 20, ModRevision: 20, Lease: 20}
+	put := &mvccpb.KeyValue{Key: key, Value: []byte(wire.MemberValue(1)), CreateRevision: 20, ModRevision: 20, Lease: 20}
 	del := &mvccpb.KeyValue{Key: key, ModRevision: 21}
 	b.r.onWatch(watchBatch{own: true, rev: 21, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: put}, {Type: clientv3.EventTypeDelete, Kv: del}}})
 	inc := b.rejoin(20, 20, 20)
@@ -267,15 +268,15 @@ func TestFirstMapOfALineageSaysItsView(t *testing.T) {
 	r := &Rink{keys: newKeys("bare")}
 	next := twoSlots(10, []string{"a", "b"}, 0, 1, 0, 1)
 	for _, c := range []struct {
-		base   Map
+		base   wire.Map
 		mapRev int64
-	}{{Map{}, 0}, {twoSlots(9, []string{"a"}, 0, 0, 0, 0), 0}, {Map{}, 12}} {
-		ops := r.mapOps(&c.base, &next, c.mapRev, Transition{View: 40})
+	}{{wire.Map{}, 0}, {twoSlots(9, []string{"a"}, 0, 0, 0, 0), 0}, {wire.Map{}, 12}} {
+		ops := r.mapOps(&c.base, &next, c.mapRev, wire.Transition{View: 40})
 		val := ops[0].GetRequestPut().Value
-		if got := transitionOf(val); got.View != 40 {
+		if got := wire.TransitionOf(val); got.View != 40 {
 			t.Fatalf("base v%d at %d: the map written (%s) says view %d, want 40", c.base.Version, c.mapRev, val, got.View)
 		}
-		if _, err := decodeMap(val, 4); err != nil {
+		if _, err := wire.DecodeMap(val, 4); err != nil {
 			t.Fatalf("the map written does not decode: %v", err)
 		}
 	}

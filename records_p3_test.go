@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -18,7 +19,7 @@ func recordRink(t *testing.T, h *history) (name string, ms []*Rink, record []byt
 	name, ms, _ = cluster(t, h, 3, WithSlots(64))
 	settle(t, h, ms...)
 	record, _, _ = getKV(t, name, newKeys(name).Map())
-	if _, ok := decodeRecord(record); !ok {
+	if _, ok := wire.DecodeRecord(record); !ok {
 		t.Fatalf("the map key holds %s, want a change record", record)
 	}
 	return name, ms, record
@@ -46,12 +47,12 @@ func TestChangeRecordsInTheMapKey(t *testing.T) {
 	ms = append(ms, n)
 	settle(t, h, ms...)
 	val, _, rev := getKV(t, name, k.Map())
-	c, ok := decodeRecord(val)
+	c, ok := wire.DecodeRecord(val)
 	if !ok || c.Schema != 3 {
 		t.Fatalf("the map key holds %s, want a change record of protocol 3", val)
 	}
 	whole, _, snapRev := getKV(t, name, k.Snapshot())
-	m, err := decodeMap(whole, 64)
+	m, err := wire.DecodeMap(whole, 64)
 	if err != nil || snapRev != rev || m.Version != c.Version {
 		t.Fatalf("snapshot at revision %d (map at %d), version %d (record %d): %v", snapRev, rev, m.Version, c.Version, err)
 	}
@@ -91,7 +92,7 @@ func TestChangeRecordPutBack(t *testing.T) {
 	eventually(t, 10*time.Second, "n ranked, everyone on the newest whole map", func() bool {
 		whole, _, snapRev := getKV(t, name, k.Snapshot())
 		_, _, rev := getKV(t, name, k.Map())
-		m, err := decodeMap(whole, 64)
+		m, err := wire.DecodeMap(whole, 64)
 		if err != nil || snapRev != rev {
 			return false
 		}
@@ -133,7 +134,7 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 	n := join(t, newClient(t), name, WithMemberName("n"), WithSlots(64), h.hook())
 	settle(t, h, append(ms, n)...)
 	val, _, _ := getKV(t, name, k.Map())
-	if _, ok := decodeRecord(val); !ok {
+	if _, ok := wire.DecodeRecord(val); !ok {
 		t.Errorf("after a whole map by hand and a join, the map key holds %s, want a record", val)
 	}
 	h.check(t)
@@ -142,21 +143,21 @@ func TestWholeMapWrittenInProtocol3(t *testing.T) {
 // readWhole reads the rink's map whole, as an operator would: the map key,
 // or, when it holds a change record, the whole map written with it. It
 // also returns the map key's put.
-func readWhole(cli *clientv3.Client, name string, slots int) (Map, *mvccpb.KeyValue, error) {
+func readWhole(cli *clientv3.Client, name string, slots int) (wire.Map, *mvccpb.KeyValue, error) {
 	k := newKeys(name)
 	resp, err := cli.Txn(context.Background()).Then(clientv3.OpGet(k.Map()), clientv3.OpGet(k.Snapshot())).Commit()
 	if err != nil {
-		return Map{}, nil, err
+		return wire.Map{}, nil, err
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return Map{}, nil, errors.New("no map")
+		return wire.Map{}, nil, errors.New("no map")
 	}
 	var snap *mvccpb.KeyValue
 	if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 		snap = s[0]
 	}
-	m, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, Geometry{Slots: slots})
+	m, err := wire.ReadMap(kvs[0], snap, &wire.Map{}, false, 0, 0, wire.Geometry{Slots: slots})
 	return m, kvs[0], err
 }
 

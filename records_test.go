@@ -8,18 +8,20 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // randomMap returns a valid map of S slots over some of names.
-func randomMap(rng *rand.Rand, version int64, S int, names []string) Map {
-	m := Map{Schema: schemaVersion, Version: version, Slots: S}
+func randomMap(rng *rand.Rand, version int64, S int, names []string) wire.Map {
+	m := wire.Map{Schema: wire.SchemaVersion, Version: version, Slots: S}
 	pool := slices.Clone(names)
 	rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
 	k := rng.IntN(len(pool) + 1)
 	m.Members = pool[:k]
 	rest := pool[k:]
 	if len(m.Members) > 0 {
-		m.Table = make(SlotTable, S)
+		m.Table = make(wire.SlotTable, S)
 		for s := range m.Table {
 			m.Table[s] = int32(rng.IntN(len(m.Members)))
 		}
@@ -28,7 +30,7 @@ func randomMap(rng *rand.Rand, version int64, S int, names []string) Map {
 	base := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 	for _, n := range rest {
 		if rng.IntN(2) == 0 {
-			m.Waiting = append(m.Waiting, Waiter{Name: n, Since: base.Add(time.Duration(rng.IntN(5)) * time.Second)})
+			m.Waiting = append(m.Waiting, wire.Waiter{Name: n, Since: base.Add(time.Duration(rng.IntN(5)) * time.Second)})
 		}
 	}
 	m.ByLoad = rng.IntN(3) == 0
@@ -42,18 +44,18 @@ func randomMap(rng *rand.Rand, version int64, S int, names []string) Map {
 }
 
 // roundTrip is what a member applies: the record as JSON.
-func roundTrip(t *testing.T, c Record) Record {
+func roundTrip(t *testing.T, c wire.Record) wire.Record {
 	t.Helper()
-	var out Record
+	var out wire.Record
 	if err := json.Unmarshal(c.Encode(), &out); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-func sameMap(a, b *Map) bool {
+func sameMap(a, b *wire.Map) bool {
 	return a.SameAssignment(*b) && a.Version == b.Version && a.Leader == b.Leader && a.Slots == b.Slots && a.Schema == b.Schema &&
-		slices.EqualFunc(a.Waiting, b.Waiting, sameWaiter)
+		slices.EqualFunc(a.Waiting, b.Waiting, wire.SameWaiter)
 }
 
 // A record applied to the map it was computed from gives the next map,
@@ -80,7 +82,7 @@ func FuzzChangeRecord(f *testing.F) {
 				next.Waiting = next.Waiting[1:]
 				next.Members = append(next.Members, w.Name)
 				if next.Table == nil {
-					next.Table = make(SlotTable, S)
+					next.Table = make(wire.SlotTable, S)
 				}
 				next.Table[rng.IntN(S)] = int32(len(next.Members) - 1)
 			case len(next.Members) > 1:
@@ -96,8 +98,8 @@ func FuzzChangeRecord(f *testing.F) {
 		if err := next.Validate(); err != nil {
 			t.Fatalf("test map invalid: %v", err)
 		}
-		c := roundTrip(t, diff(&prev, &next))
-		got, err := apply(&prev, &c)
+		c := roundTrip(t, wire.Diff(&prev, &next))
+		got, err := wire.Apply(&prev, &c)
 		if err != nil {
 			t.Fatalf("apply: %v\nprev %+v\nnext %+v\nrecord %s", err, prev, next, c.Encode())
 		}
@@ -118,19 +120,19 @@ func FuzzApplyRecord(f *testing.F) {
 	f.Add([]byte(`{"version":3,"names":{"7":"x"}}`))
 	f.Add([]byte(`{"version":3,"moves":[9,0]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var c Record
+		var c wire.Record
 		if json.Unmarshal(data, &c) != nil {
 			return
 		}
-		for _, prev := range []Map{
-			{Schema: schemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: SlotTable{0, 1}},
-			{Schema: schemaVersion, Version: 2, Slots: 3, Members: []string{"a", "b", "c"}, Table: SlotTable{0, 1, 2}, Waiting: []Waiter{{Name: "w"}}},
-			{Schema: schemaVersion, Version: 2, Slots: 2},
+		for _, prev := range []wire.Map{
+			{Schema: wire.SchemaVersion, Version: 2, Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}},
+			{Schema: wire.SchemaVersion, Version: 2, Slots: 3, Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 1, 2}, Waiting: []wire.Waiter{{Name: "w"}}},
+			{Schema: wire.SchemaVersion, Version: 2, Slots: 2},
 		} {
-			m, err := apply(&prev, &c)
+			m, err := wire.Apply(&prev, &c)
 			// apply checks only what the record changed: it must refuse
 			// exactly the maps that validate refuses.
-			whole, uerr := applyUnchecked(&prev, &c, false)
+			whole, uerr := wire.ApplyUnchecked(&prev, &c, false)
 			if uerr == nil {
 				uerr = whole.Validate()
 			}
@@ -142,7 +144,7 @@ func FuzzApplyRecord(f *testing.F) {
 			}
 			// Laxly, it refuses no more than that, and what it takes
 			// has every slot owned by an index in range.
-			lm, lerr := applyAs(&prev, &c, true)
+			lm, lerr := wire.ApplyAs(&prev, &c, true)
 			if err == nil && lerr != nil {
 				t.Fatalf("lax apply refused what apply took: %v", lerr)
 			}
@@ -161,8 +163,8 @@ func FuzzApplyRecord(f *testing.F) {
 			own := prev
 			own.Table = slices.Clone(prev.Table)
 			own.Members = slices.Clone(prev.Members)
-			delta := deltaOf(&own, &c)
-			im, ierr := applyInPlace(&own, &c, true)
+			delta := wire.DeltaOf(&own, &c)
+			im, ierr := wire.ApplyInPlace(&own, &c, true)
 			if (ierr == nil) != (lerr == nil) {
 				t.Fatalf("in place: %v; lax apply: %v", ierr, lerr)
 			}
@@ -174,15 +176,15 @@ func FuzzApplyRecord(f *testing.F) {
 			}
 			// The delta names every slot whose owner changed, with its
 			// owner before, even with the table and names written in place.
-			if ierr == nil && !delta.renamed && len(prev.Table) > 0 {
+			if ierr == nil && !delta.Renamed && len(prev.Table) > 0 {
 				was := map[int]string{}
-				for i, s := range delta.moved {
-					was[s] = delta.oldName(delta.old[i], im.Members)
+				for i, s := range delta.Moved {
+					was[s] = delta.OldName(delta.Old[i], im.Members)
 				}
 				for s := range prev.Slots {
 					w, ok := was[s]
 					if !ok && prev.Owner(s) != im.Owner(s) {
-						t.Fatalf("slot %d went from %q to %q outside the delta %v", s, prev.Owner(s), im.Owner(s), delta.moved)
+						t.Fatalf("slot %d went from %q to %q outside the delta %v", s, prev.Owner(s), im.Owner(s), delta.Moved)
 					}
 					if ok && w != prev.Owner(s) {
 						t.Fatalf("the delta says slot %d was %q's, it was %q's", s, w, prev.Owner(s))
@@ -193,7 +195,7 @@ func FuzzApplyRecord(f *testing.F) {
 		// Maps with no members pass validate whatever their slot count
 		// (observers take any): a record must not make apply panic on one.
 		for _, slots := range []int{-1, 0, MaxSlots + 1} {
-			_, _ = apply(&Map{Schema: schemaVersion, Version: 2, Slots: slots}, &c)
+			_, _ = wire.Apply(&wire.Map{Schema: wire.SchemaVersion, Version: 2, Slots: slots}, &c)
 		}
 	})
 }
@@ -202,11 +204,11 @@ func FuzzApplyRecord(f *testing.F) {
 // of bytes, against a map of kilobytes.
 func TestChangeRecordSize(t *testing.T) {
 	const n, S = 1000, 1024
-	prev := Map{Schema: schemaVersion, Version: 7, Slots: S, Leader: "m0000"}
+	prev := wire.Map{Schema: wire.SchemaVersion, Version: 7, Slots: S, Leader: "m0000"}
 	for i := range n {
 		prev.Members = append(prev.Members, fmt.Sprintf("m%04d", i))
 	}
-	prev.Table = make(SlotTable, S)
+	prev.Table = make(wire.SlotTable, S)
 	for s := range prev.Table {
 		prev.Table[s] = int32(s % n)
 	}
@@ -215,13 +217,13 @@ func TestChangeRecordSize(t *testing.T) {
 	next.Members = append(slices.Clone(prev.Members), "m1000")
 	next.Table = slices.Clone(prev.Table)
 	next.Table[17] = n
-	c := diff(&prev, &next)
+	c := wire.Diff(&prev, &next)
 	rec, whole := len(c.Encode()), len(next.Encode())
 	t.Logf("record %d bytes, map %d bytes: %s", rec, whole, c.Encode())
 	if rec > 100 || whole < 8000 {
 		t.Errorf("record %d bytes, map %d", rec, whole)
 	}
-	got, err := apply(&prev, &c)
+	got, err := wire.Apply(&prev, &c)
 	if err != nil || !sameMap(&got, &next) {
 		t.Fatalf("apply: %v", err)
 	}
@@ -231,24 +233,24 @@ func TestChangeRecordSize(t *testing.T) {
 // written alone, as withTransition and encode put it, and whole when the
 // tail does not parse.
 func TestTransitionOf(t *testing.T) {
-	want := Transition{From: 7, Gone: []string{"a", "b"}, Incs: map[string]int64{"c": 9}}
-	m := Map{Schema: schemaVersion, Version: 8, Slots: 2, Leader: "x", Members: []string{"from", "incs"}, Table: SlotTable{0, 1}}
-	whole := withTransition(m.Encode(), want)
-	c := Record{Schema: schemaVersion, Change: true, Version: 8, Moves: []int{0, 1}, Transition: want}
-	gone := Transition{From: 7, Gone: []string{"a"}}
+	want := wire.Transition{From: 7, Gone: []string{"a", "b"}, Incs: map[string]int64{"c": 9}}
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 8, Slots: 2, Leader: "x", Members: []string{"from", "incs"}, Table: wire.SlotTable{0, 1}}
+	whole := wire.WithTransition(m.Encode(), want)
+	c := wire.Record{Schema: wire.SchemaVersion, Change: true, Version: 8, Moves: []int{0, 1}, Transition: want}
+	gone := wire.Transition{From: 7, Gone: []string{"a"}}
 	for name, v := range map[string][]byte{
 		"whole map":       whole,
 		"record":          c.Encode(),
 		"fields in front": []byte(`{"incs":{"c":9},"from":7,"gone":["a","b"],"version":8}`),
 	} {
-		if got := transitionOf(v); !reflect.DeepEqual(got, want) {
+		if got := wire.TransitionOf(v); !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: %+v, want %+v", name, got, want)
 		}
 	}
-	if got := transitionOf(withTransition(m.Encode(), gone)); !reflect.DeepEqual(got, gone) {
+	if got := wire.TransitionOf(wire.WithTransition(m.Encode(), gone)); !reflect.DeepEqual(got, gone) {
 		t.Errorf("no incs: %+v", got)
 	}
-	if got := transitionOf(m.Encode()); !reflect.DeepEqual(got, Transition{}) {
+	if got := wire.TransitionOf(m.Encode()); !reflect.DeepEqual(got, wire.Transition{}) {
 		t.Errorf("a map without one: %+v", got)
 	}
 }

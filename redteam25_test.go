@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -73,11 +74,11 @@ func TestRedteam25OlderRecordPutBackFencesEveryone(t *testing.T) {
 	// today's map (as members will find when they apply it).
 	var old []byte
 	for _, v := range saved {
-		c, ok := decodeRecord(v)
+		c, ok := wire.DecodeRecord(v)
 		if !ok {
 			continue
 		}
-		if _, err := apply(&cur, &c); err != nil {
+		if _, err := wire.Apply(&cur, &c); err != nil {
 			old = v
 			t.Logf("putting back %s (applied to the current map: %v)", v, err)
 			break
@@ -131,12 +132,12 @@ func TestRedteam25OlderRecordPutBackFencesEveryone(t *testing.T) {
 func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 	k := newKeys("rt25")
 	whole := []byte(`{"schema":3,"version":9,"slots":-1,"members":[]}`)
-	prev, err := decodeMap(whole, peekSlots(whole)) // as observers and the aggregator decode
+	prev, err := wire.DecodeMap(whole, wire.PeekSlots(whole)) // as observers and the aggregator decode
 	if err != nil {
 		t.Fatalf("precondition: the observer's decode refuses the map: %v", err)
 	}
 	one := 1
-	rec := Record{Schema: 3, Change: true, Version: 10, Size: &one, Names: map[string]string{"0": "a"}}
+	rec := wire.Record{Schema: 3, Change: true, Version: 10, Size: &one, Names: map[string]string{"0": "a"}}
 	kv := &mvccpb.KeyValue{Key: []byte(k.Map()), Value: rec.Encode(), CreateRevision: 5, ModRevision: 12, Version: 3}
 	noPanic := func(what string, fn func()) {
 		t.Helper()
@@ -148,7 +149,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 		fn()
 	}
 	// The Observer's call (observer.go run): slots 0, prev usable.
-	noPanic("readMap as the Observer calls it", func() { _, _ = readMap(kv, nil, &prev, true, 2, 5, Geometry{}) })
+	noPanic("readMap as the Observer calls it", func() { _, _ = wire.ReadMap(kv, nil, &prev, true, 2, 5, wire.Geometry{}) })
 	// The aggregator's path (acks.go ackView.put): shapeOf keeps v.whole,
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {
@@ -177,7 +178,7 @@ func TestRedteam25ColdStartOnLoneRecord(t *testing.T) {
 		}
 	}
 	val, _, _ := getKV(t, name, k.Map())
-	if _, ok := decodeRecord(val); !ok {
+	if _, ok := wire.DecodeRecord(val); !ok {
 		t.Fatalf("precondition: the map key holds %s, want a record", val)
 	}
 	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), k.Map(), string(val)); err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -31,8 +32,8 @@ func replicaBare(t *testing.T, self string, S, k int, createRev int64) *bare {
 // replicaMap is a map of schema 4 with k replicas per slot: rows lists
 // each entry of the table (row 0, the primaries, first), as indexes of
 // members.
-func replicaMap(version int64, k int, members []string, rows ...int) Map {
-	return Map{Schema: schemaReplicas, Version: version, Slots: len(rows) / k, Replicas: k, Members: members, Table: tableOf(rows...)}
+func replicaMap(version int64, k int, members []string, rows ...int) wire.Map {
+	return wire.Map{Schema: wire.SchemaReplicas, Version: version, Slots: len(rows) / k, Replicas: k, Members: members, Table: tableOf(rows...)}
 }
 
 // holdsReplica reports whether bare member b counts as holding slot s, as
@@ -240,7 +241,7 @@ func TestRT26WarmupHoldDropsPromotedSecondaries(t *testing.T) {
 	in := planInput{Live: live, Ready: map[string]bool{"e": true}, Replicas: k}
 	next := planMap(cur, in)
 	checkPlanned(t, next, k, nil)
-	r.holdForWarmup(&next, func() Map { return planMap(cur, in) }, time.Now())
+	r.holdForWarmup(&next, func() wire.Map { return planMap(cur, in) }, time.Now())
 	if len(next.Incoming) == 0 {
 		t.Fatal("no announcement: the test needs the newcomer's moves announced")
 	}
@@ -298,7 +299,7 @@ func TestRT26PlanMapStableWithCapacityAndLoad(t *testing.T) {
 		nz := rng.IntN(4)
 		byLoad := rng.IntN(2) == 0
 		var live []string
-		cur := Map{Schema: schemaReplicas, Slots: S, Version: 1}
+		cur := wire.Map{Schema: wire.SchemaReplicas, Slots: S, Version: 1}
 		next := 0
 		for step := 0; step < 30; step++ {
 			switch r := rng.IntN(10); {
@@ -335,7 +336,7 @@ func TestRT26PlanMapStableWithCapacityAndLoad(t *testing.T) {
 			}
 			in := planInput{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed, Capacity: caps, ByLoad: byLoad, Load: load}
 			m := planMap(cur, in)
-			m.Schema, m.Version = schemaReplicas, cur.Version+1
+			m.Schema, m.Version = wire.SchemaReplicas, cur.Version+1
 			again := in
 			again.Handed = nil
 			stable := planMap(m, again)

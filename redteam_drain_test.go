@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // Red-team tests for drain.go. Each fails on the code as committed.
@@ -39,7 +41,7 @@ func TestRedteamShutdownDrainLongerThanTTL(t *testing.T) {
 		t.Errorf("Shutdown with a drain timeout (5s) above the TTL (2s) and a 20s context: %v", err)
 	}
 	eventually(t, 10*time.Second, "b holds the role", func() bool { _, ok := b.Get("leader"); return ok })
-	got, _ := firstEvent(h, "b", EventAcquired, slotOf("leader", 4))
+	got, _ := firstEvent(h, "b", EventAcquired, wire.SlotOf("leader", 4))
 	mu.Lock()
 	done, ok := returned["leader"]
 	mu.Unlock()
@@ -85,7 +87,7 @@ func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
 	}
 	var roles []string
 	for i := 0; len(roles) < 2; i++ {
-		if role := fmt.Sprint("r-", i); slotOf(role, S) == x {
+		if role := fmt.Sprint("r-", i); wire.SlotOf(role, S) == x {
 			roles = append(roles, role)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,7 +28,7 @@ func redteamRolePerSlot(S int) []string {
 	found := 0
 	for i := 0; found < S; i++ {
 		role := fmt.Sprint("role-", i)
-		if s := slotOf(role, S); roles[s] == "" {
+		if s := wire.SlotOf(role, S); roles[s] == "" {
 			roles[s] = role
 			found++
 		}
@@ -143,7 +144,7 @@ func TestRedteamHandWrittenLeavingFlagStallsPlannedMoves(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "m1 writes its key back without the flag", func() bool {
 		resp, err := cli.Get(context.Background(), key)
-		return err == nil && len(resp.Kvs) == 1 && !leavingOf(resp.Kvs[0].Value) && resp.Kvs[0].Lease != 0
+		return err == nil && len(resp.Kvs) == 1 && !wire.LeavingOf(resp.Kvs[0].Value) && resp.Kvs[0].Lease != 0
 	})
 	// A scale-out: the newcomer should get its share once its warm-up is
 	// done (it has no Warm handler: it is ready at once).

@@ -3,6 +3,8 @@ package rink
 import (
 	"cmp"
 	"slices"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // Replicas and zones (issue 26), the planning half: where each slot's
@@ -107,7 +109,7 @@ func (l *replicaLayout) zone(i int) string {
 
 func (l *replicaLayout) capacity(i int) float64 {
 	if i >= 0 && i < len(l.Capacity) {
-		return capacityOr1(l.Capacity[i])
+		return wire.CapacityOr1(l.Capacity[i])
 	}
 	return 1
 }
@@ -408,7 +410,7 @@ func secondaryShares(l *replicaLayout, live []int, total int) []float64 {
 // The returned map has cur's version; the caller numbers it if it differs.
 // It is deterministic, and planning again what it returns changes nothing
 // when the members do not change.
-func planMap(cur Map, in planInput) Map {
+func planMap(cur wire.Map, in planInput) wire.Map {
 	k := max(1, in.Replicas)
 	if k == 1 {
 		next := plan(primaryMap(cur), in)
@@ -461,7 +463,7 @@ func planMap(cur Map, in planInput) Map {
 			}
 		}
 	}
-	in.balance = func(owners, members []string, capacity map[string]float64) SlotTable {
+	in.balance = func(owners, members []string, capacity map[string]float64) wire.SlotTable {
 		if in.Hold && !in.ByLoad {
 			return placeOrphansWarm(owners, members, capacity, secs)
 		}
@@ -480,7 +482,7 @@ func planMap(cur Map, in planInput) Map {
 // withPrimaries returns next with table (a load round's) as its
 // primaries, and its secondaries placed anew around them (placeAround):
 // a secondary that became the primary of its slot is replaced.
-func withPrimaries(next Map, table SlotTable, in planInput) Map {
+func withPrimaries(next wire.Map, table wire.SlotTable, in planInput) wire.Map {
 	if next.ReplicaCount() == 1 {
 		next.Table = table
 		return next
@@ -496,10 +498,10 @@ func withPrimaries(next Map, table SlotTable, in planInput) Map {
 // first, as the map before had them; rename maps a departed member's name
 // to its heir's, which comes after the others, as the newest, and any
 // other name next does not rank is dropped).
-func placeAround(next Map, secs [][]string, rename map[string]string, in planInput) Map {
+func placeAround(next wire.Map, secs [][]string, rename map[string]string, in planInput) wire.Map {
 	S, k := next.Slots, max(1, in.Replicas)
 	next.Replicas = k
-	next.Schema = max(next.Schema, schemaReplicas)
+	next.Schema = max(next.Schema, wire.SchemaReplicas)
 	if len(next.Members) == 0 || len(next.Table) < S {
 		next.Table = nil
 		return next
@@ -511,7 +513,7 @@ func placeAround(next Map, secs [][]string, rename map[string]string, in planInp
 	for i, name := range next.Members {
 		idx[name] = int32(i)
 		l.Zone[i] = in.Zones[name]
-		l.Capacity[i] = capacityOr1(in.Capacity[name])
+		l.Capacity[i] = wire.CapacityOr1(in.Capacity[name])
 	}
 	prev := newSecondaryTable(S, k)
 	for s, row := range secs {
@@ -541,7 +543,7 @@ func placeAround(next Map, secs [][]string, rename map[string]string, in planInp
 		}
 	}
 	rows := placeSecondariesAs(&l, prev, !in.Hold)
-	table := make(SlotTable, S*k)
+	table := make(wire.SlotTable, S*k)
 	copy(table, next.Table[:S])
 	for s := range S {
 		for r := 1; r < k; r++ {
@@ -557,7 +559,7 @@ func placeAround(next Map, secs [][]string, rename map[string]string, in planInp
 }
 
 // primaryMap returns m as a map of one replica: its primaries' row alone.
-func primaryMap(m Map) Map {
+func primaryMap(m wire.Map) wire.Map {
 	if m.Replicas > 1 && len(m.Table) >= m.Slots {
 		m.Table = m.Table[:m.Slots:m.Slots]
 	}
@@ -565,22 +567,10 @@ func primaryMap(m Map) Map {
 	return m
 }
 
-// ReplicaNames returns the members slot s's replicas name in m, its
-// primary first, then its secondaries oldest first, each once.
-func (m *Map) ReplicaNames(s int) []string {
-	var out []string
-	for v := s; v < len(m.Table) && v < m.TableLen(); v += max(1, m.Slots) {
-		if name := m.Owner(v); name != "" && !slices.Contains(out, name) {
-			out = append(out, name)
-		}
-	}
-	return out
-}
-
 // secondaryNames returns each slot's secondaries in m by name, oldest
 // first: the entries of its rows past the primary's that name a member
 // neither the primary nor an earlier row names.
-func secondaryNames(m *Map) [][]string {
+func secondaryNames(m *wire.Map) [][]string {
 	S, k := m.Slots, m.ReplicaCount()
 	out := make([][]string, S)
 	if k == 1 || len(m.Table) != S*k || len(m.Members) == 0 {
@@ -608,10 +598,10 @@ func secondaryNames(m *Map) [][]string {
 // promoted after a crash stays where it is rather than move twice. The
 // slots given up and not placed on a secondary go, lowest first, to the
 // members below their share, lowest index first, as balance does.
-func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) SlotTable {
+func balanceWarm(owners []string, members []string, capacity map[string]float64, secs [][]string, promoted map[int]bool) wire.SlotTable {
 	n, S := len(members), len(owners)
 	idx, count, target := sharesOf(owners, members, capacity)
-	table := make(SlotTable, S)
+	table := make(wire.SlotTable, S)
 	keep := slices.Clone(count)
 	// room returns a member below its share that holds slot s as a
 	// secondary, or -1.
@@ -688,10 +678,10 @@ func balanceWarm(owners []string, members []string, capacity map[string]float64,
 // orphan goes to a member below its share that holds it as a secondary,
 // else to the members below their share, lowest index first, else to the
 // member with the fewest.
-func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) SlotTable {
+func placeOrphansWarm(owners []string, members []string, capacity map[string]float64, secs [][]string) wire.SlotTable {
 	n, S := len(members), len(owners)
 	idx, count, target := sharesOf(owners, members, capacity)
-	table := make(SlotTable, S)
+	table := make(wire.SlotTable, S)
 	for s, o := range owners {
 		if i, ok := idx[o]; ok {
 			table[s] = int32(i)

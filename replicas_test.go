@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // layoutOf returns a layout of n members (index i named m<i>, in zone
@@ -324,23 +326,23 @@ func FuzzPlaceSecondaries(f *testing.F) {
 
 // planReplicated plans a first map of members names (zones by index, if
 // given) with k replicas per slot over slots slots.
-func planReplicated(k, slots int, names []string, zones map[string]string) Map {
-	cur := Map{Schema: schemaReplicas, Slots: slots}
+func planReplicated(k, slots int, names []string, zones map[string]string) wire.Map {
+	cur := wire.Map{Schema: wire.SchemaReplicas, Slots: slots}
 	ready := map[string]bool{}
 	for _, n := range names {
 		ready[n] = true
 	}
 	next := planMap(cur, planInput{Live: names, Ready: ready, Replicas: k, Zones: zones})
-	next.Schema, next.Version = schemaReplicas, 1
+	next.Schema, next.Version = wire.SchemaReplicas, 1
 	return next
 }
 
 // checkPlanned fails t unless m is a valid map of k replicas per slot: it
 // validates, every slot's replicas name min(k, members) distinct members,
 // in as many distinct zones as the members' zones allow.
-func checkPlanned(t testing.TB, m Map, k int, zones map[string]string) {
+func checkPlanned(t testing.TB, m wire.Map, k int, zones map[string]string) {
 	t.Helper()
-	if err := m.UsableBy(Geometry{m.Slots, k}); err != nil {
+	if err := m.UsableBy(wire.Geometry{Slots: m.Slots, Replicas: k}); err != nil {
 		t.Fatalf("planned map unusable: %v", err)
 	}
 	distinct := map[string]bool{}
@@ -396,7 +398,7 @@ func TestPlanMap(t *testing.T) {
 			without := func(gone string) []string {
 				return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == gone })
 			}
-			warm := func(next Map, what string) {
+			warm := func(next wire.Map, what string) {
 				t.Helper()
 				for s := range S {
 					was, now := cur.Owner(s), next.Owner(s)
@@ -463,7 +465,7 @@ func TestPlanMap(t *testing.T) {
 }
 
 // countOwned counts the primaries of name in m.
-func countOwned(m Map, name string) int {
+func countOwned(m wire.Map, name string) int {
 	n := 0
 	for s := range m.Slots {
 		if m.Owner(s) == name {
@@ -532,7 +534,7 @@ func FuzzPlanMap(f *testing.F) {
 		zones := map[string]string{}
 		nz := rng.IntN(4)
 		var live []string
-		cur := Map{Schema: schemaReplicas, Slots: S, Version: 1}
+		cur := wire.Map{Schema: wire.SchemaReplicas, Slots: S, Version: 1}
 		next := 0
 		for step := 0; step < 30; step++ {
 			switch r := rng.IntN(10); {
@@ -559,9 +561,9 @@ func FuzzPlanMap(f *testing.F) {
 			}
 			in := planInput{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed}
 			m := planMap(cur, in)
-			m.Schema, m.Version = schemaReplicas, cur.Version+1
+			m.Schema, m.Version = wire.SchemaReplicas, cur.Version+1
 			if k == 1 {
-				m.Schema = schemaVersion
+				m.Schema = wire.SchemaVersion
 			}
 			if len(m.Members) > 0 {
 				checkPlanned(t, m, k, zones)
@@ -610,7 +612,7 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 		}
 		cur := planReplicated(2, c.slots, names, zones)
 		live := slices.Clone(names)
-		maps := []Map{cur}
+		maps := []wire.Map{cur}
 		for _, gone := range names {
 			if zones[gone] != "z2" {
 				continue
@@ -659,7 +661,7 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		cur.ByLoad = byLoad
 		live := slices.Clone(names)
 		drop := func(g string) { live = slices.DeleteFunc(live, func(n string) bool { return n == g }) }
-		step := func(m Map, hold bool) Map {
+		step := func(m wire.Map, hold bool) wire.Map {
 			n := planMap(m, planInput{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
 			n.Version = m.Version + 1
 			checkPlanned(t, n, 2, zones)
@@ -690,19 +692,19 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 func TestOneReplicaEncodesAsBefore(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	in := planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
-	prev := planMap(Map{Schema: schemaVersion, Slots: 16}, in)
+	prev := planMap(wire.Map{Schema: wire.SchemaVersion, Slots: 16}, in)
 	prev.Version, prev.Leader = 1, "a"
 	in2 := planInput{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
 	next := planMap(prev, in2)
 	next.Version = 2
-	c := diff(&prev, &next)
-	c.Transition = Transition{From: 1, View: 77}
+	c := wire.Diff(&prev, &next)
+	c.Transition = wire.Transition{From: 1, View: 77}
 	for _, x := range []struct{ name, got, want string }{
 		{"map", string(prev.Encode()), `{"schema":3,"version":1,"slots":16,"leader":"a","members":["a","b","c"],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
 		{"next map", string(next.Encode()), `{"schema":3,"version":2,"slots":16,"leader":"a","members":["a","d","c"],"waiting":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"table":[0,0,0,0,0,0,1,1,1,1,1,2,2,2,2,2]}`},
 		{"record", string(c.Encode()), `{"schema":3,"change":true,"version":2,"names":{"1":"d"},"wait":[{"name":"e","since":"2026-11-27T00:00:00Z"}],"view":77,"from":1}`},
-		{"member key", memberValueOf(1, "", false, 1), `{"protocols":[2,3]}`},
-		{"member key, capacity, leaving", memberValueOf(2.5, "", true, 1), `{"protocols":[2,3],"capacity":2.5,"leaving":true}`},
+		{"member key", wire.MemberValueOf(1, "", false, 1), `{"protocols":[2,3]}`},
+		{"member key, capacity, leaving", wire.MemberValueOf(2.5, "", true, 1), `{"protocols":[2,3],"capacity":2.5,"leaving":true}`},
 	} {
 		if x.got != x.want {
 			t.Errorf("%s:\n got %s\nwant %s", x.name, x.got, x.want)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"slices"
 	"sort"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // Replicas and zones on the real etcd (issue 26): every acquisition and
@@ -168,7 +170,7 @@ func replicaHolders(events []Event) (primary, secondary map[int][]string) {
 // heldAsReplicated reports whether every slot of m is held as m says at
 // the end of the history: its primary by its primary, its secondaries by
 // its secondaries.
-func heldAsReplicated(events []Event, m *Map) bool {
+func heldAsReplicated(events []Event, m *wire.Map) bool {
 	if m == nil || len(m.Members) == 0 {
 		return false
 	}
@@ -242,7 +244,7 @@ func TestReplicasCrashPromotesSecondaries(t *testing.T) {
 	}
 	settleReplicated(t, h, ms...)
 	m := ms[1].ownersNow()
-	if m.Schema != schemaReplicas || m.Replicas != 2 {
+	if m.Schema != wire.SchemaReplicas || m.Replicas != 2 {
 		t.Fatalf("map of schema %d, %d replicas; want 4, 2", m.Schema, m.Replicas)
 	}
 	zoneOf := map[string]string{"m0": "a", "m1": "b", "m2": "c"}
@@ -689,7 +691,7 @@ func TestReplicasWarmupScaleOut(t *testing.T) {
 	eventually(t, 20*time.Second, "d holds its share", func() bool { return d.Rank().Index == 3 && len(sd.Held()) > 0 })
 	settleReplicated(t, h, ms...)
 	for _, role := range sd.Held() {
-		s := slotOf(role, 64)
+		s := wire.SlotOf(role, 64)
 		acquired, aok := firstEvent(h, "d", EventAcquired, s)
 		warmed, wok := w.get(w.warmed, "d", role)
 		if !aok || !wok || !warmed.Before(acquired) {
@@ -699,7 +701,7 @@ func TestReplicasWarmupScaleOut(t *testing.T) {
 	m := d.ownersNow()
 	seconds := 0
 	for _, role := range roles {
-		names := m.ReplicaNames(slotOf(role, 64))
+		names := m.ReplicaNames(wire.SlotOf(role, 64))
 		if slices.Contains(names[1:], "d") {
 			seconds++
 			mu.Lock()

@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -137,8 +138,8 @@ func (r *Rink) restored(why string) {
 		r.fence(st.inc, ErrFenced)
 	}
 	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev, st.mapAbsentAt = 0, 0, 0, 0, 0, 0, 0
-	st.prev, st.prevSeq = Map{}, 0
-	st.floor = AckFloor{}
+	st.prev, st.prevSeq = wire.Map{}, 0
+	st.floor = wire.AckFloor{}
 	st.hist.reset()
 	clear(st.verSeq)
 	st.topVer, st.repeats = 0, 0

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -36,7 +37,7 @@ var (
 	// returns it; a running member stops holding roles and leaves until a
 	// usable map appears. (A map in a protocol this member does not speak
 	// is waited out instead: the member holds nothing but stays.)
-	ErrIncompatible = errors.New("rink: incompatible rank map")
+	ErrIncompatible = wire.ErrIncompatible
 	// ErrShutdown is returned once the rink has begun to shut down, and is
 	// the cause of role contexts cancelled by Shutdown. Whatever stopped
 	// the rink, the errors its methods return and the causes of its role
@@ -63,7 +64,7 @@ var (
 	// replicas per slot than this member was configured with (see
 	// WithReplicas). It wraps ErrIncompatible: New returns it, and a
 	// running member leaves until a usable map appears.
-	ErrReplicaMismatch = fmt.Errorf("%w: replicas per slot differ", ErrIncompatible)
+	ErrReplicaMismatch = wire.ErrReplicaMismatch
 	// ErrPromoted is the cause of a secondary's context (see
 	// Handler.Secondary) cancelled because this member now holds the
 	// slot's primary: Assigned follows, with the primary's context.
@@ -92,7 +93,7 @@ type Rink struct {
 	// is set while this member holds it as a secondary. Empty with one
 	// replica per slot.
 	secs   slotStates
-	owners atomic.Pointer[Map]
+	owners atomic.Pointer[wire.Map]
 	// ownersMu guards the table of the map in owners, which the run
 	// goroutine may write in place (see applyInPlace): readers hold it
 	// shared while they read the table.
@@ -283,8 +284,8 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 		if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 			snap = s[0]
 		}
-		m, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, r.geometry())
-		if err != nil && !waitsOut(err) && !errors.Is(err, errUnderived) {
+		m, err := wire.ReadMap(kvs[0], snap, &wire.Map{}, false, 0, 0, r.geometry())
+		if err != nil && !waitsOut(err) && !errors.Is(err, wire.ErrUnderived) {
 			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
 		}
 		// A rink of protocol 3 is followed in the narrow view from the

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -320,7 +321,7 @@ func TestGracefulHandover(t *testing.T) {
 					t.Fatalf("token went from %d to %d", ta, tb)
 				}
 				h.check(t)
-				g := gaps(h.snapshot(), slotOf(role, DefaultSlots), mark)
+				g := gaps(h.snapshot(), wire.SlotOf(role, DefaultSlots), mark)
 				if len(g) != 1 {
 					t.Fatalf("%d handovers of the role, want 1", len(g))
 				}
@@ -405,7 +406,7 @@ func settle(t testing.TB, h *history, ms ...*Rink) {
 		// (TestChangeRecordsInTheMapKey read that earlier map now and
 		// then: issue 44).
 		for _, r := range ms {
-			if m.Index(r.Member()) < 0 && !slices.ContainsFunc(m.Waiting, func(w Waiter) bool { return w.Name == r.Member() }) {
+			if m.Index(r.Member()) < 0 && !slices.ContainsFunc(m.Waiting, func(w wire.Waiter) bool { return w.Name == r.Member() }) {
 				return false
 			}
 		}
@@ -435,7 +436,7 @@ func slotsSince(h *history, t0 time.Time) (acq, rel map[string]map[int]int) {
 }
 
 // slotsOf returns the slots m gives member, in order.
-func slotsOf(m *Map, member string) []int {
+func slotsOf(m *wire.Map, member string) []int {
 	var out []int
 	for s := 0; s < m.Slots; s++ {
 		if m.Owner(s) == member {
@@ -445,7 +446,7 @@ func slotsOf(m *Map, member string) []int {
 	return out
 }
 
-func ownedBy(m *Map, member string) map[int]bool {
+func ownedBy(m *wire.Map, member string) map[int]bool {
 	out := map[int]bool{}
 	for s := 0; s < m.Slots; s++ {
 		if m.Owner(s) == member {
@@ -498,7 +499,7 @@ func roleMoves(h *history, roles []string, mark time.Time) (moves map[string]int
 	moves = map[string]int{}
 	events := h.snapshot()
 	for _, role := range roles {
-		s := slotOf(role, DefaultSlots)
+		s := wire.SlotOf(role, DefaultSlots)
 		for _, per := range acq {
 			moves[role] += per[s]
 		}
@@ -538,7 +539,7 @@ func TestRollingDeploy(t *testing.T) {
 	moves, moveGaps := roleMoves(h, roles, mark)
 	for _, role := range roles {
 		if moves[role] != 1 {
-			t.Errorf("%s (slot %d) acquired %d times during the deploy, want 1", role, slotOf(role, DefaultSlots), moves[role])
+			t.Errorf("%s (slot %d) acquired %d times during the deploy, want 1", role, wire.SlotOf(role, DefaultSlots), moves[role])
 		}
 	}
 	// Every role is held by exactly one of the new members.
@@ -584,7 +585,7 @@ func TestScaleOut(t *testing.T) {
 	if len(acq["m4"]) != moved(before, after) || released != moved(before, after) {
 		t.Errorf("m4 acquired %d slots, others released %d, moved %d", len(acq["m4"]), released, moved(before, after))
 	}
-	if after.Owner(slotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
+	if after.Owner(wire.SlotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
 		t.Error("a role that stayed with m1 was interrupted")
 	}
 	h.check(t)
@@ -876,12 +877,12 @@ func TestFloorRewrittenAfterDeletion(t *testing.T) {
 	b := join(t, cli, name, WithMemberName("b"), WithSlots(8))
 	eventually(t, 10*time.Second, "b ranked", func() bool { return b.Rank().Index >= 0 })
 	key := newKeys(name).Floor()
-	floor := func() (AckFloor, bool) {
+	floor := func() (wire.AckFloor, bool) {
 		resp, err := cli.Get(context.Background(), key)
 		if err != nil || len(resp.Kvs) == 0 {
-			return AckFloor{}, false
+			return wire.AckFloor{}, false
 		}
-		var f AckFloor
+		var f wire.AckFloor
 		return f, json.Unmarshal(resp.Kvs[0].Value, &f) == nil
 	}
 	eventually(t, 10*time.Second, "a floor with both members at the map's version", func() bool {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // Roles are not tracked one by one. A role hashes to a slot, and this member
@@ -80,7 +82,7 @@ func (r *Rink) Get(role string) (context.Context, bool) {
 	if role == "" {
 		return nil, false
 	}
-	st := r.slots.load(slotOf(role, r.opts.slots))
+	st := r.slots.load(wire.SlotOf(role, r.opts.slots))
 	if st == nil || st.ctx == nil || st.ctx.Err() != nil {
 		return nil, false
 	}
@@ -143,7 +145,7 @@ func (r *Rink) awaitSlot(ctx context.Context, role string) (*slotState, error) {
 	if role == "" {
 		return nil, ErrInvalidRole
 	}
-	s := slotOf(role, r.opts.slots)
+	s := wire.SlotOf(role, r.opts.slots)
 	r.load.noteRole(role, s)
 	p := r.slots.at(s)
 	for {
@@ -188,7 +190,7 @@ func (r *Rink) Owner(role string) (member string, ok bool) {
 	if m == nil || len(m.Table) == 0 || role == "" {
 		return "", false
 	}
-	return m.Members[m.Table[slotOf(role, m.Slots)]], true
+	return m.Members[m.Table[wire.SlotOf(role, m.Slots)]], true
 }
 
 // Owners returns the members that hold role in the newest map this member
@@ -208,7 +210,7 @@ func (r *Rink) Owners(role string) (members []string, ok bool) {
 	if m == nil || len(m.Table) == 0 || role == "" {
 		return nil, false
 	}
-	return m.ReplicaNames(slotOf(role, m.Slots)), true
+	return m.ReplicaNames(wire.SlotOf(role, m.Slots)), true
 }
 
 // Rank is this member's place in the rink as of one map version.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -126,7 +127,7 @@ func TestJoinTakesBackItsOwnKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.Member("a"), memberValue(1), clientv3.WithLease(g.ID)); err != nil {
+		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.Member("a"), wire.MemberValue(1), clientv3.WithLease(g.ID)); err != nil {
 			t.Fatal(err)
 		}
 		return g.ID

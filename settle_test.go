@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // Issue 23, "Settled means settled": a rink that looks settled (every role
@@ -92,7 +94,7 @@ func settledRink(t testing.TB, h *history, loops *roleLoops, n int) []*Rink {
 // ranked, the map announces nothing and lists nobody waiting or leaving,
 // every slot is held by exactly its owner, and every member acknowledged
 // the map.
-func waitRest(t testing.TB, h *history, ms ...*Rink) (*Map, time.Time) {
+func waitRest(t testing.TB, h *history, ms ...*Rink) (*wire.Map, time.Time) {
 	t.Helper()
 	ob, err := NewObserver(newClient(t), ms[0].Name())
 	if err != nil {
@@ -112,7 +114,7 @@ func waitRest(t testing.TB, h *history, ms ...*Rink) (*Map, time.Time) {
 		if s := ob.State(); why == "" && (!s.Settled || s.Version != v) {
 			why = fmt.Sprintf("observer: settled %v at version %d", s.Settled, s.Version)
 		}
-		var m *Map
+		var m *wire.Map
 		if why == "" {
 			m, why = looksSettled(h, ob, ms)
 		}
@@ -128,7 +130,7 @@ func waitRest(t testing.TB, h *history, ms ...*Rink) (*Map, time.Time) {
 
 // looksSettled returns the map of a rink that looks settled, or why it
 // does not.
-func looksSettled(h *history, ob *Observer, ms []*Rink) (*Map, string) {
+func looksSettled(h *history, ob *Observer, ms []*Rink) (*wire.Map, string) {
 	m := ms[0].ownersNow()
 	switch {
 	case m == nil || m.Version == 0:
@@ -163,10 +165,10 @@ func looksSettled(h *history, ob *Observer, ms []*Rink) (*Map, string) {
 }
 
 // roleShares says how many of roles each member of m owns.
-func roleShares(m *Map, roles []string) string {
+func roleShares(m *wire.Map, roles []string) string {
 	n := map[string]int{}
 	for _, role := range roles {
-		n[m.Owner(slotOf(role, m.Slots))]++
+		n[m.Owner(wire.SlotOf(role, m.Slots))]++
 	}
 	var parts []string
 	for _, name := range m.Members {
@@ -356,7 +358,7 @@ func TestSettledRollingDeployAfterFirstSettle(t *testing.T) {
 	var wrong []string
 	for _, role := range roles {
 		if count[role] != 1 {
-			wrong = append(wrong, fmt.Sprintf("%s (slot %d) %d times", role, slotOf(role, DefaultSlots), count[role]))
+			wrong = append(wrong, fmt.Sprintf("%s (slot %d) %d times", role, wire.SlotOf(role, DefaultSlots), count[role]))
 		}
 	}
 	if len(wrong) > 0 {

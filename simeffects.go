@@ -96,7 +96,7 @@ func (fx simEffects) aggregate(el elected, box *restBox) context.CancelFunc {
 	return a.stop
 }
 
-func (fx simEffects) proclaim(l *leadership, base, next Map, mapRev int64, t Transition) {
+func (fx simEffects) proclaim(l *leadership, base, next wire.Map, mapRev int64, t wire.Transition) {
 	m := fx.m
 	m.etcd.Txn(m.r.proclaimTxn(l, &base, &next, mapRev, t), func(resp *etcdserverpb.TxnResponse, err error) {
 		res := proclaimedBy(l, next.Version, mapRev, resp, err)

@@ -116,7 +116,7 @@ func (m *simMember) Start() error {
 				if s := resp.Responses[1].GetResponseRange().Kvs; len(s) > 0 {
 					snap = s[0]
 				}
-				mp, err := readMap(kvs[0], snap, &Map{}, false, 0, 0, r.geometry())
+				mp, err := wire.ReadMap(kvs[0], snap, &wire.Map{}, false, 0, 0, r.geometry())
 				wide = err != nil || mp.Schema < 3
 			}
 			r.wideView.Store(wide)

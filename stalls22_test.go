@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -183,7 +184,7 @@ func TestOwnKeyReboundFences(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = op.Revoke(context.Background(), lease.ID) })
 	mark := time.Now()
-	if _, err := op.Put(context.Background(), newKeys(name).Member("b"), memberValue(1), clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := op.Put(context.Background(), newKeys(name).Member("b"), wire.MemberValue(1), clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	select {

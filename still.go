@@ -1,6 +1,10 @@
 package rink
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/rink-go/rink/internal/wire"
+)
 
 // Acknowledgements that a change does not need (issue 25).
 //
@@ -29,8 +33,8 @@ import "sort"
 // mapShape is what the leader's view keeps of the newest map: who owns
 // which slot.
 type mapShape struct {
-	Members []string  `json:"members"`
-	Table   SlotTable `json:"table"`
+	Members []string       `json:"members"`
+	Table   wire.SlotTable `json:"table"`
 }
 
 // changedBetween calls mark for every member whose slots differ between a
@@ -196,16 +200,16 @@ func (c *changeLog) still(name string, bound int64) int64 {
 
 // movedFor reports whether cur gives the member at index ci other slots
 // than prev gives the member at index pi (-1: not ranked there).
-func movedFor(prev, cur *Map, pi, ci int, delta *mapDelta) bool {
-	owns := func(m *Map, i, s int) bool { return i >= 0 && s < len(m.Table) && int(m.Table[s]) == i }
-	if delta != nil && !delta.renamed {
+func movedFor(prev, cur *wire.Map, pi, ci int, delta *wire.MapDelta) bool {
+	owns := func(m *wire.Map, i, s int) bool { return i >= 0 && s < len(m.Table) && int(m.Table[s]) == i }
+	if delta != nil && !delta.Renamed {
 		// The other slots kept their entries and those entries' names (so
 		// none of them is pi or ci, if those differ: the index we left
 		// was renamed or dropped, the one we took was renamed or is new);
 		// the moved ones' entries in prev are the delta's (prev's table
 		// may be cur's: see applyInPlace).
-		for i, s := range delta.moved {
-			if (pi >= 0 && delta.old[i] == pi) != owns(cur, ci, s) {
+		for i, s := range delta.Moved {
+			if (pi >= 0 && delta.Old[i] == pi) != owns(cur, ci, s) {
 				return true
 			}
 		}

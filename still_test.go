@@ -7,10 +7,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-func shapeOf(m *Map) mapShape {
+func shapeOf(m *wire.Map) mapShape {
 	return mapShape{Members: m.Members, Table: m.Table}
 }
 
@@ -18,8 +19,8 @@ func shapeOf(m *Map) mapShape {
 // counts a member as having acknowledged a map exactly when the member
 // does not owe an acknowledgement for it.
 func TestChangedBetween(t *testing.T) {
-	a := Map{Members: []string{"a", "b", "c"}, Table: SlotTable{0, 1, 2, 0}}
-	b := Map{Members: []string{"a", "c", "d"}, Table: SlotTable{0, 1, 1, 2}, Incoming: map[string][]int{"a": {1}}}
+	a := wire.Map{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 1, 2, 0}}
+	b := wire.Map{Members: []string{"a", "c", "d"}, Table: wire.SlotTable{0, 1, 1, 2}, Incoming: map[string][]int{"a": {1}}}
 	got := map[string]bool{}
 	sa, sb := shapeOf(&a), shapeOf(&b)
 	changedBetween(&sa, &sb, func(name string, _ bool) { got[name] = true })
@@ -29,7 +30,7 @@ func TestChangedBetween(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("changed %v, want %v", got, want)
 	}
-	c := Map{Members: []string{"c", "a", "d"}, Table: SlotTable{1, 0, 0, 2}, Incoming: map[string][]int{"a": {1}}}
+	c := wire.Map{Members: []string{"c", "a", "d"}, Table: wire.SlotTable{1, 0, 0, 2}, Incoming: map[string][]int{"a": {1}}}
 	got = map[string]bool{}
 	sc := shapeOf(&c)
 	changedBetween(&sb, &sc, func(name string, _ bool) { got[name] = true })
@@ -49,8 +50,8 @@ func FuzzChanged(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s1, s2 uint64) {
 		rng := rand.New(rand.NewPCG(s1, s2))
 		names := []string{"a", "b", "c", "d", "e"}
-		random := func() Map {
-			m := Map{}
+		random := func() wire.Map {
+			m := wire.Map{}
 			for _, n := range names {
 				if rng.IntN(3) > 0 {
 					m.Members = append(m.Members, n)
@@ -58,7 +59,7 @@ func FuzzChanged(f *testing.F) {
 			}
 			rng.Shuffle(len(m.Members), func(i, j int) { m.Members[i], m.Members[j] = m.Members[j], m.Members[i] })
 			if len(m.Members) > 0 {
-				m.Table = make(SlotTable, 6)
+				m.Table = make(wire.SlotTable, 6)
 				for s := range m.Table {
 					m.Table[s] = int32(rng.IntN(len(m.Members)))
 				}
@@ -85,8 +86,8 @@ func FuzzChanged(f *testing.F) {
 			}
 			// And from the record that takes a to b (see mapDelta).
 			a.Version, b.Version = 1, 2
-			c := diff(&a, &b)
-			if moved := movedFor(&a, &b, a.Index(n), b.Index(n), deltaOf(&a, &c)); moved != got[n] {
+			c := wire.Diff(&a, &b)
+			if moved := movedFor(&a, &b, a.Index(n), b.Index(n), wire.DeltaOf(&a, &c)); moved != got[n] {
 				t.Fatalf("%s: movedFor with the record's delta %v, changedBetween %v\na %+v\nb %+v", n, moved, got[n], a, b)
 			}
 		}
@@ -100,10 +101,10 @@ func TestChangeLog(t *testing.T) {
 	if c.still("a", 3) != 3 {
 		t.Fatal("an empty log raises nothing")
 	}
-	m1 := mapShape{Members: []string{"a", "b"}, Table: SlotTable{0, 1}}
-	m2 := mapShape{Members: []string{"a", "b", "c"}, Table: SlotTable{0, 2}} // b -> c
-	m3 := mapShape{Members: []string{"a", "b", "c"}, Table: SlotTable{0, 2}}
-	m4 := mapShape{Members: []string{"a", "b", "c"}, Table: SlotTable{1, 2}} // a -> b
+	m1 := mapShape{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}}
+	m2 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 2}} // b -> c
+	m3 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 2}}
+	m4 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{1, 2}} // a -> b
 	c.see(5, m1)
 	c.see(6, m2)
 	c.see(7, m3)
@@ -134,7 +135,7 @@ func TestChangeLog(t *testing.T) {
 	}
 	// Only the newest maxChanges changes of a member are kept: a bound
 	// before the ones dropped is not raised.
-	tables := []SlotTable{{0, 1}, {1, 0}}
+	tables := []wire.SlotTable{{0, 1}, {1, 0}}
 	for i := range maxChanges + 2 {
 		c.see(12+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
 	}
@@ -159,24 +160,24 @@ func TestFloorStill(t *testing.T) {
 	k := newKeys("bare")
 	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
 	member := func(name string, lease, createRev int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(memberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
+		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
 	}
 	ack := func(name string, lease, seq int64) {
-		val, _ := json.Marshal(AckValue{Ack: seq, Lineage: 10, Seq: seq})
+		val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
-	mapAt := func(seq, rev int64, m Map) {
-		m.Version, m.Slots, m.Schema = seq, len(m.Table), schemaVersion
+	mapAt := func(seq, rev int64, m wire.Map) {
+		m.Version, m.Slots, m.Schema = seq, len(m.Table), wire.SchemaVersion
 		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 	}
 	member("a", 1, 11)
 	member("b", 2, 12)
 	member("c", 3, 13)
-	mapAt(1, 14, Map{Members: []string{"a", "b", "c"}, Table: SlotTable{0, 1, 2}})
+	mapAt(1, 14, wire.Map{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 1, 2}})
 	ack("a", 1, 1)
 	ack("b", 2, 1)
 	ack("c", 3, 1)
-	mapAt(2, 20, Map{Members: []string{"a", "b", "c"}, Table: SlotTable{0, 1, 2}, Waiting: []Waiter{{Name: "n"}}})
+	mapAt(2, 20, wire.Map{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 1, 2}, Waiting: []wire.Waiter{{Name: "n"}}})
 	member("n", 4, 19)
 	f := v.compute()
 	// (n's acknowledgement is unknown: its bound, the map current when
@@ -185,7 +186,7 @@ func TestFloorStill(t *testing.T) {
 	if !f.Still || f.Base != 1 || f.SeqFloor != 2 || f.Floor != 2 || len(f.SeqLagging) != 0 || len(f.Lagging) != 0 {
 		t.Fatalf("a map that moves nothing: %+v, want everyone at seq and version 2", f)
 	}
-	mapAt(3, 30, Map{Members: []string{"a", "b", "c", "n"}, Table: SlotTable{0, 3, 2}}) // b -> n
+	mapAt(3, 30, wire.Map{Members: []string{"a", "b", "c", "n"}, Table: wire.SlotTable{0, 3, 2}}) // b -> n
 	f = v.compute()
 	// b acknowledged 1 and n joined while map 1 was current: both are
 	// raised to 2, the map before the change. (n, ranked now and its
@@ -200,7 +201,7 @@ func TestFloorStill(t *testing.T) {
 		t.Fatalf("b and n acknowledged: %+v", f)
 	}
 	// A listing: nothing is known of the changes before it.
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: (&Map{Schema: schemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: SlotTable{0, 3, 2}}).Encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
+	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: (&wire.Map{Schema: wire.SchemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: wire.SlotTable{0, 3, 2}}).Encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
 	if f = v.compute(); f.Base != 3 || !reflect.DeepEqual(f.SeqLagging, map[string]int64{"a": 1, "c": 1}) {
 		t.Fatalf("after a listing: %+v, want a and c lagging at 1", f)
 	}
@@ -216,10 +217,10 @@ func TestChangeLogLosses(t *testing.T) {
 	if _, ok := c.lossesAfter(0); ok {
 		t.Fatal("an empty log knows losses")
 	}
-	c.see(5, mapShape{Members: []string{"a", "b"}, Table: SlotTable{0, 1, 0, 1}})
-	c.see(6, mapShape{Members: []string{"a", "b", "c"}, Table: SlotTable{2, 1, 2, 2}}) // a and b lose to c
-	c.see(7, mapShape{Members: []string{"a", "b", "c"}, Table: SlotTable{2, 1, 2, 2}})
-	c.see(8, mapShape{Members: []string{"c", "b"}, Table: SlotTable{0, 1, 1, 1}}) // c loses to b
+	c.see(5, mapShape{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 0, 1}})
+	c.see(6, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}}) // a and b lose to c
+	c.see(7, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}})
+	c.see(8, mapShape{Members: []string{"c", "b"}, Table: wire.SlotTable{0, 1, 1, 1}}) // c loses to b
 	got, ok := c.lossesAfter(5)
 	want := []seqLoss{{6, "a"}, {6, "b"}, {8, "c"}}
 	if !ok || !reflect.DeepEqual(got, want) {
@@ -235,7 +236,7 @@ func TestChangeLogLosses(t *testing.T) {
 		t.Fatal("changedAfter")
 	}
 	// Past maxLosses, the oldest half goes.
-	tables := []SlotTable{{0, 1, 0, 1}, {1, 0, 1, 0}}
+	tables := []wire.SlotTable{{0, 1, 0, 1}, {1, 0, 1, 0}}
 	for i := range maxLosses/2 + 1 {
 		c.see(9+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
 	}

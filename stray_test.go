@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -190,7 +191,7 @@ func TestLeaderRefusesOwnBadMap(t *testing.T) {
 	st.lead = &leadership{inc: st.inc, key: newKeys("bare").Election() + "none", rev: 1,
 		since: map[string]time.Time{}, retry: newBackoff(), stopAgg: func() {}}
 	for i := 0; i < 2; i++ {
-		st.members[""] = memberInfo{createRev: 9, lease: 9, protocols: ownProtocols}
+		st.members[""] = memberInfo{createRev: 9, lease: 9, protocols: wire.OwnProtocols}
 		st.dirty = true
 		b.r.plan()
 		if st.lead.busy {
@@ -264,10 +265,10 @@ func TestNestedRinksRefused(t *testing.T) {
 // do the rest.
 type proclaimFx struct {
 	netEffects
-	base, next []Map
+	base, next []wire.Map
 }
 
-func (fx *proclaimFx) proclaim(_ *leadership, base, next Map, _ int64, _ Transition) {
+func (fx *proclaimFx) proclaim(_ *leadership, base, next wire.Map, _ int64, _ wire.Transition) {
 	fx.base, fx.next = append(fx.base, base), append(fx.next, next)
 }
 

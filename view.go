@@ -3,6 +3,7 @@ package rink
 import (
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -89,7 +90,7 @@ func (r *Rink) syncView() {
 // changed. A whole map, or many names, cost one pass over the members (a
 // lookup per name cost every member O(names × members) per map while a
 // 10,000-member rink shut down).
-func (r *Rink) noteGone(t Transition, seq, prevSeq int64, prev *Map, delta *mapDelta) {
+func (r *Rink) noteGone(t wire.Transition, seq, prevSeq int64, prev *wire.Map, delta *wire.MapDelta) {
 	st := &r.st
 	if st.view.goneAt == nil {
 		st.view.goneAt = map[string]int64{}
@@ -108,8 +109,8 @@ func (r *Rink) noteGone(t Transition, seq, prevSeq int64, prev *Map, delta *mapD
 		return st.cur.Index(name) >= 0
 	}
 	back := inCur
-	if delta != nil && !delta.renamed && len(st.view.goneAt) > 0 {
-		back = func(name string) bool { return delta.places(name, len(prev.Members), st.cur.Members) }
+	if delta != nil && !delta.Renamed && len(st.view.goneAt) > 0 {
+		back = func(name string) bool { return delta.Places(name, len(prev.Members), st.cur.Members) }
 	}
 	for name := range st.view.goneAt {
 		if st.view.goneAt[name] < st.hist.from || back(name) || st.cur.Waits(name) {
@@ -120,7 +121,7 @@ func (r *Rink) noteGone(t Transition, seq, prevSeq int64, prev *Map, delta *mapD
 		return
 	}
 	ranks := inCur
-	if delta != nil && !delta.renamed {
+	if delta != nil && !delta.Renamed {
 		// A name the record took off its index (renamed or dropped) is in
 		// the map after only where the record placed it, or where the map
 		// before ranked it twice, which a leader never writes: a leave at
@@ -128,9 +129,9 @@ func (r *Rink) noteGone(t Transition, seq, prevSeq int64, prev *Map, delta *mapD
 		// 2 of the leave's 3.7 s of CPU (issue 25). Other names (a waiting
 		// member that left) get the pass.
 		ranks = func(name string) bool {
-			for _, old := range delta.renames {
+			for _, old := range delta.Renames {
 				if old == name {
-					return delta.places(name, len(prev.Members), st.cur.Members)
+					return delta.Places(name, len(prev.Members), st.cur.Members)
 				}
 			}
 			return inCur(name)
@@ -368,7 +369,7 @@ func (r *Rink) watch() {
 // election keys each, thousands at once, and starved etcd (issue 25). A
 // leader of a build that does not say its view (t.View 0) gets the
 // listing.
-func (r *Rink) checkOwnName(t Transition) {
+func (r *Rink) checkOwnName(t wire.Transition) {
 	st := &r.st
 	if st.view.selfCheck != 0 {
 		return

@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // mapKVWith stands for the put of map m with transition t (see
 // records.go), as a whole map written alone.
-func mapKVWith(m Map, t Transition, createRev, modRev int64) *mvccpb.KeyValue {
+func mapKVWith(m wire.Map, t wire.Transition, createRev, modRev int64) *mvccpb.KeyValue {
 	kv := mapKV(m, createRev, modRev)
-	kv.Value = withTransition(kv.Value, t)
+	kv.Value = wire.WithTransition(kv.Value, t)
 	return kv
 }
 
@@ -39,7 +40,7 @@ func narrowStart(t *testing.T) *bare {
 func TestNarrowDepartureByTransition(t *testing.T) {
 	const L = 10
 	b := narrowStart(t)
-	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), Transition{From: 2, Gone: []string{"a"}}, L, 13))
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), wire.Transition{From: 2, Gone: []string{"a"}}, L, 13))
 	b.wantHeld(0, true, "a is gone: the map that dropped it says so")
 	b.wantHeld(1, true, "a is gone")
 
@@ -58,7 +59,7 @@ func TestNarrowDepartureByTransition(t *testing.T) {
 func TestNarrowTransitionOfAnotherBase(t *testing.T) {
 	const L = 10
 	b := narrowStart(t)
-	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), Transition{From: 1, Gone: []string{"a"}}, L, 13))
+	b.put(mapKVWith(twoSlots(3, []string{"b"}, 0, 0), wire.Transition{From: 1, Gone: []string{"a"}}, L, 13))
 	b.wantHeld(0, false, "the transition names version 1 as its base, not 2")
 	b.wantHeld(1, false, "the transition names version 1 as its base, not 2")
 }
@@ -72,7 +73,7 @@ func TestNarrowFloorGhosts(t *testing.T) {
 	b.manual = true
 	b.put(memberKV("b", 5, 5, 0, 0))
 	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L))
-	f := AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1, Ghosts: 1}
+	f := wire.AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1, Ghosts: 1}
 	b.put(floorKV(f, 11))
 	b.wantHeld(1, false, "a ghost may act")
 	f.Ghosts = 0
@@ -91,9 +92,9 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 		b.narrowView()
 		b.put(memberKV("b", 5, 5, 0, 0))
 		names := []string{"a", "b", "c", "d", "e"}
-		prev := Map{}
+		prev := wire.Map{}
 		for seq := int64(1); seq <= 30; seq++ {
-			m := Map{Schema: schemaVersion, Version: seq, Slots: S}
+			m := wire.Map{Schema: wire.SchemaVersion, Version: seq, Slots: S}
 			for _, n := range names {
 				if rng.IntN(4) > 0 {
 					m.Members = append(m.Members, n)
@@ -101,7 +102,7 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			}
 			rng.Shuffle(len(m.Members), func(i, j int) { m.Members[i], m.Members[j] = m.Members[j], m.Members[i] })
 			if len(m.Members) > 0 {
-				m.Table = make(SlotTable, S)
+				m.Table = make(wire.SlotTable, S)
 				for s := range m.Table {
 					m.Table[s] = int32(rng.IntN(len(m.Members)))
 					if rng.IntN(3) > 0 && prev.Version > 0 && len(prev.Members) > 0 {
@@ -113,7 +114,7 @@ func TestRecordsReconcileLikeWholeMaps(t *testing.T) {
 			}
 			kv := mapKV(m, L, L+seq)
 			if seq > 1 {
-				c := diff(&prev, &m)
+				c := wire.Diff(&prev, &m)
 				kv.Value = c.Encode()
 			}
 			b.r.onWatch(watchBatch{wide: !b.narrow, events: []*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}}, rev: L + seq})
@@ -148,7 +149,7 @@ func TestNarrowReplacedNameFences(t *testing.T) {
 	b.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 	b.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
 	m := twoSlots(2, []string{"a", "b"}, 0, 1)
-	b.put(mapKVWith(m, Transition{From: 1, Incs: map[string]int64{"b": 40}}, L, 41))
+	b.put(mapKVWith(m, wire.Transition{From: 1, Incs: map[string]int64{"b": 40}}, L, 41))
 	b.put(memberKV("a", 3, 42, 2, L))
 	b.wantHeld(1, false, "the name b is another process's now")
 	if b.r.st.inc.ctx.Err() == nil {
@@ -160,7 +161,7 @@ func TestNarrowReplacedNameFences(t *testing.T) {
 	n.narrowView()
 	n.put(memberKV("a", 3, 3, 0, 0), memberKV("b", 5, 5, 0, 0))
 	n.put(mapKV(twoSlots(1, []string{"a", "b"}, 0, 0), L, L), memberKV("a", 3, 11, 1, L))
-	n.put(mapKVWith(m, Transition{From: 1, Incs: map[string]int64{"b": 5}}, L, 41))
+	n.put(mapKVWith(m, wire.Transition{From: 1, Incs: map[string]int64{"b": 5}}, L, 41))
 	n.put(memberKV("a", 3, 42, 2, L))
 	n.wantHeld(1, true, "the name is still ours, and a acknowledged")
 }
@@ -173,7 +174,7 @@ func TestNarrowListingWithoutOwnKeyFences(t *testing.T) {
 	b := newBare(t, "b", 2, 5)
 	b.narrowView()
 	b.put(memberKV("b", 5, 5, 0, 0))
-	f := AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1}
+	f := wire.AckFloor{Lineage: L, Version: 1, Floor: 1, Complete: true, Seq: 1, SeqFloor: 1, SeqComplete: true, Still: true, Base: 1}
 	b.manual = true
 	b.r.onWatch(watchBatch{snapshot: true, kvs: []*mvccpb.KeyValue{mapKV(twoSlots(1, []string{"a", "b"}, 0, 1), L, L), floorKV(f, 12)}, rev: 20})
 	b.r.tryAcquire()

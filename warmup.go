@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -71,7 +72,7 @@ type warmState struct {
 
 // plannedMoves returns the slots that target takes from a member with a
 // member key, and their heirs.
-func (r *Rink) plannedMoves(cur, target Map) map[int]string {
+func (r *Rink) plannedMoves(cur, target wire.Map) map[int]string {
 	if len(cur.Table) != len(target.Table) {
 		return nil
 	}
@@ -96,7 +97,7 @@ func (r *Rink) plannedMoves(cur, target Map) map[int]string {
 // one that announces its planned moves instead of making them, until
 // every heir is ready or the warm-up time has passed. keep plans the same
 // map with leaving members still ranked.
-func (r *Rink) holdForWarmup(next *Map, keep func() Map, now time.Time) {
+func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time) {
 	st := &r.st
 	l := st.lead
 	moves := r.plannedMoves(st.cur, *next)
@@ -282,7 +283,7 @@ func (r *Rink) startLeaving() bool {
 func (r *Rink) watchHeirs(ctx context.Context) {
 	warm := map[string]int64{}
 	put := func(kv *mvccpb.KeyValue) {
-		var a AckValue
+		var a wire.AckValue
 		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
 			warm[r.keys.AckName(string(kv.Key))] = a.Warm
 		} else {
@@ -381,7 +382,7 @@ func (r *Rink) leftWarm() bool {
 // still to be made while their heirs warm up: a round runs once, and the
 // plans that follow it would otherwise forget them. A move that was made,
 // or that a change of members made moot, is dropped.
-func (r *Rink) keepRound(next *Map) {
+func (r *Rink) keepRound(next *wire.Map) {
 	l := r.st.lead
 	cur := r.st.cur
 	if len(next.Table) != len(cur.Table) {
@@ -407,7 +408,7 @@ func (r *Rink) keepRound(next *Map) {
 // keeps the owners of the map before; a load round's moves put back) may
 // name a slot's new primary as its secondary too, and leave it without
 // one (found in review).
-func (r *Rink) placedAround(m Map) Map {
+func (r *Rink) placedAround(m wire.Map) wire.Map {
 	if m.ReplicaCount() == 1 || len(m.Table) != m.TableLen() {
 		return m
 	}

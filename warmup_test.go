@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // warmLog records, per member and role, when Warm was called and returned.
@@ -99,7 +101,7 @@ func TestWarmupScaleOut(t *testing.T) {
 			defer sb.Close()
 			eventually(t, 15*time.Second, "b holds its share", func() bool { return len(sb.Held()) > 0 && len(sa.Held())+len(sb.Held()) == len(roles) })
 			for _, role := range sb.Held() {
-				s := slotOf(role, 16)
+				s := wire.SlotOf(role, 16)
 				called, ok := w.get(w.called, "b", role)
 				released, rok := firstEvent(h, "a", EventReleased, s)
 				acquired, _ := firstEvent(h, "b", EventAcquired, s)
@@ -156,7 +158,7 @@ func TestWarmupShutdown(t *testing.T) {
 	took := time.Since(began)
 	eventually(t, 10*time.Second, "b holds every role", func() bool { return len(sb.Held()) == len(roles) })
 	for _, role := range roles {
-		s := slotOf(role, 8)
+		s := wire.SlotOf(role, 8)
 		warmed, ok := w.get(w.warmed, "b", role)
 		released, rok := firstEvent(h, "a", EventReleased, s)
 		if !ok || !rok || released.Before(warmed) {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -180,7 +181,7 @@ func (s *RoleSet) Add(roles ...string) error {
 	default:
 	}
 	for _, role := range roles {
-		slot := slotOf(role, r.opts.slots)
+		slot := wire.SlotOf(role, r.opts.slots)
 		if slices.Contains(s.bySlot[slot], role) {
 			continue
 		}
@@ -199,7 +200,7 @@ func (s *RoleSet) Remove(roles ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, role := range roles {
-		slot := slotOf(role, s.r.opts.slots)
+		slot := wire.SlotOf(role, s.r.opts.slots)
 		rs := s.bySlot[slot]
 		i := slices.Index(rs, role)
 		if i < 0 {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // assignments records a member's Assigned and Revoked calls.
@@ -176,7 +178,7 @@ func TestWatchDrains(t *testing.T) {
 	defer rec.mu.Unlock()
 	for _, role := range moved {
 		done, ok := rec.revoked[role]
-		if at := acquired[slotOf(role, 16)]; !ok || at.Before(done) {
+		if at := acquired[wire.SlotOf(role, 16)]; !ok || at.Before(done) {
 			t.Errorf("%s: b started it at %v, a's Revoked returned at %v (%v)", role, at.Format(time.StampMicro), done.Format(time.StampMicro), ok)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -98,20 +99,20 @@ type wireCase struct {
 var wireSince = time.Date(2026, 3, 4, 5, 6, 7, 890000001, time.UTC)
 
 // wireMap3 is a map of protocol 3 as most rinks have it: one replica.
-func wireMap3() Map {
-	return Map{Schema: schemaVersion, Version: 7, Slots: 4, Leader: "a", Members: MemberList{"a", "b"}, Table: SlotTable{0, 1, 0, 1}}
+func wireMap3() wire.Map {
+	return wire.Map{Schema: wire.SchemaVersion, Version: 7, Slots: 4, Leader: "a", Members: wire.MemberList{"a", "b"}, Table: wire.SlotTable{0, 1, 0, 1}}
 }
 
 // wireMapFull sets every field of a map, with two replicas per slot.
-func wireMapFull() Map {
-	return Map{Schema: schemaReplicas, Version: 42, Slots: 4, Leader: "a", Members: MemberList{"a", "b", "c"},
-		Waiting: []Waiter{{Name: "w1", Since: wireSince}}, Table: SlotTable{0, 1, 2, 0, 1, 2, 0, 1}, Replicas: 2, ByLoad: true,
+func wireMapFull() wire.Map {
+	return wire.Map{Schema: wire.SchemaReplicas, Version: 42, Slots: 4, Leader: "a", Members: wire.MemberList{"a", "b", "c"},
+		Waiting: []wire.Waiter{{Name: "w1", Since: wireSince}}, Table: wire.SlotTable{0, 1, 2, 0, 1, 2, 0, 1}, Replicas: 2, ByLoad: true,
 		Incoming: map[string][]int{"c": {0, 3}, "b": {2}}, Leave: []string{"a"}, Leases: []int64{0x11, 0x22, 0}}
 }
 
 // wireFloor sets every field of a floor.
-func wireFloor() *AckFloor {
-	return &AckFloor{Lineage: 5, Version: 9, Floor: 7, Complete: true, Lagging: map[string]int64{"c": 0, "b": 7},
+func wireFloor() *wire.AckFloor {
+	return &wire.AckFloor{Lineage: 5, Version: 9, Floor: 7, Complete: true, Lagging: map[string]int64{"c": 0, "b": 7},
 		Seq: 12, SeqFloor: 10, SeqComplete: true, SeqLagging: map[string]int64{"b": 10},
 		Rest: 9, Round: true, Imbalance: 1.25, Tolerance: 0.1, Still: true, Base: 3,
 		Ghosts: 2, Covered: []int64{0x44, 0x55}, Leader: "a"}
@@ -139,22 +140,22 @@ func wireCases(t *testing.T) []wireCase {
 	enc("map-full", wireMapFull().Encode())
 	enc("map-schema3", wireMap3().Encode())
 	leader, size, byLoad := "b", 3, true
-	incoming, leave, waiting := map[string][]int{"c": {1}}, []string{"a"}, []Waiter{{Name: "w2", Since: wireSince}}
-	rec := Record{Schema: schemaVersion, Change: true, Version: 43, Leader: &leader, Size: &size, Names: map[string]string{"2": "c", "0": "a"},
-		Moves: []int{1, 2, 3, 2}, Waiting: &waiting, Unwait: []string{"w1"}, Wait: []Waiter{{Name: "w3", Since: wireSince}},
+	incoming, leave, waiting := map[string][]int{"c": {1}}, []string{"a"}, []wire.Waiter{{Name: "w2", Since: wireSince}}
+	rec := wire.Record{Schema: wire.SchemaVersion, Change: true, Version: 43, Leader: &leader, Size: &size, Names: map[string]string{"2": "c", "0": "a"},
+		Moves: []int{1, 2, 3, 2}, Waiting: &waiting, Unwait: []string{"w1"}, Wait: []wire.Waiter{{Name: "w3", Since: wireSince}},
 		ByLoad: &byLoad, Incoming: &incoming, Leave: &leave, Leases: map[string]int64{"c": 0x33, "a": 0x11}, Leased: true,
-		Transition: Transition{View: 100, From: 42, Gone: []string{"old"}, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}}
+		Transition: wire.Transition{View: 100, From: 42, Gone: []string{"old"}, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}}
 	enc("change", rec.Encode())
-	enc("transition", withTransition(wireMap3().Encode(),
-		Transition{View: 100, From: 6, Gone: []string{"old", "older"}, Incs: map[string]int64{"b": 77, "a": 5}, ByLeader: true, Quiet: true}))
+	enc("transition", wire.WithTransition(wireMap3().Encode(),
+		wire.Transition{View: 100, From: 6, Gone: []string{"old", "older"}, Incs: map[string]int64{"b": 77, "a": 5}, ByLeader: true, Quiet: true}))
 	fl, err := json.Marshal(wireFloor()) // (as fold writes it)
 	if err != nil {
 		t.Fatal(err)
 	}
 	enc("floor", fl)
 	enc("load-report", wireLoad().encode())
-	enc("member-value-default", []byte(memberValue(1)))
-	enc("member-value-full", []byte(memberValueOf(2.5, "eu-west", true, 3)))
+	enc("member-value-default", []byte(wire.MemberValue(1)))
+	enc("member-value-full", []byte(wire.MemberValueOf(2.5, "eu-west", true, 3)))
 
 	// The core's transactions.
 	kv := &captureKV{}
@@ -180,27 +181,27 @@ func wireCases(t *testing.T) []wireCase {
 
 	l := &leadership{key: k.ElectionKey(0xa), rev: 3}
 	m3 := wireMap3()
-	core("txn-proclaim-first", r.proclaimTxn(l, &Map{}, &m3, 0, Transition{View: 100, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}))
-	big := Map{Schema: schemaVersion, Version: 20, Slots: 16, Leader: "a", Members: MemberList{"a", "b", "c", "d", "e", "f"},
-		Table: SlotTable{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3}, Leases: []int64{1, 2, 3, 4, 5, 6}}
+	core("txn-proclaim-first", r.proclaimTxn(l, &wire.Map{}, &m3, 0, wire.Transition{View: 100, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}))
+	big := wire.Map{Schema: wire.SchemaVersion, Version: 20, Slots: 16, Leader: "a", Members: wire.MemberList{"a", "b", "c", "d", "e", "f"},
+		Table: wire.SlotTable{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3}, Leases: []int64{1, 2, 3, 4, 5, 6}}
 	moved := big
-	moved.Version, moved.Members, moved.Leases = 21, MemberList{"a", "b", "c", "g", "e", "f"}, []int64{1, 2, 3, 7, 5, 6}
+	moved.Version, moved.Members, moved.Leases = 21, wire.MemberList{"a", "b", "c", "g", "e", "f"}, []int64{1, 2, 3, 7, 5, 6}
 	moved.Table = slices.Clone(big.Table)
-	moved.Table[15], moved.Waiting = 0, []Waiter{{Name: "w1", Since: wireSince}}
-	core("txn-proclaim-record", r.proclaimTxn(l, &big, &moved, 50, Transition{View: 120, Gone: []string{"d"}, ByLeader: true}))
+	moved.Table[15], moved.Waiting = 0, []wire.Waiter{{Name: "w1", Since: wireSince}}
+	core("txn-proclaim-record", r.proclaimTxn(l, &big, &moved, 50, wire.Transition{View: 120, Gone: []string{"d"}, ByLeader: true}))
 	shrunk := m3 // (a record no smaller than the map: the whole map alone, with the transition)
-	shrunk.Version, shrunk.Leader, shrunk.Members, shrunk.Table = 8, "c", MemberList{"c"}, SlotTable{0, 0, 0, 0}
-	whole := r.proclaimTxn(l, &m3, &shrunk, 50, Transition{View: 121, Gone: []string{"a", "b"}, ByLeader: true})
+	shrunk.Version, shrunk.Leader, shrunk.Members, shrunk.Table = 8, "c", wire.MemberList{"c"}, wire.SlotTable{0, 0, 0, 0}
+	whole := r.proclaimTxn(l, &m3, &shrunk, 50, wire.Transition{View: 121, Gone: []string{"a", "b"}, ByLeader: true})
 	if len(whole.Success) != 1 {
 		t.Fatalf("the shrinking map was written as a record")
 	}
 	core("txn-proclaim-whole", whole)
 	two := m3
 	two.Schema = 2
-	core("txn-proclaim-schema2", r.proclaimTxn(l, &Map{}, &two, 0, Transition{View: 100}))
+	core("txn-proclaim-schema2", r.proclaimTxn(l, &wire.Map{}, &two, 0, wire.Transition{View: 100}))
 
-	d := &handOver{r: r, cur: Map{Schema: schemaVersion, Version: 7, Slots: 4, Leader: "a", Members: MemberList{"a", "m1", "c"},
-		Waiting: []Waiter{{Name: "w", Since: wireSince}}, Table: SlotTable{0, 1, 2, 1}, Leases: []int64{0x11, 0x1a, 0x33}},
+	d := &handOver{r: r, cur: wire.Map{Schema: wire.SchemaVersion, Version: 7, Slots: 4, Leader: "a", Members: wire.MemberList{"a", "m1", "c"},
+		Waiting: []wire.Waiter{{Name: "w", Since: wireSince}}, Table: wire.SlotTable{0, 1, 2, 1}, Leases: []int64{0x11, 0x1a, 0x33}},
 		members: map[string]memberInfo{
 			"a":  {createRev: 2, lease: 0x11, protocols: []int{2, 3}},
 			"m1": {createRev: 9, lease: 0x1a, protocols: []int{2, 3}, capacity: 2.5, zone: "eu-west"},

@@ -1,4 +1,4 @@
-package rink
+package wire
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ type SlotTable []int32
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (t *SlotTable) UnmarshalJSON(b []byte) error {
-	if v, ok := parseTable(b); ok {
+	if v, ok := ParseTable(b); ok {
 		*t = v
 		return nil
 	}
@@ -30,7 +30,7 @@ func (t *SlotTable) UnmarshalJSON(b []byte) error {
 // parseTable parses b as a JSON array of non-negative integers of at most
 // nine digits without leading zeros (or null), as encoding/json writes
 // them; ok is false for anything else.
-func parseTable(b []byte) (v []int32, ok bool) {
+func ParseTable(b []byte) (v []int32, ok bool) {
 	i := 0
 	skip := func() { i = skipSpace(b, i) }
 	skip()
@@ -86,7 +86,7 @@ type MemberList []string
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (l *MemberList) UnmarshalJSON(b []byte) error {
-	if v, ok := parseNames(b); ok {
+	if v, ok := ParseNames(b); ok {
 		*l = v
 		return nil
 	}
@@ -101,7 +101,7 @@ func (l *MemberList) UnmarshalJSON(b []byte) error {
 // parseNames parses b as a JSON array (or null) of strings of printable
 // ASCII with no escapes; ok is false for anything else. The names are
 // substrings of one copy of b.
-func parseNames(b []byte) (v []string, ok bool) {
+func ParseNames(b []byte) (v []string, ok bool) {
 	i := 0
 	skip := func() { i = skipSpace(b, i) }
 	// scan checks the form and calls f with each name's bounds in b.
@@ -192,7 +192,7 @@ var mapFields = []string{"schema", "version", "slots", "leader", "members", "wai
 // decodes with encoding/json: members decode a whole map on the path of a
 // handover, where the generic decoder took tens of microseconds for a
 // table of 1,024 slots. When ok, m is what encoding/json decodes.
-func parseMap(b []byte) (m Map, ok bool) {
+func ParseMap(b []byte) (m Map, ok bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return Map{}, false
@@ -256,13 +256,13 @@ func parseMap(b []byte) (m Map, ok bool) {
 			}
 			m.Leader = s
 		case "members":
-			names, ok := parseNames(v)
+			names, ok := ParseNames(v)
 			if !ok {
 				return Map{}, false
 			}
 			m.Members = names
 		case "table":
-			t, ok := parseTable(v)
+			t, ok := ParseTable(v)
 			if !ok {
 				return Map{}, false
 			}

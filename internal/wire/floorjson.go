@@ -1,4 +1,4 @@
-package rink
+package wire
 
 import (
 	"bytes"
@@ -20,7 +20,7 @@ var floorFields = []string{"lineage", "version", "floor", "complete", "lagging",
 // decodes every floor, and the generic decoder was 8 % of a 10,000-member
 // rink's CPU while it formed (issue 25). When ok, f is what encoding/json
 // decodes.
-func parseFloor(b []byte) (f AckFloor, ok bool) {
+func ParseFloor(b []byte) (f AckFloor, ok bool) {
 	ok = eachField(b, floorFields, func(key string, field int, start int) (end int, ok bool) {
 		switch key {
 		case "lagging", "seqlagging":
@@ -227,7 +227,7 @@ var recordFields = []string{"schema", "change", "version", "leader", "size", "na
 // leavers (fields of structures and nested lists), nulls and anything
 // unusual go to encoding/json (ok false). Every member decodes every
 // record. When ok, c is what encoding/json decodes.
-func parseRecord(b []byte) (c Record, ok bool) {
+func ParseRecord(b []byte) (c Record, ok bool) {
 	ok = eachField(b, recordFields, func(key string, field int, start int) (end int, ok bool) {
 		switch key {
 		case "names":
@@ -286,7 +286,7 @@ func parseRecord(b []byte) (c Record, ok bool) {
 			c.Leader, ok = &leader, ok && e == len(v)
 		case "moves":
 			var t []int32
-			if t, ok = parseTable(v); ok {
+			if t, ok = ParseTable(v); ok {
 				c.Moves = make([]int, len(t))
 				for i, n := range t {
 					c.Moves[i] = int(n)
@@ -294,7 +294,7 @@ func parseRecord(b []byte) (c Record, ok bool) {
 			}
 		case "unwait", "gone":
 			var names []string
-			names, ok = parseNames(v)
+			names, ok = ParseNames(v)
 			if key == "unwait" {
 				c.Unwait = names
 			} else {

@@ -1,4 +1,4 @@
-package rink
+package wire
 
 import (
 	"bytes"
@@ -129,13 +129,13 @@ func (m *Map) validateLax(prev *Map, c *Record, changed []int, waitChanged bool)
 // decodeRecord reports whether a map key's value is a change record, and
 // decodes it. A value that is not one (a whole map, or one that does not
 // decode) returns false.
-func decodeRecord(value []byte) (Record, bool) {
+func DecodeRecord(value []byte) (Record, bool) {
 	// A whole map has no "change" field: it is not parsed twice (members
 	// decode the map on the path of every handover).
 	if !bytes.Contains(value, []byte(`"change"`)) {
 		return Record{}, false
 	}
-	c, ok := parseRecord(value)
+	c, ok := ParseRecord(value)
 	if !ok && json.Unmarshal(value, &c) != nil || !c.Change {
 		return Record{}, false
 	}
@@ -156,7 +156,7 @@ func (c *Record) Encode() []byte {
 // before it is not the one it was computed from (a member that joined or
 // listed the rink after it, or missed a put), and no whole map was written
 // with it. The member reads the rink again (see relist).
-var errUnderived = fmt.Errorf("%w: a change record without the map it applies to", ErrIncompatible)
+var ErrUnderived = fmt.Errorf("%w: a change record without the map it applies to", ErrIncompatible)
 
 // readMap returns the map that a put of the map key (kv) holds: the whole
 // map it holds (protocol 2, or the first map of a lineage), or the one its
@@ -164,35 +164,35 @@ var errUnderived = fmt.Errorf("%w: a change record without the map it applies to
 // prevLineage; ok says whether it is usable), or the whole map written
 // with the record in the same transaction (snap, the snapshot key, when
 // at hand). g is what the map must have (zeros: what it says).
-func readMap(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry) (Map, error) {
-	return readMapAs(kv, snap, prev, ok, prevSeq, prevLineage, g, false, false, nil)
+func ReadMap(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry) (Map, error) {
+	return ReadMapAs(kv, snap, prev, ok, prevSeq, prevLineage, g, false, false, nil)
 }
 
 // readMapAs is readMap, applying a record laxly when lax is set (see
 // applyAs), and into prev's table and member list when inPlace is (see
 // applyInPlace). rec is the record kv holds, if the caller decoded it
 // (nil: readMapAs decodes it).
-func readMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry, lax, inPlace bool, rec *Record) (Map, error) {
+func ReadMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLineage int64, g Geometry, lax, inPlace bool, rec *Record) (Map, error) {
 	slots := g.Slots
 	var c Record
 	isRecord := rec != nil
 	if isRecord {
 		c = *rec // (decoded by the caller: a record is decoded once per member per change)
 	} else {
-		c, isRecord = decodeRecord(kv.Value)
+		c, isRecord = DecodeRecord(kv.Value)
 	}
 	if !isRecord {
 		if slots == 0 {
-			slots = peekSlots(kv.Value)
+			slots = PeekSlots(kv.Value)
 		}
 		return decodeMapFor(kv.Value, Geometry{slots, g.Replicas})
 	}
-	if !slices.Contains(speaks, c.Schema) {
-		return Map{}, fmt.Errorf("%w: map schema %d, this member speaks %v", errUnknownProtocol, c.Schema, speaks)
+	if !slices.Contains(Speaks, c.Schema) {
+		return Map{}, fmt.Errorf("%w: map schema %d, this member speaks %v", ErrUnknownProtocol, c.Schema, Speaks)
 	}
 	if snap != nil && snap.ModRevision == kv.ModRevision {
 		if slots == 0 {
-			slots = peekSlots(snap.Value)
+			slots = PeekSlots(snap.Value)
 		}
 		m, err := decodeMapFor(snap.Value, Geometry{slots, g.Replicas})
 		if err == nil && m.Version != c.Version {
@@ -201,7 +201,7 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLinea
 		return m, err
 	}
 	if !ok || kv.CreateRevision != prevLineage || kv.Version != prevSeq+1 {
-		return Map{}, errUnderived
+		return Map{}, ErrUnderived
 	}
 	if slots != 0 && prev.Slots != slots {
 		// (Before applying: an in-place apply must not be refused after.)
@@ -210,17 +210,17 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLinea
 	if err := prev.ReplicasFit(g.Replicas); err != nil {
 		return Map{}, err
 	}
-	apply := applyAs
+	Apply := ApplyAs
 	if inPlace {
-		apply = applyInPlace
+		Apply = ApplyInPlace
 	}
-	m, err := apply(prev, &c, lax)
+	m, err := Apply(prev, &c, lax)
 	if err != nil {
 		// A record that does not fit the map before it (an older record
 		// put back by hand): nobody can apply it, and the leader writes a
 		// whole map over it (see plan). Refused as unusable, it would make
 		// every member leave, the leader too, for good.
-		return Map{}, fmt.Errorf("%w (%v)", errUnderived, err)
+		return Map{}, fmt.Errorf("%w (%v)", ErrUnderived, err)
 	}
 	if slots == 0 {
 		slots = m.Slots
@@ -233,7 +233,7 @@ func readMapAs(kv, snap *mvccpb.KeyValue, prev *Map, ok bool, prevSeq, prevLinea
 }
 
 // peekSlots returns the slot count a whole map says it has.
-func peekSlots(value []byte) int {
+func PeekSlots(value []byte) int {
 	var peek struct {
 		Slots int `json:"slots"`
 	}
