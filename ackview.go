@@ -239,7 +239,7 @@ func (v *ackView) seqAt(rev int64) int64 {
 
 // noteLoad folds a load key's put or deletion into loads, and reports
 // whether it was one. A summary that does not decode counts as none.
-func (r *Rink) noteLoad(loads map[string]loadReport, kv *mvccpb.KeyValue, deleted bool) bool {
+func (r *Rink) noteLoad(loads map[string]LoadReport, kv *mvccpb.KeyValue, deleted bool) bool {
 	key := string(kv.Key)
 	if !r.keys.IsLoad(key) {
 		return false

@@ -30,7 +30,7 @@ type inbox struct {
 type mail struct {
 	// loads: the members' newest load summaries, from the leader's
 	// aggregator (see fold); set says there are some.
-	loads    map[string]loadReport
+	loads    map[string]LoadReport
 	loadsSet bool
 	// warm: the members' newest warm-up readiness, from the aggregator;
 	// heirs: the same, while this member leaves with a warm-up (see

@@ -40,7 +40,7 @@ type leadership struct {
 	strangers string
 
 	// Balancing by load (WithImbalanceTolerance; see loadplan.go).
-	reports  map[string]loadReport // members' load summaries, from the aggregator
+	reports  map[string]LoadReport // members' load summaries, from the aggregator
 	est      []float64             // each slot's estimated load
 	estOK    []bool                // est holds a reported figure
 	estRate  bool                  // est is of rates (else of awaited roles)

@@ -185,7 +185,7 @@ func (l *loadAcc) rolesIn(s int) int {
 	return int(l.count[s])
 }
 
-// loadReport is a member's load summary: per slot it holds, the slot's
+// LoadReport is a member's load summary: per slot it holds, the slot's
 // rate, how long the member has held it, and its awaited roles. A slot it
 // does not list in Slots it did not hold when it wrote the summary (or
 // gained since its last load interval); Await lists the roles it awaits in
@@ -193,22 +193,22 @@ func (l *loadAcc) rolesIn(s int) int {
 // not started yet, those gained since the last interval), 0 included. A
 // slot it lists in neither it did not own when it wrote the summary.
 // Members of d85b50e and before write no Await.
-type loadReport struct {
-	Slots []slotLoad
-	Await []slotRoles
+type LoadReport struct {
+	Slots []SlotLoad
+	Await []SlotRoles
 	// Unmeasured marks a summary written before the member's first load
 	// interval (as it joins): it says which roles it awaits, and nothing
 	// yet of its rates. Balancing by rates waits for measured ones.
 	Unmeasured bool
 }
 
-// slotRoles is how many distinct roles a member awaits in a slot.
-type slotRoles struct {
+// SlotRoles is how many distinct roles a member awaits in a slot.
+type SlotRoles struct {
 	Slot  int
 	Roles int
 }
 
-type slotLoad struct {
+type SlotLoad struct {
 	Slot  int
 	Rate  float64 // units per second, decayed over the load window
 	Age   float64 // seconds held, as of the report (to a tenth)
@@ -216,11 +216,11 @@ type slotLoad struct {
 }
 
 // total returns the report's total rate and roles.
-// idle reports whether the report says no load: no rate, no roles held
+// Idle reports whether the report says no load: no rate, no roles held
 // or awaited.
-func (l loadReport) idle() bool {
-	rate, roles := l.total()
-	return rate == 0 && roles == 0 && !slices.ContainsFunc(l.Await, func(a slotRoles) bool { return a.Roles != 0 })
+func (l LoadReport) Idle() bool {
+	rate, roles := l.Total()
+	return rate == 0 && roles == 0 && !slices.ContainsFunc(l.Await, func(a SlotRoles) bool { return a.Roles != 0 })
 }
 
 // idleAlike reports whether last and next both say no load, and are
@@ -230,11 +230,11 @@ func (l loadReport) idle() bool {
 // write (issue 25). While it balances by load, a slot an idle member
 // gained must show its load of 0 (the estimate keeps a figure its owner's
 // summary does not list).
-func idleAlike(last, next loadReport) bool {
-	return last.idle() && next.idle() && last.Unmeasured == next.Unmeasured
+func idleAlike(last, next LoadReport) bool {
+	return last.Idle() && next.Idle() && last.Unmeasured == next.Unmeasured
 }
 
-func (l loadReport) total() (rate float64, roles int) {
+func (l LoadReport) Total() (rate float64, roles int) {
 	for _, s := range l.Slots {
 		rate += s.Rate
 		roles += s.Roles
@@ -242,12 +242,12 @@ func (l loadReport) total() (rate float64, roles int) {
 	return rate, roles
 }
 
-// encode renders the report as JSON:
+// Encode renders the report as JSON:
 // {"v":1,"slots":[[slot,rate,age,roles],...],"unmeasured":true,"await":[[slot,roles],...]},
 // with rates to 4 significant digits and ages in seconds, to a tenth;
 // "await" is left out when empty, "unmeasured" when false (and members
 // before them ignore them).
-func (l loadReport) encode() []byte {
+func (l LoadReport) Encode() []byte {
 	b := []byte(`{"v":1,"slots":[`)
 	for i, s := range l.Slots {
 		if i > 0 {
@@ -288,7 +288,7 @@ func (l loadReport) encode() []byte {
 // of another format version, or that does not decode, gives ok false;
 // entries that make no sense (a slot out of range, a negative or infinite
 // rate) are dropped.
-func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
+func decodeLoad(data []byte, slots int) (rep LoadReport, ok bool) {
 	var w struct {
 		V          int         `json:"v"`
 		Slots      [][]float64 `json:"slots"`
@@ -296,7 +296,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 		Unmeasured bool        `json:"unmeasured"`
 	}
 	if json.Unmarshal(data, &w) != nil || w.V != 1 {
-		return loadReport{}, false
+		return LoadReport{}, false
 	}
 	seen := map[int]bool{}
 	for _, e := range w.Slots {
@@ -310,7 +310,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 			continue
 		}
 		seen[int(s)] = true
-		rep.Slots = append(rep.Slots, slotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
+		rep.Slots = append(rep.Slots, SlotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
 	}
 	rep.Unmeasured = w.Unmeasured
 	for _, e := range w.Await {
@@ -323,7 +323,7 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 			continue
 		}
 		seen[int(s)] = true
-		rep.Await = append(rep.Await, slotRoles{Slot: int(s), Roles: int(roles)})
+		rep.Await = append(rep.Await, SlotRoles{Slot: int(s), Roles: int(roles)})
 	}
 	return rep, true
 }
@@ -332,8 +332,8 @@ func decodeLoad(data []byte, slots int) (rep loadReport, ok bool) {
 // the slots rep lists count theirs, and every other slot in owned (the
 // slots the map says are this member's, ascending) is listed in Await with
 // its roles, 0 included.
-func withRoles(rep loadReport, roles func(s int) int32, owned []int) loadReport {
-	out := loadReport{Slots: slices.Clone(rep.Slots)}
+func withRoles(rep LoadReport, roles func(s int) int32, owned []int) LoadReport {
+	out := LoadReport{Slots: slices.Clone(rep.Slots)}
 	listed := make(map[int]bool, len(out.Slots))
 	for i := range out.Slots {
 		s := out.Slots[i].Slot
@@ -342,7 +342,7 @@ func withRoles(rep loadReport, roles func(s int) int32, owned []int) loadReport 
 	}
 	for _, s := range owned {
 		if !listed[s] {
-			out.Await = append(out.Await, slotRoles{Slot: s, Roles: int(roles(s))})
+			out.Await = append(out.Await, SlotRoles{Slot: s, Roles: int(roles(s))})
 		}
 	}
 	return out
@@ -360,7 +360,7 @@ func (r *Rink) reportLoad() {
 	roleOf := func(s int) int32 { return roles[s] }
 	var held []heldLoad
 	units := map[int]float64{}
-	var last, rates loadReport // the last summary written; the last interval's
+	var last, rates LoadReport // the last summary written; the last interval's
 	var lastInc *incarnation
 	var woke time.Time // the last write woken early
 	ticked := false    // a load interval has passed: rates measures one
@@ -428,7 +428,7 @@ func (r *Rink) reportLoad() {
 		}
 		if r.writeLoad(inc, rep) {
 			last, lastInc = rep, inc
-			rate, n := rep.total()
+			rate, n := rep.Total()
 			r.emit(Event{Kind: EventLoadReported, Slot: -1, Load: rate, Roles: n})
 		}
 	}
@@ -436,7 +436,7 @@ func (r *Rink) reportLoad() {
 
 // writeLoad writes the member's load key, bound to inc's lease, if inc's
 // member key is still the member's.
-func (r *Rink) writeLoad(inc *incarnation, rep loadReport) bool {
+func (r *Rink) writeLoad(inc *incarnation, rep LoadReport) bool {
 	ctx, cancel := context.WithTimeout(inc.ctx, r.opts.loadEvery)
 	defer cancel()
 	key := r.keys.Member(r.opts.member)
@@ -445,7 +445,7 @@ func (r *Rink) writeLoad(inc *incarnation, rep loadReport) bool {
 			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease),
 		).
-		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.encode()), clientv3.WithLease(inc.lease))).
+		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(inc.lease))).
 		Commit()
 	if err != nil {
 		if inc.ctx.Err() == nil {

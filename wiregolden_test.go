@@ -120,9 +120,9 @@ func wireFloor() *wire.AckFloor {
 
 // wireLoad sets every field of a load summary, with a rate below 0, one
 // above maxRate, and one of more than 4 significant digits.
-func wireLoad() loadReport {
-	return loadReport{Slots: []slotLoad{{Slot: 0, Rate: 12.3456789, Age: 5.5, Roles: 3}, {Slot: 2, Rate: -1, Age: 0.1}, {Slot: 3, Rate: 1e20, Age: 120, Roles: 1}},
-		Await: []slotRoles{{Slot: 1, Roles: 2}, {Slot: 3}}, Unmeasured: true}
+func wireLoad() LoadReport {
+	return LoadReport{Slots: []SlotLoad{{Slot: 0, Rate: 12.3456789, Age: 5.5, Roles: 3}, {Slot: 2, Rate: -1, Age: 0.1}, {Slot: 3, Rate: 1e20, Age: 120, Roles: 1}},
+		Await: []SlotRoles{{Slot: 1, Roles: 2}, {Slot: 3}}, Unmeasured: true}
 }
 
 func wireCases(t *testing.T) []wireCase {
@@ -153,7 +153,7 @@ func wireCases(t *testing.T) []wireCase {
 		t.Fatal(err)
 	}
 	enc("floor", fl)
-	enc("load-report", wireLoad().encode())
+	enc("load-report", wireLoad().Encode())
 	enc("member-value-default", []byte(wire.MemberValue(1)))
 	enc("member-value-full", []byte(wire.MemberValueOf(2.5, "eu-west", true, 3)))
 
