@@ -139,7 +139,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	self := r.opts.member
 	key := r.keys.Member(self)
 	cur := d.cur
-	cur.Leases = baseLeases(cur.Members, d.leases, d.leased) // (what the record changes: see leaseChanges)
+	cur.Leases = wire.BaseLeases(cur.Members, d.leases, d.leased) // (what the record changes: see leaseChanges)
 	// Every ranked member without a key stays ranked, with its slots:
 	// this member cannot tell a crash from a ghost (keys are evidence,
 	// leases are proof: see leases.go), and the leader moves them as it
@@ -247,9 +247,9 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 				if c, ok := wire.DecodeRecord(kv.Value); ok {
 					rec = &c
 				}
-				d.leased = mapLeased(&m, rec)
+				d.leased = wire.MapLeased(&m, rec)
 			}
-			if l, ok := wholeLeases(kv, snap); ok {
+			if l, ok := wire.WholeLeases(kv, snap); ok {
 				d.leases = l
 			}
 			d.version = max(d.version, m.Version+1)

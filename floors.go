@@ -27,7 +27,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]LoadReport{}, reqs: reqs, rest: rest}
+	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]wire.LoadReport{}, reqs: reqs, rest: rest}
 	// (Buffered: the follower reads ahead while a floor is computed, and
 	// the loop below folds what piled up with one computation.)
 	batches := make(chan watchBatch, maxMerged)
@@ -313,10 +313,10 @@ type aggregation struct {
 	// one before, so that acknowledgements that come in slowly (a drain, a
 	// loaded machine) do not cost a floor write every floorPause.
 	holds    int
-	loads    map[string]LoadReport // members' load summaries, when balancing by load
-	lastWarm map[string]int64      // members' warm-up readiness, when warming up
-	reqs     chan []byte           // to writeFloors
-	rest     *restBox              // what the leader plans
+	loads    map[string]wire.LoadReport // members' load summaries, when balancing by load
+	lastWarm map[string]int64           // members' warm-up readiness, when warming up
+	reqs     chan []byte                // to writeFloors
+	rest     *restBox                   // what the leader plans
 	// asked holds the floors last asked for (nasked counts them all): a
 	// floor key that the view sees holding one of them is one of our
 	// writes landing after a newer one was asked for, not somebody

@@ -3,6 +3,7 @@ package rink
 import (
 	"sync"
 
+	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -30,7 +31,7 @@ type inbox struct {
 type mail struct {
 	// loads: the members' newest load summaries, from the leader's
 	// aggregator (see fold); set says there are some.
-	loads    map[string]LoadReport
+	loads    map[string]wire.LoadReport
 	loadsSet bool
 	// warm: the members' newest warm-up readiness, from the aggregator;
 	// heirs: the same, while this member leaves with a warm-up (see

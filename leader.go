@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
 
@@ -40,14 +41,14 @@ type leadership struct {
 	strangers string
 
 	// Balancing by load (WithImbalanceTolerance; see loadplan.go).
-	reports  map[string]LoadReport // members' load summaries, from the aggregator
-	est      []float64             // each slot's estimated load
-	estOK    []bool                // est holds a reported figure
-	estRate  bool                  // est is of rates (else of awaited roles)
-	round    int                   // load rounds so far
-	movedAt  map[int]int           // slot -> the round that last moved it
-	roundDue bool                  // a load round may run (timerLoad: the next is due)
-	more     bool                  // the last round spent its budget: go on with the next
+	reports  map[string]wire.LoadReport // members' load summaries, from the aggregator
+	est      []float64                  // each slot's estimated load
+	estOK    []bool                     // est holds a reported figure
+	estRate  bool                       // est is of rates (else of awaited roles)
+	round    int                        // load rounds so far
+	movedAt  map[int]int                // slot -> the round that last moved it
+	roundDue bool                       // a load round may run (timerLoad: the next is due)
+	more     bool                       // the last round spent its budget: go on with the next
 	// modeLogged: a map balanced the other way was logged once
 	modeLogged bool
 

@@ -1,7 +1,6 @@
 package rink
 
 import (
-	"encoding/json"
 	"maps"
 	"slices"
 
@@ -74,7 +73,7 @@ func (r *Rink) keepLeases(m *wire.Map, rec *wire.Record) {
 	}
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
-		r.replaceBook(byName(m.Members, m.Leases))
+		r.replaceBook(wire.ByName(m.Members, m.Leases))
 	case rec != nil && st.recorded != nil:
 		for name, l := range rec.Leases {
 			if old := st.recorded[name]; old != 0 && old != l {
@@ -143,7 +142,7 @@ func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 		// lineage a restore brought back was dropped, and the member
 		// elected next had applied no whole map of it).
 		if snapKV != nil {
-			if other, ok := leasesIn(snapKV.Value); ok {
+			if other, ok := wire.LeasesIn(snapKV.Value); ok {
 				for name, l := range other {
 					r.keepOther(l, name)
 				}
@@ -154,14 +153,14 @@ func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 	if st.curRev != mapKV.ModRevision {
 		return
 	}
-	cur, ok := wholeLeases(mapKV, snapKV)
+	cur, ok := wire.WholeLeases(mapKV, snapKV)
 	if ok {
 		r.replaceBook(cur)
 	} else if st.recorded == nil {
 		st.recorded = map[string]int64{}
 	}
 	if snapKV != nil && snapKV.ModRevision != mapKV.ModRevision {
-		if other, ok := leasesIn(snapKV.Value); ok {
+		if other, ok := wire.LeasesIn(snapKV.Value); ok {
 			for name, l := range other {
 				if cur[name] != l {
 					r.keepOther(l, name)
@@ -169,46 +168,6 @@ func (r *Rink) listedLeases(mapKV, snapKV *mvccpb.KeyValue) {
 			}
 		}
 	}
-}
-
-// wholeLeases returns, by name, the leases the whole map of a listing
-// records: the map key's, when it holds a whole map, else the whole map
-// written beside its record. ok is false when the listing has no whole
-// map of that put (a record put back by hand), or it records no leases.
-func wholeLeases(mapKV, snapKV *mvccpb.KeyValue) (map[string]int64, bool) {
-	whole := mapKV.Value
-	if _, ok := wire.DecodeRecord(whole); ok {
-		if snapKV == nil || snapKV.ModRevision != mapKV.ModRevision {
-			return nil, false
-		}
-		whole = snapKV.Value
-	}
-	return leasesIn(whole)
-}
-
-// leasesIn returns, by name, the leases the whole map whole records; ok
-// is false when it does not decode or records none.
-func leasesIn(whole []byte) (map[string]int64, bool) {
-	var m struct {
-		Members wire.MemberList `json:"members"`
-		Leases  []int64         `json:"leases"`
-	}
-	if json.Unmarshal(whole, &m) != nil || len(m.Leases) != len(m.Members) || len(m.Members) == 0 {
-		return nil, false
-	}
-	return byName(m.Members, m.Leases), true
-}
-
-// byName returns the leases a map records (index by index with names),
-// by name, leaving out those not known (0).
-func byName(names []string, leases []int64) map[string]int64 {
-	out := make(map[string]int64, len(names))
-	for i, name := range names {
-		if l := leases[i]; l != 0 {
-			out[name] = l
-		}
-	}
-	return out
 }
 
 // noteRecorded makes a ghost of each recorded lease (see leaseBook) that
@@ -271,7 +230,7 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 // leaseGate). Every member keeps it, at the cost of a lookup per map.
 func (r *Rink) keepOwnLease(m *wire.Map, rec *wire.Record) {
 	st := &r.st
-	st.curLeased = mapLeased(m, rec)
+	st.curLeased = wire.MapLeased(m, rec)
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:
 		st.leasesOn, st.ownLeaseRec = true, 0
@@ -287,26 +246,6 @@ func (r *Rink) keepOwnLease(m *wire.Map, rec *wire.Record) {
 	default:
 		st.leasesOn, st.ownLeaseRec = false, 0 // (a whole map that records no leases: an earlier leader's, or one written by hand)
 	}
-}
-
-// mapLeased reports whether map m, applied from record rec (nil: a whole
-// map), records leases.
-func mapLeased(m *wire.Map, rec *wire.Record) bool {
-	if rec != nil {
-		return rec.Leased
-	}
-	return len(m.Leases) == len(m.Members) && len(m.Members) > 0
-}
-
-// baseLeases returns the leases a record planned from the applied map
-// (members) changes from: the ones the book holds for them, or none when
-// the map records none (leased false), so that the record names every
-// lease (see leaseChanges).
-func baseLeases(members []string, book map[string]int64, leased bool) []int64 {
-	if !leased {
-		return nil
-	}
-	return alignedLeases(members, book)
 }
 
 // leaseGate reports whether this member may start slots under its
@@ -372,19 +311,6 @@ func leasesFor(names []string, recorded map[string]int64, ended map[int64]bool, 
 			continue
 		}
 		out[i] = rec
-	}
-	return out
-}
-
-// alignedLeases returns the leases the book records for names, index by
-// index (nil when the book is empty: a map that records none).
-func alignedLeases(names []string, recorded map[string]int64) []int64 {
-	if len(recorded) == 0 {
-		return nil
-	}
-	out := make([]int64, len(names))
-	for i, name := range names {
-		out[i] = recorded[name]
 	}
 	return out
 }

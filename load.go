@@ -2,11 +2,8 @@ package rink
 
 import (
 	"context"
-	"encoding/json"
 	"maps"
 	"math"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,13 +41,6 @@ const reportPause = 50 * time.Millisecond
 // loadChange is the share of a member's total load (or roles) by which a
 // slot's figure must change before a new summary is written.
 const loadChange = 0.05
-
-// maxTrackedRoles bounds the distinct role names a member counts per slot.
-const maxTrackedRoles = 1 << 20
-
-// maxRate bounds a slot's rate in a summary: larger ones are dropped, so
-// that no sum of them can overflow.
-const maxRate = 1e15
 
 // loadAcc is the per-slot accumulator AddLoad adds to, and the awaited
 // roles. AddLoad touches only acc; the reporter goroutine owns the rest of
@@ -162,7 +152,7 @@ func (l *loadAcc) awaiting() bool {
 func (l *loadAcc) noteRole(role string, s int) {
 	l.mu.Lock()
 	added := false
-	if _, ok := l.roles[role]; !ok && len(l.roles) < maxTrackedRoles {
+	if _, ok := l.roles[role]; !ok && len(l.roles) < wire.MaxTrackedRoles {
 		l.roles[role] = struct{}{}
 		l.count[s]++
 		added = true
@@ -185,169 +175,6 @@ func (l *loadAcc) rolesIn(s int) int {
 	return int(l.count[s])
 }
 
-// LoadReport is a member's load summary: per slot it holds, the slot's
-// rate, how long the member has held it, and its awaited roles. A slot it
-// does not list in Slots it did not hold when it wrote the summary (or
-// gained since its last load interval); Await lists the roles it awaits in
-// each slot it owns but does not list there (a fenced member's, an heir's
-// not started yet, those gained since the last interval), 0 included. A
-// slot it lists in neither it did not own when it wrote the summary.
-// Members of d85b50e and before write no Await.
-type LoadReport struct {
-	Slots []SlotLoad
-	Await []SlotRoles
-	// Unmeasured marks a summary written before the member's first load
-	// interval (as it joins): it says which roles it awaits, and nothing
-	// yet of its rates. Balancing by rates waits for measured ones.
-	Unmeasured bool
-}
-
-// SlotRoles is how many distinct roles a member awaits in a slot.
-type SlotRoles struct {
-	Slot  int
-	Roles int
-}
-
-type SlotLoad struct {
-	Slot  int
-	Rate  float64 // units per second, decayed over the load window
-	Age   float64 // seconds held, as of the report (to a tenth)
-	Roles int     // distinct roles awaited in the slot
-}
-
-// total returns the report's total rate and roles.
-// Idle reports whether the report says no load: no rate, no roles held
-// or awaited.
-func (l LoadReport) Idle() bool {
-	rate, roles := l.Total()
-	return rate == 0 && roles == 0 && !slices.ContainsFunc(l.Await, func(a SlotRoles) bool { return a.Roles != 0 })
-}
-
-// idleAlike reports whether last and next both say no load, and are
-// measured alike: while the leader balances by count, they differ only in
-// the slots they list, which the leader does not use (it has the map).
-// Rewritten anyway, it cost every member whose slots a change moved a
-// write (issue 25). While it balances by load, a slot an idle member
-// gained must show its load of 0 (the estimate keeps a figure its owner's
-// summary does not list).
-func idleAlike(last, next LoadReport) bool {
-	return last.Idle() && next.Idle() && last.Unmeasured == next.Unmeasured
-}
-
-func (l LoadReport) Total() (rate float64, roles int) {
-	for _, s := range l.Slots {
-		rate += s.Rate
-		roles += s.Roles
-	}
-	return rate, roles
-}
-
-// Encode renders the report as JSON:
-// {"v":1,"slots":[[slot,rate,age,roles],...],"unmeasured":true,"await":[[slot,roles],...]},
-// with rates to 4 significant digits and ages in seconds, to a tenth;
-// "await" is left out when empty, "unmeasured" when false (and members
-// before them ignore them).
-func (l LoadReport) Encode() []byte {
-	b := []byte(`{"v":1,"slots":[`)
-	for i, s := range l.Slots {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, int64(s.Slot), 10)
-		b = append(b, ',')
-		b = strconv.AppendFloat(b, min(max(s.Rate, 0), maxRate), 'g', 4, 64)
-		b = append(b, ',')
-		b = strconv.AppendFloat(b, s.Age, 'f', -1, 64)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, int64(s.Roles), 10)
-		b = append(b, ']')
-	}
-	b = append(b, ']')
-	if l.Unmeasured {
-		b = append(b, `,"unmeasured":true`...)
-	}
-	if len(l.Await) > 0 {
-		b = append(b, `,"await":[`...)
-		for i, a := range l.Await {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, '[')
-			b = strconv.AppendInt(b, int64(a.Slot), 10)
-			b = append(b, ',')
-			b = strconv.AppendInt(b, int64(a.Roles), 10)
-			b = append(b, ']')
-		}
-		b = append(b, ']')
-	}
-	return append(b, '}')
-}
-
-// decodeLoad parses a load key's value for a rink of slots slots. A value
-// of another format version, or that does not decode, gives ok false;
-// entries that make no sense (a slot out of range, a negative or infinite
-// rate) are dropped.
-func decodeLoad(data []byte, slots int) (rep LoadReport, ok bool) {
-	var w struct {
-		V          int         `json:"v"`
-		Slots      [][]float64 `json:"slots"`
-		Await      [][]float64 `json:"await"`
-		Unmeasured bool        `json:"unmeasured"`
-	}
-	if json.Unmarshal(data, &w) != nil || w.V != 1 {
-		return LoadReport{}, false
-	}
-	seen := map[int]bool{}
-	for _, e := range w.Slots {
-		if len(e) < 4 {
-			continue
-		}
-		s, rate, age, roles := e[0], e[1], e[2], e[3]
-		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
-			!(rate >= 0) || rate > maxRate || !(age >= 0) || math.IsInf(age, 1) ||
-			roles != math.Trunc(roles) || roles < 0 || roles > maxTrackedRoles {
-			continue
-		}
-		seen[int(s)] = true
-		rep.Slots = append(rep.Slots, SlotLoad{Slot: int(s), Rate: rate, Age: age, Roles: int(roles)})
-	}
-	rep.Unmeasured = w.Unmeasured
-	for _, e := range w.Await {
-		if len(e) < 2 {
-			continue
-		}
-		s, roles := e[0], e[1]
-		if s != math.Trunc(s) || s < 0 || s >= float64(slots) || seen[int(s)] ||
-			roles != math.Trunc(roles) || roles < 0 || roles > maxTrackedRoles {
-			continue
-		}
-		seen[int(s)] = true
-		rep.Await = append(rep.Await, SlotRoles{Slot: int(s), Roles: int(roles)})
-	}
-	return rep, true
-}
-
-// withRoles returns rep with the awaited roles (roles gives a slot's):
-// the slots rep lists count theirs, and every other slot in owned (the
-// slots the map says are this member's, ascending) is listed in Await with
-// its roles, 0 included.
-func withRoles(rep LoadReport, roles func(s int) int32, owned []int) LoadReport {
-	out := LoadReport{Slots: slices.Clone(rep.Slots)}
-	listed := make(map[int]bool, len(out.Slots))
-	for i := range out.Slots {
-		s := out.Slots[i].Slot
-		listed[s] = true
-		out.Slots[i].Roles = int(roles(s))
-	}
-	for _, s := range owned {
-		if !listed[s] {
-			out.Await = append(out.Await, SlotRoles{Slot: s, Roles: int(roles(s))})
-		}
-	}
-	return out
-}
-
 // reportLoad is the reporter goroutine: every load interval it folds in
 // what AddLoad added, and writes the member's load key when the summary
 // changed noticeably (or the member joined again since the last write).
@@ -360,7 +187,7 @@ func (r *Rink) reportLoad() {
 	roleOf := func(s int) int32 { return roles[s] }
 	var held []heldLoad
 	units := map[int]float64{}
-	var last, rates LoadReport // the last summary written; the last interval's
+	var last, rates wire.LoadReport // the last summary written; the last interval's
 	var lastInc *incarnation
 	var woke time.Time // the last write woken early
 	ticked := false    // a load interval has passed: rates measures one
@@ -416,14 +243,14 @@ func (r *Rink) reportLoad() {
 			}
 		}
 		r.ownersMu.RUnlock()
-		rep := withRoles(rates, roleOf, owned)
+		rep := wire.WithRoles(rates, roleOf, owned)
 		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
 		if inc != nil && inc != lastInc && inc.joinLoad != nil {
 			last, lastInc = *inc.joinLoad, inc // (written with the member key)
 			r.emit(Event{Kind: EventLoadReported, Slot: -1})
 		}
-		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!loadChanged(last, rep) || !byLoad && idleAlike(last, rep)) {
+		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!loadChanged(last, rep) || !byLoad && wire.IdleAlike(last, rep)) {
 			continue
 		}
 		if r.writeLoad(inc, rep) {
@@ -436,7 +263,7 @@ func (r *Rink) reportLoad() {
 
 // writeLoad writes the member's load key, bound to inc's lease, if inc's
 // member key is still the member's.
-func (r *Rink) writeLoad(inc *incarnation, rep LoadReport) bool {
+func (r *Rink) writeLoad(inc *incarnation, rep wire.LoadReport) bool {
 	ctx, cancel := context.WithTimeout(inc.ctx, r.opts.loadEvery)
 	defer cancel()
 	key := r.keys.Member(r.opts.member)

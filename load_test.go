@@ -18,13 +18,13 @@ func TestLoadMeter(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	since := []time.Time{t0, t0, {}, t0}
 	roles := []int32{0, 2, 5, 0}
-	var rep LoadReport
+	var rep wire.LoadReport
 	// 10 units per 100 ms in slot 0 (100/s), 1 per 100 ms in slot 3: with a
 	// window of 1 s the rates approach 100 and 10.
 	for i := 1; i <= 60; i++ {
 		rep = denseTick(m, t0.Add(time.Duration(i)*100*time.Millisecond), []float64{10, 0, 7, 1}, since, roles, 100*time.Millisecond, time.Second)
 	}
-	want := []SlotLoad{{Slot: 0, Rate: 100, Age: 6}, {Slot: 1, Roles: 2, Age: 6}, {Slot: 3, Rate: 10, Age: 6}} // every held slot
+	want := []wire.SlotLoad{{Slot: 0, Rate: 100, Age: 6}, {Slot: 1, Roles: 2, Age: 6}, {Slot: 3, Rate: 10, Age: 6}} // every held slot
 	if len(rep.Slots) != len(want) {
 		t.Fatalf("report %+v, want slots like %+v", rep, want)
 	}
@@ -81,14 +81,14 @@ func TestLoadMeter(t *testing.T) {
 }
 
 func TestLoadCodec(t *testing.T) {
-	rep := LoadReport{Slots: []SlotLoad{{Slot: 0, Rate: 123.456789, Age: 61, Roles: 3}, {Slot: 1023, Rate: 1e-5, Age: 0, Roles: 0}}}
-	got, ok := decodeLoad(rep.Encode(), 1024)
+	rep := wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 0, Rate: 123.456789, Age: 61, Roles: 3}, {Slot: 1023, Rate: 1e-5, Age: 0, Roles: 0}}}
+	got, ok := wire.DecodeLoad(rep.Encode(), 1024)
 	if !ok || len(got.Slots) != 2 || got.Slots[0].Rate != 123.5 || got.Slots[0].Age != 61 || got.Slots[0].Roles != 3 || got.Slots[1].Slot != 1023 {
 		t.Fatalf("round trip of %s: %+v, %v", rep.Encode(), got, ok)
 	}
 	// A rate that overflowed is written as the largest one kept, and read.
-	if got, ok := decodeLoad(LoadReport{Slots: []SlotLoad{{Slot: 1, Rate: math.Inf(1)}}}.Encode(), 4); !ok || len(got.Slots) != 1 {
-		t.Errorf("an infinite rate made a summary that does not decode: %s", LoadReport{Slots: []SlotLoad{{Slot: 1, Rate: math.Inf(1)}}}.Encode())
+	if got, ok := wire.DecodeLoad(wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Rate: math.Inf(1)}}}.Encode(), 4); !ok || len(got.Slots) != 1 {
+		t.Errorf("an infinite rate made a summary that does not decode: %s", wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Rate: math.Inf(1)}}}.Encode())
 	}
 	// Sums of AddLoad that overflow count for nothing.
 	m := newLoadMeter()
@@ -112,7 +112,7 @@ func TestLoadCodec(t *testing.T) {
 		{`{"v":1,"slots":[[1,2,3,4,"later"]]}`, false, 0},
 		{`{"v":1,"slots":[[1,2,3,4,5]]}`, true, 1}, // later fields are ignored
 	} {
-		got, ok := decodeLoad([]byte(c.value), 1024)
+		got, ok := wire.DecodeLoad([]byte(c.value), 1024)
 		if ok != c.ok || len(got.Slots) != c.n {
 			t.Errorf("decodeLoad(%s) = %+v, %v; want %d slots, %v", c.value, got, ok, c.n, c.ok)
 		}
@@ -124,7 +124,7 @@ func FuzzDecodeLoad(f *testing.F) {
 	f.Add([]byte(`{"v":1,"slots":[[1e300,1,1,1]]}`))
 	f.Add([]byte(`{"v":1,"slots":[[0,1.5,3,2]],"await":[[0,3],[5,2],[5,1],[70,1],[6,-1],[7,0.5],[8]]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		rep, ok := decodeLoad(data, 64)
+		rep, ok := wire.DecodeLoad(data, 64)
 		if !ok && (len(rep.Slots) > 0 || len(rep.Await) > 0) {
 			t.Fatal("entries from a value that does not decode")
 		}
@@ -142,7 +142,7 @@ func FuzzDecodeLoad(f *testing.F) {
 			seen[a.Slot] = true
 		}
 		if ok {
-			again, ok2 := decodeLoad(rep.Encode(), 64)
+			again, ok2 := wire.DecodeLoad(rep.Encode(), 64)
 			if !ok2 || len(again.Slots) != len(rep.Slots) || !slices.Equal(again.Await, rep.Await) {
 				t.Fatalf("re-encoded report does not decode alike: %s", rep.Encode())
 			}
@@ -154,10 +154,10 @@ func FuzzDecodeLoad(f *testing.F) {
 // are reported beside them, 0 included, each slot once; members before
 // them ignore "await".
 func TestLoadAwait(t *testing.T) {
-	rates := LoadReport{Slots: []SlotLoad{{Slot: 1, Rate: 2, Roles: 0}}}
+	rates := wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Rate: 2, Roles: 0}}}
 	owns := func(s int) bool { return s != 0 }
-	rep := withRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))
-	want := LoadReport{Slots: []SlotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []SlotRoles{{Slot: 2, Roles: 0}, {Slot: 3, Roles: 2}}}
+	rep := wire.WithRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))
+	want := wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Rate: 2, Roles: 3}}, Await: []wire.SlotRoles{{Slot: 2, Roles: 0}, {Slot: 3, Roles: 2}}}
 	if !slices.Equal(rep.Slots, want.Slots) || !slices.Equal(rep.Await, want.Await) {
 		t.Fatalf("withRoles = %+v, want %+v", rep, want)
 	}
@@ -165,7 +165,7 @@ func TestLoadAwait(t *testing.T) {
 	if enc != `{"v":1,"slots":[[1,2,0,3]],"await":[[2,0],[3,2]]}` {
 		t.Fatalf("encoded %s", enc)
 	}
-	if got, ok := decodeLoad([]byte(enc), 4); !ok || !slices.Equal(got.Await, want.Await) {
+	if got, ok := wire.DecodeLoad([]byte(enc), 4); !ok || !slices.Equal(got.Await, want.Await) {
 		t.Fatalf("decoded %+v", got)
 	}
 	early := rep
@@ -173,36 +173,36 @@ func TestLoadAwait(t *testing.T) {
 	if enc := string(early.Encode()); enc != `{"v":1,"slots":[[1,2,0,3]],"unmeasured":true,"await":[[2,0],[3,2]]}` {
 		t.Fatalf("encoded %s", enc)
 	}
-	if got, ok := decodeLoad(early.Encode(), 4); !ok || !got.Unmeasured {
+	if got, ok := wire.DecodeLoad(early.Encode(), 4); !ok || !got.Unmeasured {
 		t.Fatalf("decoded %+v: a summary written before the first interval reads as measured", got)
 	}
-	if !loadChanged(rep, withRoles(rates, rolesOf([]int32{5, 3, 0, 1}), ownedOf(4, owns))) {
+	if !loadChanged(rep, wire.WithRoles(rates, rolesOf([]int32{5, 3, 0, 1}), ownedOf(4, owns))) {
 		t.Error("other roles awaited in a slot not held: not a change")
 	}
-	if loadChanged(rep, withRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))) {
+	if loadChanged(rep, wire.WithRoles(rates, rolesOf([]int32{5, 3, 0, 2}), ownedOf(4, owns))) {
 		t.Error("the same summary: a change")
 	}
 }
 
 func TestLoadChanged(t *testing.T) {
-	base := LoadReport{Slots: []SlotLoad{{Slot: 1, Rate: 50, Roles: 1}, {Slot: 2, Rate: 50, Roles: 1}}}
-	with := func(f func(*LoadReport)) LoadReport {
-		r := LoadReport{Slots: slices.Clone(base.Slots)}
+	base := wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Rate: 50, Roles: 1}, {Slot: 2, Rate: 50, Roles: 1}}}
+	with := func(f func(*wire.LoadReport)) wire.LoadReport {
+		r := wire.LoadReport{Slots: slices.Clone(base.Slots)}
 		f(&r)
 		return r
 	}
 	for _, c := range []struct {
 		name string
-		next LoadReport
+		next wire.LoadReport
 		want bool
 	}{
 		{"same", base, false},
-		{"a little", with(func(r *LoadReport) { r.Slots[0].Rate = 54 }), false},
-		{"noticeably", with(func(r *LoadReport) { r.Slots[0].Rate = 56 }), true},
-		{"another slot", with(func(r *LoadReport) { r.Slots[1].Slot = 3 }), true},
-		{"a slot less", LoadReport{Slots: base.Slots[:1]}, true},
-		{"roles", with(func(r *LoadReport) { r.Slots[1].Roles = 2 }), true},
-		{"ages only", with(func(r *LoadReport) { r.Slots[1].Age = 99 }), false},
+		{"a little", with(func(r *wire.LoadReport) { r.Slots[0].Rate = 54 }), false},
+		{"noticeably", with(func(r *wire.LoadReport) { r.Slots[0].Rate = 56 }), true},
+		{"another slot", with(func(r *wire.LoadReport) { r.Slots[1].Slot = 3 }), true},
+		{"a slot less", wire.LoadReport{Slots: base.Slots[:1]}, true},
+		{"roles", with(func(r *wire.LoadReport) { r.Slots[1].Roles = 2 }), true},
+		{"ages only", with(func(r *wire.LoadReport) { r.Slots[1].Age = 99 }), false},
 	} {
 		if got := loadChanged(base, c.next); got != c.want {
 			t.Errorf("%s: loadChanged = %v, want %v", c.name, got, c.want)
@@ -211,21 +211,21 @@ func TestLoadChanged(t *testing.T) {
 	// Without load, other slots change nothing a leader balancing by
 	// count uses; the first load, a role awaited, or the first measured
 	// interval does.
-	idle := LoadReport{Slots: []SlotLoad{{Slot: 1}, {Slot: 2}}, Await: []SlotRoles{{Slot: 7}}}
+	idle := wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1}, {Slot: 2}}, Await: []wire.SlotRoles{{Slot: 7}}}
 	for _, c := range []struct {
 		name string
-		next LoadReport
+		next wire.LoadReport
 		want bool
 	}{
-		{"other slots, no load", LoadReport{Slots: []SlotLoad{{Slot: 3}}}, false},
-		{"slots awaited, no roles", LoadReport{Await: []SlotRoles{{Slot: 3}, {Slot: 4}}}, false},
-		{"no slots", LoadReport{}, false},
-		{"a rate", LoadReport{Slots: []SlotLoad{{Slot: 3, Rate: 1}}}, true},
-		{"a role", LoadReport{Slots: []SlotLoad{{Slot: 1, Roles: 1}, {Slot: 2}}}, true},
-		{"a role awaited", LoadReport{Slots: idle.Slots, Await: []SlotRoles{{Slot: 5, Roles: 1}}}, true},
-		{"other slots, measured now", LoadReport{Slots: []SlotLoad{{Slot: 3}}, Unmeasured: true}, true},
+		{"other slots, no load", wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 3}}}, false},
+		{"slots awaited, no roles", wire.LoadReport{Await: []wire.SlotRoles{{Slot: 3}, {Slot: 4}}}, false},
+		{"no slots", wire.LoadReport{}, false},
+		{"a rate", wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 3, Rate: 1}}}, true},
+		{"a role", wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 1, Roles: 1}, {Slot: 2}}}, true},
+		{"a role awaited", wire.LoadReport{Slots: idle.Slots, Await: []wire.SlotRoles{{Slot: 5, Roles: 1}}}, true},
+		{"other slots, measured now", wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 3}}, Unmeasured: true}, true},
 	} {
-		if got := !idleAlike(idle, c.next); got != c.want {
+		if got := !wire.IdleAlike(idle, c.next); got != c.want {
 			t.Errorf("idle, %s: differs = %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -351,7 +351,7 @@ func TestLoadReported(t *testing.T) {
 
 // denseTick ticks m with per-slot arrays, as the tests write them: a slot
 // is held when since is set.
-func denseTick(m *loadMeter, now time.Time, units []float64, since []time.Time, roles []int32, interval, window time.Duration) LoadReport {
+func denseTick(m *loadMeter, now time.Time, units []float64, since []time.Time, roles []int32, interval, window time.Duration) wire.LoadReport {
 	var held []heldLoad
 	for s := range since {
 		if !since[s].IsZero() {

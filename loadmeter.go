@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/rink-go/rink/internal/wire"
 )
 
 // loadMeter turns the units added per tick into decaying rates per slot
@@ -37,8 +39,8 @@ func newLoadMeter() *loadMeter { return &loadMeter{slots: map[int]*meterSlot{}} 
 // weight the time held carries: it is unbiased from the first tick on, and
 // a slot that just moved shows its load at once rather than after a
 // window. roles gives the roles awaited in a slot.
-func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) LoadReport {
-	var rep LoadReport
+func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) wire.LoadReport {
+	var rep wire.LoadReport
 	keep := make(map[int]bool, len(held))
 	for _, h := range held {
 		s := h.slot
@@ -66,7 +68,7 @@ func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32
 		if dt < interval/100 {
 			// Gained a moment ago: too short a time to tell a rate from.
 			ms.since = now
-			rep.Slots = append(rep.Slots, SlotLoad{Slot: s, Roles: int(roles(s))})
+			rep.Slots = append(rep.Slots, wire.SlotLoad{Slot: s, Roles: int(roles(s))})
 			continue
 		}
 		decay := math.Exp(-dt.Seconds() / window.Seconds())
@@ -81,7 +83,7 @@ func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32
 		if rate < 0.5/window.Seconds() {
 			rate = 0 // less than half a unit per window: idle
 		}
-		rep.Slots = append(rep.Slots, SlotLoad{Slot: s, Rate: rate, Age: math.Round(heldFor.Seconds()*10) / 10, Roles: int(roles(s))})
+		rep.Slots = append(rep.Slots, wire.SlotLoad{Slot: s, Rate: rate, Age: math.Round(heldFor.Seconds()*10) / 10, Roles: int(roles(s))})
 	}
 	for s := range m.slots {
 		if !keep[s] {
@@ -95,7 +97,7 @@ func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32
 // set of slots, a total rate that moved by more than loadChange of the
 // larger total, a slot whose rate (or roles) did, or other roles awaited
 // in the slots not held.
-func loadChanged(last, next LoadReport) bool {
+func loadChanged(last, next wire.LoadReport) bool {
 	if len(last.Slots) != len(next.Slots) || !slices.Equal(last.Await, next.Await) {
 		return true
 	}

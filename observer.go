@@ -326,7 +326,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(loads, name)
 					return
 				}
-				if rep, ok := decodeLoad(kvVal, MaxSlots); ok {
+				if rep, ok := wire.DecodeLoad(kvVal, MaxSlots); ok {
 					loads[name] = memberLoad{lease: kv.Lease, report: rep}
 				} else {
 					delete(loads, name)
@@ -409,7 +409,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 // memberLoad is a member's load key as an observer read it.
 type memberLoad struct {
 	lease  int64
-	report LoadReport
+	report wire.LoadReport
 }
 
 func (ob *Observer) publish(cur wire.Map, lineage, seq, rev int64, floor *wire.AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]ackKey, loads map[string]memberLoad) {

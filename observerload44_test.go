@@ -22,7 +22,7 @@ func TestObserverLoadFollowsTheMap(t *testing.T) {
 	// the move, and b has written none yet.
 	cur := wire.Map{Schema: 3, Version: 2, Slots: 4, Members: []string{"a", "b"}, Table: []int32{0, 0, 1, 1}}
 	members := map[string]memberInfo{"a": {lease: 1, capacity: 1}, "b": {lease: 2, capacity: 1}}
-	loads := map[string]memberLoad{"a": {lease: 1, report: LoadReport{Slots: []SlotLoad{
+	loads := map[string]memberLoad{"a": {lease: 1, report: wire.LoadReport{Slots: []wire.SlotLoad{
 		{Slot: 0, Rate: 1, Roles: 1}, {Slot: 1, Rate: 2, Roles: 1}, {Slot: 2, Rate: 4, Roles: 1}, {Slot: 3, Rate: 8, Roles: 2}}}}}
 	ob.publish(cur, 1, 1, 10, &wire.AckFloor{}, "", members, nil, nil, loads)
 	got := map[string]MemberState{}
@@ -33,7 +33,7 @@ func TestObserverLoadFollowsTheMap(t *testing.T) {
 		t.Fatalf("a: %d roles, load %v (want 2, 3); b: %d roles, load %v (want 3, 12)", a.Roles, a.Load, b.Roles, b.Load)
 	}
 	// b's own summary, once written, is what counts for its slots.
-	loads["b"] = memberLoad{lease: 2, report: LoadReport{Slots: []SlotLoad{{Slot: 2, Rate: 5, Roles: 1}, {Slot: 3, Rate: 0, Roles: 0}}}}
+	loads["b"] = memberLoad{lease: 2, report: wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 2, Rate: 5, Roles: 1}, {Slot: 3, Rate: 0, Roles: 0}}}}
 	ob.publish(cur, 1, 1, 11, &wire.AckFloor{}, "", members, nil, nil, loads)
 	for _, m := range ob.State().Members {
 		got[m.Name] = m

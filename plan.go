@@ -161,7 +161,7 @@ func (r *Rink) plan() {
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
 	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts, r.opts.member, r.ownLease())
-	if next.SameAssignment(st.cur) && slices.Equal(next.Leases, baseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
+	if next.SameAssignment(st.cur) && slices.Equal(next.Leases, wire.BaseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
@@ -195,7 +195,7 @@ func (r *Rink) plan() {
 	l.refused = ""
 	l.busy = true
 	mapRev, base := st.curRev, st.cur
-	base.Leases = baseLeases(base.Members, st.recorded, st.curLeased) // (what the record changes: see leaseChanges)
+	base.Leases = wire.BaseLeases(base.Members, st.recorded, st.curLeased) // (what the record changes: see leaseChanges)
 	if underived {
 		mapRev, base = st.underivedRev, wire.Map{} // (an empty base: the whole map)
 	} else if repeated {

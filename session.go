@@ -34,7 +34,7 @@ type incarnation struct {
 	// joinLoad is the load summary written with the member key when it
 	// was created (nil: none, as after a resume): the reporter's first.
 	// Set before the incarnation is handed to the run goroutine.
-	joinLoad *LoadReport
+	joinLoad *wire.LoadReport
 	// hint is the newest candidacy before ours, as the join that created
 	// the member key read it (zero: none, as after a resume; see
 	// candidacyHint). Set before the incarnation is handed on.
@@ -194,9 +194,9 @@ func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
 // its candidacy and its first load summary (returned); it reads the
 // newest candidacy before its own from the tail key, and names its own
 // there (see candidacyHint and hintOf).
-func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, LoadReport) {
+func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, wire.LoadReport) {
 	key := r.keys.Member(r.opts.member)
-	first := LoadReport{Unmeasured: true}
+	first := wire.LoadReport{Unmeasured: true}
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{wire.CreateRevisionEq(key, 0)},
 		Success: []*etcdserverpb.RequestOp{wire.Put(key, r.ownMemberValue(false), lease), r.candidacy(lease),

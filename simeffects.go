@@ -267,7 +267,7 @@ func (m *simMember) newAggregator(el elected, box *restBox) *simAggregator {
 	ctx, cancel := context.WithCancel(el.inc.ctx)
 	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
 		a: &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}},
-			loads: map[string]LoadReport{}, reqs: make(chan []byte, 1), rest: box},
+			loads: map[string]wire.LoadReport{}, reqs: make(chan []byte, 1), rest: box},
 		w: newFloorWriter(r.keys, el.key, el.rev, r.log)}
 	a.w.b.rnd = r.simRand
 	m.agg = a

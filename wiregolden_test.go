@@ -120,9 +120,9 @@ func wireFloor() *wire.AckFloor {
 
 // wireLoad sets every field of a load summary, with a rate below 0, one
 // above maxRate, and one of more than 4 significant digits.
-func wireLoad() LoadReport {
-	return LoadReport{Slots: []SlotLoad{{Slot: 0, Rate: 12.3456789, Age: 5.5, Roles: 3}, {Slot: 2, Rate: -1, Age: 0.1}, {Slot: 3, Rate: 1e20, Age: 120, Roles: 1}},
-		Await: []SlotRoles{{Slot: 1, Roles: 2}, {Slot: 3}}, Unmeasured: true}
+func wireLoad() wire.LoadReport {
+	return wire.LoadReport{Slots: []wire.SlotLoad{{Slot: 0, Rate: 12.3456789, Age: 5.5, Roles: 3}, {Slot: 2, Rate: -1, Age: 0.1}, {Slot: 3, Rate: 1e20, Age: 120, Roles: 1}},
+		Await: []wire.SlotRoles{{Slot: 1, Roles: 2}, {Slot: 3}}, Unmeasured: true}
 }
 
 func wireCases(t *testing.T) []wireCase {

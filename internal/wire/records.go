@@ -212,7 +212,7 @@ func leaseChanges(prev, next *Map) map[string]int64 {
 		return nil
 	}
 	var out map[string]int64
-	var byName map[string]int64
+	var ByName map[string]int64
 	for i, name := range next.Members {
 		l := next.Leases[i]
 		var was int64
@@ -221,13 +221,13 @@ func leaseChanges(prev, next *Map) map[string]int64 {
 		case i < len(prev.Members) && prev.Members[i] == name:
 			was = prev.Leases[i]
 		default:
-			if byName == nil {
-				byName = make(map[string]int64, len(prev.Members))
+			if ByName == nil {
+				ByName = make(map[string]int64, len(prev.Members))
 				for j, n := range prev.Members {
-					byName[n] = prev.Leases[j]
+					ByName[n] = prev.Leases[j]
 				}
 			}
-			was = byName[name]
+			was = ByName[name]
 		}
 		if l != was {
 			if out == nil {
