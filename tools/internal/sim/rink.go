@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -40,7 +41,22 @@ type Config struct {
 	// of live members' keys, from a stream of its own (see KeyFaultKinds);
 	// false plays every seed as before they were added.
 	KeyFaults bool
+	// Drift bounds the members' clock drift: each process's clock (its
+	// Now and Clock, and so its timers) runs at a rate 1+e of the world's
+	// time, the etcd leader's, from the moment it starts, with |e| at most
+	// Drift, drawn from a stream of its own (see drawDrift). 0: every
+	// clock is the world's, and every seed plays as before drift was
+	// added. The fence margin (TTL/8) covers a clock slow by up to 1/8
+	// against etcd's, and (for the quiet times counted in TTLs) two
+	// members' clocks whose rates differ by less than a factor 7/8, which
+	// |e| < 1/15 keeps; DriftBound is what the tests keep within.
+	Drift float64
 }
+
+// DriftBound is the drift the tests play within the fence margin: 2%,
+// far beyond real clocks' (well below 0.01%), and well within what the
+// margin, TTL/8, and the quiet times measured in TTLs cover.
+const DriftBound = 0.02
 
 // replicas is the replicas per slot that cfg gives the members.
 func (cfg Config) replicas() int { return max(1, cfg.Replicas) }
@@ -94,6 +110,9 @@ type history struct {
 	// zoneDown: no process of a zone starts before its time here (see
 	// zone-loss; looked up by zone, never ranged over).
 	zoneDown map[string]time.Duration
+	// drift draws each process's clock rate, with Config.Drift (nil
+	// without: see drawDrift).
+	drift *rand.Rand
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -150,6 +169,9 @@ func Run(seed uint64, cfg Config) Result {
 	if cfg.KeyFaults {
 		h.fault = drawKeyKinds(seed, h.fault) // (not from h.rng: see KeyFaultKinds)
 	}
+	if cfg.Drift != 0 {
+		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (not from h.rng: see drawDrift)
+	}
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -196,7 +218,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	w := h.w
 	name := fmt.Sprintf("m%d", i)
 	c := w.NewClient(name)
-	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
+	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64())), e: h.drawDrift()}
 	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, env: env}
 	opts := []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
 		rink.WithReplicas(h.cfg.replicas())}
@@ -254,7 +276,12 @@ func (h *history) start(i int, d time.Duration) *simMember {
 			return
 		}
 		sm.alive = true
-		w.Tracef("%s: starts", name)
+		env.t0 = w.now // (its clock reads the world's time as it starts, and drifts from then on)
+		if h.drift != nil {
+			w.Tracef("%s: starts, its clock %+.2f%% off the world's rate", name, 100*env.e)
+		} else {
+			w.Tracef("%s: starts", name)
+		}
 		_ = m.Start()
 	}
 	w.After(d, begin)
@@ -766,12 +793,16 @@ func (h *history) violate(why string) {
 	}
 }
 
-// memberEnv is a member's time: the world's, with no skew. While the
-// member is paused, what it would handle waits until it resumes.
+// memberEnv is a member's time: the world's, or with Config.Drift a
+// clock of its own that runs at a rate 1+e of the world's from t0, when
+// the process started (see local). While the member is paused, what it
+// would handle waits until it resumes.
 type memberEnv struct {
 	w           *World
 	rng         *rand.Rand
 	pausedUntil time.Duration
+	t0          time.Duration // the world's time when the process started
+	e           float64       // its clock's drift (0: none)
 }
 
 // run runs fn now, or when the member resumes.
@@ -785,10 +816,39 @@ func (e *memberEnv) run(fn func()) {
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func (e *memberEnv) Now() time.Time                   { return epoch.Add(e.w.now) }
-func (e *memberEnv) Clock() int64                     { return int64(e.w.now) }
-func (e *memberEnv) After(d time.Duration, fn func()) { e.w.After(d, func() { e.run(fn) }) }
-func (e *memberEnv) Rand() *rand.Rand                 { return e.rng }
+// local is the member's clock at the world's time t: t0 + (t-t0)(1+e),
+// rounded down.
+func (e *memberEnv) local(t time.Duration) time.Duration {
+	if e.e == 0 {
+		return t
+	}
+	return e.t0 + time.Duration(math.Floor(float64(t-e.t0)*(1+e.e)))
+}
+
+// worldDelay is how long the world waits for d to pass on the member's
+// clock: the least delay after which its clock reads at least d later
+// (about d/(1+e); a timer fires late by a nanosecond, never early).
+func (e *memberEnv) worldDelay(d time.Duration) time.Duration {
+	if e.e == 0 || d <= 0 {
+		return d
+	}
+	wd := time.Duration(math.Ceil(float64(d) / (1 + e.e)))
+	now := e.w.now
+	for wd > 0 && e.local(now+wd-1)-e.local(now) >= d {
+		wd--
+	}
+	for e.local(now+wd)-e.local(now) < d {
+		wd++
+	}
+	return wd
+}
+
+func (e *memberEnv) Now() time.Time { return epoch.Add(e.local(e.w.now)) }
+func (e *memberEnv) Clock() int64   { return int64(e.local(e.w.now)) }
+func (e *memberEnv) After(d time.Duration, fn func()) {
+	e.w.After(e.worldDelay(d), func() { e.run(fn) })
+}
+func (e *memberEnv) Rand() *rand.Rand { return e.rng }
 
 // clientEtcd is a Client as a member's etcd: answers reach a paused member
 // when it resumes.
