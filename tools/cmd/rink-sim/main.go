@@ -127,13 +127,14 @@ func main() {
 		return
 	}
 	began := time.Now()
-	var histories, steps, violations int
+	var histories, steps, violations, promotions int
 	firstViolation := -1.0
 	ops := map[string]int{}
 	for s := *first; time.Since(began) < *duration; s++ {
 		res := sim.Run(s, cfg)
 		histories++
 		steps += res.MemberSteps
+		promotions += res.Promotions
 		for k, n := range res.Ops {
 			ops[k] += n
 		}
@@ -166,6 +167,9 @@ func main() {
 			"replicas": *replicas, "zones": *zones}
 		if *drift != 0 {
 			out["drift"] = *drift
+		}
+		if *replicas > 1 {
+			out["promotions_checked"] = promotions
 		}
 		if firstViolation >= 0 {
 			out["first_violation_s"] = firstViolation

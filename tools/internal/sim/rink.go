@@ -75,6 +75,7 @@ type Result struct {
 	Ops         map[string]int // faults and operations, by kind
 	Kinds       []string       // the fault kinds it drew from
 	Violation   string         // the first safety or liveness violation ("": none)
+	Promotions  int            // slots the maps promoted to a secondary, each checked (see checkPromotions)
 	At          time.Duration  // when it was found
 	Trace       string         // the history, line by line (with Config.Trace)
 }
@@ -113,6 +114,15 @@ type history struct {
 	// drift draws each process's clock rate, with Config.Drift (nil
 	// without: see drawDrift).
 	drift *rand.Rand
+	// The map as last read, for the check of promotions (see trackMap):
+	// its mod revision, the map (nil: none, or not one of replicas), and
+	// whether a fault ran since.
+	mapRev  int64
+	lastMap *trackedMap
+	faulted bool
+	// left: the names of the processes that left gracefully (see
+	// checkPromotions; looked up, never ranged over).
+	left map[string]bool
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -151,7 +161,7 @@ func Run(seed uint64, cfg Config) Result {
 	w := NewWorld(seed, 1)
 	w.Quiet = !cfg.Trace
 	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
-		zoneDown: map[string]time.Duration{}}
+		zoneDown: map[string]time.Duration{}, left: map[string]bool{}}
 	// Swarm testing: each seed draws the fault kinds it uses (unless
 	// told: see Shrink).
 	swarm := cfg.Swarm
@@ -188,8 +198,12 @@ func Run(seed uint64, cfg Config) Result {
 		h.scheduleFault()
 	}
 	end := cfg.Faults + cfg.Quiet
+	track := cfg.replicas() > 1 // (reads the maps written: see trackMap)
 	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
 		w.Step()
+		if track {
+			h.trackMap()
+		}
 		h.res.Events++
 		if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
 			break
@@ -303,6 +317,7 @@ func (h *history) scheduleFault() {
 // injectFault does one fault of kind k.
 func (h *history) injectFault(k string) {
 	w := h.w
+	h.faulted = true // (a map it writes is an operator's: see trackMap)
 	var live []*simMember
 	for _, m := range h.members {
 		if m.alive {
@@ -324,7 +339,7 @@ func (h *history) injectFault(k string) {
 		m := pick()
 		m.alive = false
 		if k == "leave" {
-			m.m.Leave()
+			h.leave(m)
 		} else {
 			m.m.Crash()
 		}
@@ -360,7 +375,7 @@ func (h *history) injectFault(k string) {
 		w.After(d, func() {
 			if m.alive {
 				m.alive = false
-				m.m.Leave()
+				h.leave(m)
 				h.forget(m)
 			}
 		})
