@@ -4,11 +4,18 @@
 // the member-steps per minute of wall time, the faults of each kind, and
 // the violations, each with the seed that replays it.
 //
-//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-keys] [-seed S] [-json]
+//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-keys] [-drift E] [-seed S] [-json]
 //
 // With -keys each seed also draws an operator's deletions of live members'
 // keys (sim.KeyFaultKinds: election-delete, member-keys-delete,
 // tail-delete); without, a seed plays what it played before they existed.
+//
+// With -drift E each member process's clock runs at a rate 1+e of etcd's,
+// |e| ≤ E, drawn per process from a stream of its own (sim.Config.Drift):
+// 0.02 (sim.DriftBound) is well within what the fence margin, TTL/8,
+// covers, and the core must survive it; 0.3 is far beyond it, a planted
+// bug the simulator must find. Without, every clock is etcd's, and a seed
+// plays what it played before drift existed.
 package main
 
 import (
@@ -39,6 +46,7 @@ func main() {
 	replicas := flag.Int("replicas", 1, "replicas per slot, the primary included (rink.WithReplicas)")
 	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
 	keyFaults := flag.Bool("keys", false, "also draw an operator's deletions of live members' keys ("+strings.Join(sim.KeyFaultKinds, ", ")+"), from a stream of their own (without: every seed plays as before they existed)")
+	drift := flag.Float64("drift", 0, "bound the members' clock drift: each process's clock runs at a rate 1+e of etcd's, |e| ≤ drift, drawn from a stream of its own (0.02 is within the fence margin, 0.3 far beyond it; 0: none, and every seed plays as before drift existed)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -61,6 +69,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rink-sim: -members must be at least 1")
 		os.Exit(2)
 	}
+	if *drift < 0 || *drift >= 1 {
+		fmt.Fprintln(os.Stderr, "rink-sim: -drift must be at least 0 and below 1")
+		os.Exit(2)
+	}
 	if *replicas < 1 || *zones < 0 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -replicas must be at least 1, -zones at least 0")
 		os.Exit(2)
@@ -72,6 +84,7 @@ func main() {
 	cfg.Faults = *faults
 	cfg.Replicas, cfg.Zones = *replicas, *zones
 	cfg.KeyFaults = *keyFaults
+	cfg.Drift = *drift
 	if *kindsFlag != "" {
 		cfg.Kinds = strings.Split(*kindsFlag, ",")
 	}
@@ -84,6 +97,9 @@ func main() {
 			cmd += " -kinds " + strings.Join(c.Kinds, ",")
 		} else if c.KeyFaults {
 			cmd += " -keys"
+		}
+		if c.Drift != 0 {
+			cmd += fmt.Sprintf(" -drift %g", c.Drift)
 		}
 		if c.Plant != "" {
 			cmd += " -plant " + c.Plant
@@ -111,13 +127,14 @@ func main() {
 		return
 	}
 	began := time.Now()
-	var histories, steps, violations int
+	var histories, steps, violations, promotions int
 	firstViolation := -1.0
 	ops := map[string]int{}
 	for s := *first; time.Since(began) < *duration; s++ {
 		res := sim.Run(s, cfg)
 		histories++
 		steps += res.MemberSteps
+		promotions += res.Promotions
 		for k, n := range res.Ops {
 			ops[k] += n
 		}
@@ -148,6 +165,12 @@ func main() {
 		out := map[string]any{"histories": histories, "member_steps": steps, "member_steps_per_min": perMin,
 			"violations": violations, "ops": ops, "members": *members, "first_seed": *first,
 			"replicas": *replicas, "zones": *zones}
+		if *drift != 0 {
+			out["drift"] = *drift
+		}
+		if *replicas > 1 {
+			out["promotions_checked"] = promotions
+		}
 		if firstViolation >= 0 {
 			out["first_violation_s"] = firstViolation
 		}

@@ -26,8 +26,9 @@ type goldenCase struct {
 
 // goldenCases lists the histories whose traces must not change while code
 // moves (issue 43): the default seeds, a rink with replicas and zones and
-// every fault kind, seeds with key faults, and each planted bug at the
-// first seed that finds it (found by -sim.update; the file records it).
+// every fault kind, seeds with key faults, each planted bug at the first
+// seed that finds it (found by -sim.update; the file records it), and
+// seeds with key faults and clocks that drift (Config.Drift).
 func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	var cs []goldenCase
 	def := DefaultConfig()
@@ -47,6 +48,11 @@ func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	for _, plant := range simhook.Plants {
 		cfg := plantConfig(plant)
 		cs = append(cs, goldenCase{"plant:" + plant, plantSeeds[plant], cfg})
+	}
+	drift := keyed
+	drift.Drift = DriftBound
+	for _, seed := range []uint64{1, 2} {
+		cs = append(cs, goldenCase{"drift", seed, drift})
 	}
 	return cs
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -40,7 +41,22 @@ type Config struct {
 	// of live members' keys, from a stream of its own (see KeyFaultKinds);
 	// false plays every seed as before they were added.
 	KeyFaults bool
+	// Drift bounds the members' clock drift: each process's clock (its
+	// Now and Clock, and so its timers) runs at a rate 1+e of the world's
+	// time, the etcd leader's, from the moment it starts, with |e| at most
+	// Drift, drawn from a stream of its own (see drawDrift). 0: every
+	// clock is the world's, and every seed plays as before drift was
+	// added. The fence margin (TTL/8) covers a clock slow by up to 1/8
+	// against etcd's, and (for the quiet times counted in TTLs) two
+	// members' clocks whose rates differ by less than a factor 7/8, which
+	// |e| < 1/15 keeps; DriftBound is what the tests keep within.
+	Drift float64
 }
+
+// DriftBound is the drift the tests play within the fence margin: 2%,
+// far beyond real clocks' (well below 0.01%), and well within what the
+// margin, TTL/8, and the quiet times measured in TTLs cover.
+const DriftBound = 0.02
 
 // replicas is the replicas per slot that cfg gives the members.
 func (cfg Config) replicas() int { return max(1, cfg.Replicas) }
@@ -59,6 +75,7 @@ type Result struct {
 	Ops         map[string]int // faults and operations, by kind
 	Kinds       []string       // the fault kinds it drew from
 	Violation   string         // the first safety or liveness violation ("": none)
+	Promotions  int            // slots the maps promoted to a secondary, each checked (see checkPromotions)
 	At          time.Duration  // when it was found
 	Trace       string         // the history, line by line (with Config.Trace)
 }
@@ -94,6 +111,18 @@ type history struct {
 	// zoneDown: no process of a zone starts before its time here (see
 	// zone-loss; looked up by zone, never ranged over).
 	zoneDown map[string]time.Duration
+	// drift draws each process's clock rate, with Config.Drift (nil
+	// without: see drawDrift).
+	drift *rand.Rand
+	// The map as last read, for the check of promotions (see trackMap):
+	// its mod revision, the map (nil: none, or not one of replicas), and
+	// whether a fault ran since.
+	mapRev  int64
+	lastMap *trackedMap
+	faulted bool
+	// left: the names of the processes that left gracefully (see
+	// checkPromotions; looked up, never ranged over).
+	left map[string]bool
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -132,7 +161,7 @@ func Run(seed uint64, cfg Config) Result {
 	w := NewWorld(seed, 1)
 	w.Quiet = !cfg.Trace
 	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
-		zoneDown: map[string]time.Duration{}}
+		zoneDown: map[string]time.Duration{}, left: map[string]bool{}}
 	// Swarm testing: each seed draws the fault kinds it uses (unless
 	// told: see Shrink).
 	swarm := cfg.Swarm
@@ -150,6 +179,9 @@ func Run(seed uint64, cfg Config) Result {
 	if cfg.KeyFaults {
 		h.fault = drawKeyKinds(seed, h.fault) // (not from h.rng: see KeyFaultKinds)
 	}
+	if cfg.Drift != 0 {
+		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (not from h.rng: see drawDrift)
+	}
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -166,8 +198,12 @@ func Run(seed uint64, cfg Config) Result {
 		h.scheduleFault()
 	}
 	end := cfg.Faults + cfg.Quiet
+	track := cfg.replicas() > 1 // (reads the maps written: see trackMap)
 	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
 		w.Step()
+		if track {
+			h.trackMap()
+		}
 		h.res.Events++
 		if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
 			break
@@ -196,7 +232,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	w := h.w
 	name := fmt.Sprintf("m%d", i)
 	c := w.NewClient(name)
-	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64()))}
+	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64())), e: h.drawDrift()}
 	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, env: env}
 	opts := []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
 		rink.WithReplicas(h.cfg.replicas())}
@@ -254,7 +290,12 @@ func (h *history) start(i int, d time.Duration) *simMember {
 			return
 		}
 		sm.alive = true
-		w.Tracef("%s: starts", name)
+		env.t0 = w.now // (its clock reads the world's time as it starts, and drifts from then on)
+		if h.drift != nil {
+			w.Tracef("%s: starts, its clock %+.2f%% off the world's rate", name, 100*env.e)
+		} else {
+			w.Tracef("%s: starts", name)
+		}
 		_ = m.Start()
 	}
 	w.After(d, begin)
@@ -276,6 +317,7 @@ func (h *history) scheduleFault() {
 // injectFault does one fault of kind k.
 func (h *history) injectFault(k string) {
 	w := h.w
+	h.faulted = true // (a map it writes is an operator's: see trackMap)
 	var live []*simMember
 	for _, m := range h.members {
 		if m.alive {
@@ -297,7 +339,7 @@ func (h *history) injectFault(k string) {
 		m := pick()
 		m.alive = false
 		if k == "leave" {
-			m.m.Leave()
+			h.leave(m)
 		} else {
 			m.m.Crash()
 		}
@@ -333,7 +375,7 @@ func (h *history) injectFault(k string) {
 		w.After(d, func() {
 			if m.alive {
 				m.alive = false
-				m.m.Leave()
+				h.leave(m)
 				h.forget(m)
 			}
 		})
@@ -766,12 +808,16 @@ func (h *history) violate(why string) {
 	}
 }
 
-// memberEnv is a member's time: the world's, with no skew. While the
-// member is paused, what it would handle waits until it resumes.
+// memberEnv is a member's time: the world's, or with Config.Drift a
+// clock of its own that runs at a rate 1+e of the world's from t0, when
+// the process started (see local). While the member is paused, what it
+// would handle waits until it resumes.
 type memberEnv struct {
 	w           *World
 	rng         *rand.Rand
 	pausedUntil time.Duration
+	t0          time.Duration // the world's time when the process started
+	e           float64       // its clock's drift (0: none)
 }
 
 // run runs fn now, or when the member resumes.
@@ -785,10 +831,39 @@ func (e *memberEnv) run(fn func()) {
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func (e *memberEnv) Now() time.Time                   { return epoch.Add(e.w.now) }
-func (e *memberEnv) Clock() int64                     { return int64(e.w.now) }
-func (e *memberEnv) After(d time.Duration, fn func()) { e.w.After(d, func() { e.run(fn) }) }
-func (e *memberEnv) Rand() *rand.Rand                 { return e.rng }
+// local is the member's clock at the world's time t: t0 + (t-t0)(1+e),
+// rounded down.
+func (e *memberEnv) local(t time.Duration) time.Duration {
+	if e.e == 0 {
+		return t
+	}
+	return e.t0 + time.Duration(math.Floor(float64(t-e.t0)*(1+e.e)))
+}
+
+// worldDelay is how long the world waits for d to pass on the member's
+// clock: the least delay after which its clock reads at least d later
+// (about d/(1+e); a timer fires late by a nanosecond, never early).
+func (e *memberEnv) worldDelay(d time.Duration) time.Duration {
+	if e.e == 0 || d <= 0 {
+		return d
+	}
+	wd := time.Duration(math.Ceil(float64(d) / (1 + e.e)))
+	now := e.w.now
+	for wd > 0 && e.local(now+wd-1)-e.local(now) >= d {
+		wd--
+	}
+	for e.local(now+wd)-e.local(now) < d {
+		wd++
+	}
+	return wd
+}
+
+func (e *memberEnv) Now() time.Time { return epoch.Add(e.local(e.w.now)) }
+func (e *memberEnv) Clock() int64   { return int64(e.local(e.w.now)) }
+func (e *memberEnv) After(d time.Duration, fn func()) {
+	e.w.After(e.worldDelay(d), func() { e.run(fn) })
+}
+func (e *memberEnv) Rand() *rand.Rand { return e.rng }
 
 // clientEtcd is a Client as a member's etcd: answers reach a paused member
 // when it resumes.
