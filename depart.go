@@ -161,7 +161,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 			leavers = append(leavers, name)
 		}
 	}
-	next := planMap(cur, planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
+	next := planMap(cur, Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
 		Replicas: cur.ReplicaCount(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol

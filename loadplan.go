@@ -20,8 +20,8 @@ import (
 //
 // Like plan, it does no I/O and reads no clock.
 
-// loadPlanInput is what rebalanceLoad needs beside the current table.
-type loadPlanInput struct {
+// LoadInput is what rebalanceLoad needs beside the current table.
+type LoadInput struct {
 	// Load is each slot's estimated load (S entries, none negative).
 	Load []float64
 	// Capacity gives members' capacities; a member it does not name has
@@ -110,7 +110,7 @@ func imbalanceBound(m wire.Map, load []float64, capacity map[string]float64) flo
 //     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
-func rebalanceLoad(cur wire.Map, in loadPlanInput) (table wire.SlotTable, moved []int) {
+func rebalanceLoad(cur wire.Map, in LoadInput) (table wire.SlotTable, moved []int) {
 	n := len(cur.Members)
 	cur = primaryMap(cur) // (load is the primaries': the caller places secondaries around them)
 	table = slices.Clone(cur.Table)

@@ -48,7 +48,7 @@ func TestRebalanceLoadFewRoles(t *testing.T) {
 			load := rolesPerSlot(S, roles...)
 			m := start(S, names...)
 			for round := 0; round < 3; round++ {
-				table, _ := rebalanceLoad(m, loadPlanInput{Load: load, Tolerance: 0.1, Budget: S / 20})
+				table, _ := rebalanceLoad(m, LoadInput{Load: load, Tolerance: 0.1, Budget: S / 20})
 				m.Table = table
 			}
 			got := owned(m, load)
@@ -79,7 +79,7 @@ func TestRebalanceLoadTable(t *testing.T) {
 		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, wire.SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, moved := rebalanceLoad(m, loadPlanInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
+			got, moved := rebalanceLoad(m, LoadInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
 			if !slices.Equal(got, c.want) {
 				t.Errorf("table %v (moved %v), want %v", got, moved, c.want)
 			}
@@ -98,7 +98,7 @@ func zipfLoad(rng *rand.Rand, S, n int) []float64 {
 }
 
 // checkRound asserts rebalanceLoad's promises for one round.
-func checkRound(t testing.TB, cur wire.Map, in loadPlanInput, table wire.SlotTable, moved []int) {
+func checkRound(t testing.TB, cur wire.Map, in LoadInput, table wire.SlotTable, moved []int) {
 	t.Helper()
 	if len(table) != len(cur.Table) {
 		t.Fatalf("table of %d slots, want %d", len(table), len(cur.Table))
@@ -176,7 +176,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 				frozen[s] = true
 			}
 		}
-		in := loadPlanInput{Load: load, Capacity: caps, Tolerance: tol, Budget: budget, Frozen: frozen}
+		in := LoadInput{Load: load, Capacity: caps, Tolerance: tol, Budget: budget, Frozen: frozen}
 		table, moved := rebalanceLoad(cur, in)
 		checkRound(t, cur, in, table, moved)
 		for _, s := range moved {
@@ -191,7 +191,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 			// Loads held still for 20 rounds: the rink is within the
 			// tolerance, or as close as the hottest slot allows, or
 			// no swap lowers the most loaded member.
-			if _, more := rebalanceLoad(cur, loadPlanInput{Load: load, Capacity: caps, Tolerance: tol, Budget: S}); len(more) > 0 && imbalance(cur, load, caps) > max(1+tol, imbalanceBound(cur, load, caps))*1.001 {
+			if _, more := rebalanceLoad(cur, LoadInput{Load: load, Capacity: caps, Tolerance: tol, Budget: S}); len(more) > 0 && imbalance(cur, load, caps) > max(1+tol, imbalanceBound(cur, load, caps))*1.001 {
 				t.Fatalf("seed %d: after 20 rounds imbalance %.3f (bound %.3f, tolerance %v) and more swaps would help",
 					seed, imbalance(cur, load, caps), imbalanceBound(cur, load, caps), tol)
 			}
@@ -274,7 +274,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 		next := 0
 		for step := 0; step < 40; step++ {
 			load := zipfLoad(rng, S, rng.IntN(2*S))
-			in := planInput{Ready: map[string]bool{}, ByLoad: true, Load: load}
+			in := Input{Ready: map[string]bool{}, ByLoad: true, Load: load}
 			switch op := rng.IntN(10); {
 			case op < 4 || len(live) == 0:
 				live = append(live, fmt.Sprintf("m%d", next))
@@ -321,7 +321,7 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 1, 1, 1}, ByLoad: true}
 	caps := map[string]float64{"b": 4}
 	load := []float64{3, 0, 0, 0, 0}
-	table, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
+	table, moved := rebalanceLoad(m, LoadInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
 	if len(moved) != 0 || !slices.Equal(table, m.Table) {
 		t.Errorf("moved %v: table %v", moved, table)
 	}
@@ -335,14 +335,14 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 			names = append(names, fmt.Sprint("m", i))
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
-		in := planInput{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
+		in := Input{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
 		cur := plan(wire.Map{Schema: wire.SchemaVersion, Slots: S}, in)
 		for _, name := range names {
 			in.Ready[name] = true
 		}
 		cur = plan(cur, in)
 		for round := 0; round < 10; round++ {
-			table, _ := rebalanceLoad(cur, loadPlanInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
+			table, _ := rebalanceLoad(cur, LoadInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
 			cur.Table = table
 			if again := plan(cur, in); !again.SameAssignment(cur) {
 				t.Fatalf("seed %d round %d: planning after the round moved slots", seed, round)
@@ -403,7 +403,7 @@ func TestFillNewcomersSpreadsLoad(t *testing.T) {
 			if imb > worst {
 				t.Errorf("imbalance %.3f after the first spread, above %.3f (loads %v)", imb, worst, owned(m, load))
 			}
-			_, moved := rebalanceLoad(m, loadPlanInput{Load: load, Capacity: c.capacity, Tolerance: 0.1, Budget: S})
+			_, moved := rebalanceLoad(m, LoadInput{Load: load, Capacity: c.capacity, Tolerance: 0.1, Budget: S})
 			if len(moved) > 0 && imb > 1.1 {
 				t.Errorf("a load round would move %d slots after the first spread (loads %v)", len(moved), owned(m, load))
 			}

@@ -116,7 +116,7 @@ func (r *Rink) allReported(m wire.Map, measured bool) bool {
 // loadRound runs one round of load balancing on next (see rebalanceLoad),
 // once every ranked member that owns slots has reported its load, and
 // starts the timer of the next round.
-func (r *Rink) loadRound(next *wire.Map, in planInput) {
+func (r *Rink) loadRound(next *wire.Map, in Input) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false
@@ -137,7 +137,7 @@ func (r *Rink) loadRound(next *wire.Map, in planInput) {
 	}
 	before := imbalance(*next, in.Load, in.Capacity)
 	budget := max(1, next.Slots*loadBudgetPercent/100)
-	table, moved := rebalanceLoad(*next, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
+	table, moved := rebalanceLoad(*next, LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
 	l.round++
 	l.more = len(moved) >= budget
 	if len(moved) == 0 {

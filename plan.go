@@ -45,7 +45,7 @@ func (r *Rink) plan() {
 		from = vacateRepeats(st.cur)
 	}
 	planned := r.plannedMembers()
-	in := planInput{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(planned),
+	in := Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(planned),
 		Replicas: r.opts.replicas, Zones: zones(planned), Handed: handed(leavers)}
 	if r.opts.replicas > 1 {
 		for _, name := range st.cur.Members {
@@ -251,7 +251,7 @@ const reportWait = time.Second
 // member owning slots has reported, and at most reportWait after the first
 // of them became ready. A rink with no load seen ranks at once: there is
 // nothing to place by.
-func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
+func (r *Rink) holdForReports(in Input, now time.Time) time.Time {
 	l := r.st.lead
 	if !in.ByLoad || len(in.Ready) == 0 {
 		return time.Time{}
@@ -278,7 +278,7 @@ func (r *Rink) holdForReports(in planInput, now time.Time) time.Time {
 // count as movable: they move in a later round). While some member that
 // owns slots has not reported, no round runs (see loadRound), and none is
 // pending.
-func (r *Rink) loadPending(in planInput) bool {
+func (r *Rink) loadPending(in Input) bool {
 	l := r.st.lead
 	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(primaryMap(r.st.cur).Table) {
 		return false
@@ -286,7 +286,7 @@ func (r *Rink) loadPending(in planInput) bool {
 	if l.more {
 		return true
 	}
-	_, moved := rebalanceLoad(r.st.cur, loadPlanInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: 1})
+	_, moved := rebalanceLoad(r.st.cur, LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: 1})
 	return len(moved) > 0
 }
 
@@ -306,7 +306,7 @@ type restInfo struct {
 // that moved by less than 0.05 is not worth a floor write. (A leader
 // about to proclaim a map does not wake it: the floor of the new map
 // drops what was said of the old one anyway.)
-func (r *Rink) setRest(rest int64, round bool, in planInput, wake bool) {
+func (r *Rink) setRest(rest int64, round bool, in Input, wake bool) {
 	st := &r.st
 	box := st.lead.rest
 	if box == nil {

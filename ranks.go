@@ -14,8 +14,8 @@ import (
 // the next map from the current one, and how roles hash to slots. Nothing here
 // does I/O or reads a clock, so that it can be table-tested and fuzzed.
 
-// planInput is what the leader knows when it computes the next map.
-type planInput struct {
+// Input is what the leader knows when it computes the next map.
+type Input struct {
 	// Live lists the members whose member keys exist, oldest join first.
 	Live []string
 	// Ready names the waiting members that have waited the rebalance delay.
@@ -38,9 +38,9 @@ type planInput struct {
 	// Zones gives members' zones (see WithZone); a member it does not name
 	// has none.
 	Zones map[string]string
-	// balance, when set, balances the table in balance's stead (see
+	// Balance, when set, balances the table in Balance's stead (see
 	// planMap: with replicas, moves go first where they keep roles warm).
-	balance func(owners []string, members []string, capacity map[string]float64) wire.SlotTable
+	Balance func(owners []string, members []string, capacity map[string]float64) wire.SlotTable
 	// Hold keeps every live member's replicas where they are (see
 	// planMap): only orphans and missing secondaries are placed; promoted
 	// primaries stay on their secondaries, however uneven, and no
@@ -71,7 +71,7 @@ type planInput struct {
 //     they need from the most loaded members.
 //
 // The returned map has cur's version; the caller numbers it if it differs.
-func plan(cur wire.Map, in planInput) wire.Map {
+func plan(cur wire.Map, in Input) wire.Map {
 	live := make(map[string]bool, len(in.Live))
 	for _, name := range in.Live {
 		live[name] = true
@@ -156,8 +156,8 @@ func plan(cur wire.Map, in planInput) wire.Map {
 		next.Table = placeOrphans(owners, members, in.Capacity, in.Load)
 		fillNewcomers(next.Table, members, in.Capacity, in.Load)
 		next.ByLoad = true
-	case in.balance != nil:
-		next.Table = in.balance(owners, members, in.Capacity)
+	case in.Balance != nil:
+		next.Table = in.Balance(owners, members, in.Capacity)
 	default:
 		next.Table = balance(owners, members, in.Capacity)
 	}

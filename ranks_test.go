@@ -129,7 +129,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			next := plan(tt.cur, planInput{Live: tt.live, Ready: tt.ready})
+			next := plan(tt.cur, Input{Live: tt.live, Ready: tt.ready})
 			if !slices.Equal(next.Members, tt.wantMembers) {
 				t.Fatalf("members = %v, want %v", next.Members, tt.wantMembers)
 			}
@@ -163,7 +163,7 @@ func TestPlan(t *testing.T) {
 
 func TestPlanKeepsSurvivorsSlots(t *testing.T) {
 	cur := start(1024, "a", "b", "c", "d", "e")
-	next := plan(cur, planInput{Live: []string{"a", "c", "d", "e"}})
+	next := plan(cur, Input{Live: []string{"a", "c", "d", "e"}})
 	for s := range cur.Table {
 		if o := cur.Owner(s); o != "b" && next.Owner(s) != o {
 			t.Fatalf("slot %d moved from survivor %s to %s", s, o, next.Owner(s))
@@ -357,7 +357,7 @@ func simulate(t testing.TB, seed uint64, steps int, S int) {
 	// Odd seeds give members capacities other than 1.
 	caps := map[string]float64{}
 	for step := 0; step < steps; step++ {
-		in := planInput{Ready: map[string]bool{}, Capacity: caps}
+		in := Input{Ready: map[string]bool{}, Capacity: caps}
 		switch op := rng.IntN(10); {
 		case op < 4 || len(live) == 0:
 			name := fmt.Sprintf("m%d", next)
@@ -414,7 +414,7 @@ func FuzzPlan(f *testing.F) {
 
 func TestWaitingSinceIsKept(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	next := plan(start(4, "a"), planInput{Live: []string{"a", "b"}, Since: map[string]time.Time{"b": at}})
+	next := plan(start(4, "a"), Input{Live: []string{"a", "b"}, Since: map[string]time.Time{"b": at}})
 	if len(next.Waiting) != 1 || !next.Waiting[0].Since.Equal(at) {
 		t.Fatalf("waiting = %+v", next.Waiting)
 	}
@@ -448,7 +448,7 @@ func TestParseTable(t *testing.T) {
 			t.Errorf("parseTable(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
-	m := plan(wire.Map{Schema: wire.SchemaVersion, Slots: 1024}, planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
+	m := plan(wire.Map{Schema: wire.SchemaVersion, Slots: 1024}, Input{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
 	m.Version = 1
 	got, err := wire.DecodeMap(m.Encode(), 1024)
 	if err != nil || !slices.Equal(got.Table, m.Table) {

@@ -183,11 +183,11 @@ func TestRT26HeirTakesTheOldestRow(t *testing.T) {
 	}
 	// A rolling deploy's step: b shuts down, g waits and takes its index.
 	live := append(without(names, "b"), "g")
-	rolled := planMap(cur, planInput{Live: live, Replicas: 3, Zones: zones, Ready: map[string]bool{}, Handed: map[string]bool{"b": true}})
+	rolled := planMap(cur, Input{Live: live, Replicas: 3, Zones: zones, Ready: map[string]bool{}, Handed: map[string]bool{"b": true}})
 	rolled.Version = cur.Version + 1
 	checkPlanned(t, rolled, 3, zones)
 	// a crashes.
-	crashed := planMap(rolled, planInput{Live: without(live, "a"), Replicas: 3, Zones: zones, Ready: map[string]bool{}})
+	crashed := planMap(rolled, Input{Live: without(live, "a"), Replicas: 3, Zones: zones, Ready: map[string]bool{}})
 	cold := 0
 	for s := range S {
 		before := cur.ReplicaNames(s)
@@ -238,7 +238,7 @@ func TestRT26WarmupHoldDropsPromotedSecondaries(t *testing.T) {
 	}
 	r.st.lead = &leadership{since: map[string]time.Time{}, warmAcks: map[string]int64{}}
 	live := []string{"a", "b", "d", "e"}
-	in := planInput{Live: live, Ready: map[string]bool{"e": true}, Replicas: k}
+	in := Input{Live: live, Ready: map[string]bool{"e": true}, Replicas: k}
 	next := planMap(cur, in)
 	checkPlanned(t, next, k, nil)
 	r.holdForWarmup(&next, func() wire.Map { return planMap(cur, in) }, time.Now())
@@ -277,7 +277,7 @@ func TestRT26KeepRoundLeavesNoSecondary(t *testing.T) {
 	// The round moves slot 0 to its secondary.
 	sec := cur.ReplicaNames(0)[1]
 	r.st.lead = &leadership{roundMoves: map[int]string{0: sec}}
-	next := planMap(cur, planInput{Live: names, Replicas: k})
+	next := planMap(cur, Input{Live: names, Replicas: k})
 	r.keepRound(&next)
 	if got := next.ReplicaNames(0); len(got) < k {
 		t.Errorf("slot 0: replicas %v -> %v after keepRound moved its primary to %s: no secondary", cur.ReplicaNames(0), got, sec)
@@ -334,7 +334,7 @@ func TestRT26PlanMapStableWithCapacityAndLoad(t *testing.T) {
 					load[s] = float64(rng.IntN(5))
 				}
 			}
-			in := planInput{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed, Capacity: caps, ByLoad: byLoad, Load: load}
+			in := Input{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed, Capacity: caps, ByLoad: byLoad, Load: load}
 			m := planMap(cur, in)
 			m.Schema, m.Version = wire.SchemaReplicas, cur.Version+1
 			again := in

@@ -410,7 +410,7 @@ func secondaryShares(l *replicaLayout, live []int, total int) []float64 {
 // The returned map has cur's version; the caller numbers it if it differs.
 // It is deterministic, and planning again what it returns changes nothing
 // when the members do not change.
-func planMap(cur wire.Map, in planInput) wire.Map {
+func planMap(cur wire.Map, in Input) wire.Map {
 	k := max(1, in.Replicas)
 	if k == 1 {
 		next := plan(primaryMap(cur), in)
@@ -463,7 +463,7 @@ func planMap(cur wire.Map, in planInput) wire.Map {
 			}
 		}
 	}
-	in.balance = func(owners, members []string, capacity map[string]float64) wire.SlotTable {
+	in.Balance = func(owners, members []string, capacity map[string]float64) wire.SlotTable {
 		if in.Hold && !in.ByLoad {
 			return placeOrphansWarm(owners, members, capacity, secs)
 		}
@@ -482,7 +482,7 @@ func planMap(cur wire.Map, in planInput) wire.Map {
 // withPrimaries returns next with table (a load round's) as its
 // primaries, and its secondaries placed anew around them (placeAround):
 // a secondary that became the primary of its slot is replaced.
-func withPrimaries(next wire.Map, table wire.SlotTable, in planInput) wire.Map {
+func withPrimaries(next wire.Map, table wire.SlotTable, in Input) wire.Map {
 	if next.ReplicaCount() == 1 {
 		next.Table = table
 		return next
@@ -498,7 +498,7 @@ func withPrimaries(next wire.Map, table wire.SlotTable, in planInput) wire.Map {
 // first, as the map before had them; rename maps a departed member's name
 // to its heir's, which comes after the others, as the newest, and any
 // other name next does not rank is dropped).
-func placeAround(next wire.Map, secs [][]string, rename map[string]string, in planInput) wire.Map {
+func placeAround(next wire.Map, secs [][]string, rename map[string]string, in Input) wire.Map {
 	S, k := next.Slots, max(1, in.Replicas)
 	next.Replicas = k
 	next.Schema = max(next.Schema, wire.SchemaReplicas)

@@ -332,7 +332,7 @@ func planReplicated(k, slots int, names []string, zones map[string]string) wire.
 	for _, n := range names {
 		ready[n] = true
 	}
-	next := planMap(cur, planInput{Live: names, Ready: ready, Replicas: k, Zones: zones})
+	next := planMap(cur, Input{Live: names, Ready: ready, Replicas: k, Zones: zones})
 	next.Schema, next.Version = wire.SchemaReplicas, 1
 	return next
 }
@@ -381,8 +381,8 @@ func TestPlanMap(t *testing.T) {
 			cur := planReplicated(k, S, names, zones)
 			cur.ByLoad = byLoad
 			checkPlanned(t, cur, k, zones)
-			input := func(live []string, handed ...string) planInput {
-				in := planInput{Live: live, Replicas: k, Zones: zones, ByLoad: byLoad, Ready: map[string]bool{}}
+			input := func(live []string, handed ...string) Input {
+				in := Input{Live: live, Replicas: k, Zones: zones, ByLoad: byLoad, Ready: map[string]bool{}}
 				for _, h := range handed {
 					if in.Handed == nil {
 						in.Handed = map[string]bool{}
@@ -493,7 +493,7 @@ func TestPlanMapZoneLoss(t *testing.T) {
 				live = append(live, n)
 			}
 		}
-		next := planMap(cur, planInput{Live: live, Replicas: 2, Zones: zones, ByLoad: byLoad})
+		next := planMap(cur, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: byLoad})
 		checkPlanned(t, next, 2, zones)
 		others := 0
 		for s := range cur.Slots {
@@ -559,7 +559,7 @@ func FuzzPlanMap(f *testing.F) {
 			for _, n := range live {
 				ready[n] = rng.IntN(3) > 0
 			}
-			in := planInput{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed}
+			in := Input{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed}
 			m := planMap(cur, in)
 			m.Schema, m.Version = wire.SchemaReplicas, cur.Version+1
 			if k == 1 {
@@ -619,7 +619,7 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 			}
 			live = slices.DeleteFunc(live, func(n string) bool { return n == gone })
 			prev := maps[len(maps)-1]
-			next := planMap(prev, planInput{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
+			next := planMap(prev, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
 			checkPlanned(t, next, 2, zones)
 			for s := range c.slots {
 				if slices.Contains(prev.ReplicaNames(s), gone) {
@@ -662,7 +662,7 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		live := slices.Clone(names)
 		drop := func(g string) { live = slices.DeleteFunc(live, func(n string) bool { return n == g }) }
 		step := func(m wire.Map, hold bool) wire.Map {
-			n := planMap(m, planInput{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
+			n := planMap(m, Input{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
 			n.Version = m.Version + 1
 			checkPlanned(t, n, 2, zones)
 			return n
@@ -691,10 +691,10 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 // release's encoders from the same maps.
 func TestOneReplicaEncodesAsBefore(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
-	in := planInput{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
+	in := Input{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
 	prev := planMap(wire.Map{Schema: wire.SchemaVersion, Slots: 16}, in)
 	prev.Version, prev.Leader = 1, "a"
-	in2 := planInput{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
+	in2 := Input{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
 	next := planMap(prev, in2)
 	next.Version = 2
 	c := wire.Diff(&prev, &next)

@@ -413,5 +413,5 @@ func (r *Rink) placedAround(m wire.Map) wire.Map {
 		return m
 	}
 	members := r.plannedMembers()
-	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), planInput{Replicas: m.ReplicaCount(), Zones: zones(members), Capacity: capacities(members), Hold: true})
+	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), Input{Replicas: m.ReplicaCount(), Zones: zones(members), Capacity: capacities(members), Hold: true})
 }
