@@ -5,6 +5,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -161,7 +162,7 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 			leavers = append(leavers, name)
 		}
 	}
-	next := planMap(cur, Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
+	next := plan.PlanMap(cur, plan.Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(d.members), ByLoad: cur.ByLoad,
 		Replicas: cur.ReplicaCount(), Zones: zones(d.members), Handed: handed(leavers)})
 	next.Version, next.Leader = d.version, cur.Leader
 	next.Schema = cur.Schema // a departure changes no protocol

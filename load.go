@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -235,7 +236,7 @@ func (r *Rink) reportLoad() {
 				i = m.Index(r.opts.member)
 			}
 			if i >= 0 {
-				for s, o := range primaryMap(*m).Table {
+				for s, o := range plan.PrimaryMap(*m).Table {
 					if int(o) == i {
 						owned = append(owned, s)
 					}

@@ -3,6 +3,7 @@ package rink
 import (
 	"slices"
 
+	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
@@ -116,7 +117,7 @@ func (r *Rink) allReported(m wire.Map, measured bool) bool {
 // loadRound runs one round of load balancing on next (see rebalanceLoad),
 // once every ranked member that owns slots has reported its load, and
 // starts the timer of the next round.
-func (r *Rink) loadRound(next *wire.Map, in Input) {
+func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false
@@ -135,22 +136,22 @@ func (r *Rink) loadRound(next *wire.Map, in Input) {
 			delete(l.movedAt, s)
 		}
 	}
-	before := imbalance(*next, in.Load, in.Capacity)
+	before := plan.Imbalance(*next, in.Load, in.Capacity)
 	budget := max(1, next.Slots*loadBudgetPercent/100)
-	table, moved := rebalanceLoad(*next, LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
+	table, moved := plan.RebalanceLoad(*next, plan.LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
 	l.round++
 	l.more = len(moved) >= budget
 	if len(moved) == 0 {
 		r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: before})
 		return
 	}
-	*next = withPrimaries(*next, table, in)
-	r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: imbalance(*next, in.Load, in.Capacity), Moved: len(moved)})
+	*next = plan.WithPrimaries(*next, table, in)
+	r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: plan.Imbalance(*next, in.Load, in.Capacity), Moved: len(moved)})
 	for _, s := range moved {
 		l.movedAt[s] = l.round
 	}
 	r.log.Info("balancing by load", zap.Int("slots", len(moved)), zap.Float64("imbalance", before),
-		zap.Float64("expected", imbalance(*next, in.Load, in.Capacity)))
+		zap.Float64("expected", plan.Imbalance(*next, in.Load, in.Capacity)))
 }
 
 // A load round moves at most loadBudgetPercent of the slots, and a slot it

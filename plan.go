@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
@@ -45,7 +46,7 @@ func (r *Rink) plan() {
 		from = vacateRepeats(st.cur)
 	}
 	planned := r.plannedMembers()
-	in := Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(planned),
+	in := plan.Input{Live: live, Ready: map[string]bool{}, Since: map[string]time.Time{}, Capacity: capacities(planned),
 		Replicas: r.opts.replicas, Zones: zones(planned), Handed: handed(leavers)}
 	if r.opts.replicas > 1 {
 		for _, name := range st.cur.Members {
@@ -114,13 +115,13 @@ func (r *Rink) plan() {
 		in.Hold = true
 		strict := in
 		strict.Hold = false
-		holding = !planMap(from, strict).SameAssignment(planMap(from, in))
+		holding = !plan.PlanMap(from, strict).SameAssignment(plan.PlanMap(from, in))
 		if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
 			due = at
 			st.setTimer(timerPlan, due)
 		}
 	}
-	next := planMap(from, in)
+	next := plan.PlanMap(from, in)
 	bare := st.cur
 	bare.Incoming = nil
 	settling := r.loadPending(in) // a load round would move slots
@@ -146,7 +147,7 @@ func (r *Rink) plan() {
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() wire.Map {
 			in.Live = append(slices.Clone(in.Live), leavers...)
-			return planMap(from, in)
+			return plan.PlanMap(from, in)
 		}, now)
 	}
 	next.Schema = proto
@@ -251,7 +252,7 @@ const reportWait = time.Second
 // member owning slots has reported, and at most reportWait after the first
 // of them became ready. A rink with no load seen ranks at once: there is
 // nothing to place by.
-func (r *Rink) holdForReports(in Input, now time.Time) time.Time {
+func (r *Rink) holdForReports(in plan.Input, now time.Time) time.Time {
 	l := r.st.lead
 	if !in.ByLoad || len(in.Ready) == 0 {
 		return time.Time{}
@@ -278,15 +279,15 @@ func (r *Rink) holdForReports(in Input, now time.Time) time.Time {
 // count as movable: they move in a later round). While some member that
 // owns slots has not reported, no round runs (see loadRound), and none is
 // pending.
-func (r *Rink) loadPending(in Input) bool {
+func (r *Rink) loadPending(in plan.Input) bool {
 	l := r.st.lead
-	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(primaryMap(r.st.cur).Table) {
+	if !in.ByLoad || in.Load == nil || !r.allReported(r.st.cur, l.estRate) || len(in.Load) != len(plan.PrimaryMap(r.st.cur).Table) {
 		return false
 	}
 	if l.more {
 		return true
 	}
-	_, moved := rebalanceLoad(r.st.cur, LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: 1})
+	_, moved := plan.RebalanceLoad(r.st.cur, plan.LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: 1})
 	return len(moved) > 0
 }
 
@@ -306,15 +307,15 @@ type restInfo struct {
 // that moved by less than 0.05 is not worth a floor write. (A leader
 // about to proclaim a map does not wake it: the floor of the new map
 // drops what was said of the old one anyway.)
-func (r *Rink) setRest(rest int64, round bool, in Input, wake bool) {
+func (r *Rink) setRest(rest int64, round bool, in plan.Input, wake bool) {
 	st := &r.st
 	box := st.lead.rest
 	if box == nil {
 		return // (a leadership made by hand in a test)
 	}
 	info := restInfo{lineage: st.lineage, seq: st.curSeq, rest: rest, round: round}
-	if in.ByLoad && len(in.Load) == len(primaryMap(st.cur).Table) && len(st.cur.Members) > 0 {
-		info.imbalance = math.Round(imbalance(st.cur, in.Load, in.Capacity)*100) / 100
+	if in.ByLoad && len(in.Load) == len(plan.PrimaryMap(st.cur).Table) && len(st.cur.Members) > 0 {
+		info.imbalance = math.Round(plan.Imbalance(st.cur, in.Load, in.Capacity)*100) / 100
 		info.tolerance = r.opts.tolerance
 	}
 	if old := box.info.Load(); old != nil && old.lineage == info.lineage && old.seq == info.seq && old.rest == info.rest &&

@@ -569,7 +569,7 @@ func TestScaleOut(t *testing.T) {
 	eventually(t, 10*time.Second, "m4 ranked", func() bool { return n.Rank().Index == 4 })
 	settle(t, h, all...)
 	after := *n.ownersNow()
-	if m := moved(before, after); m < DefaultSlots/5 || m > DefaultSlots/5+1 {
+	if m := ownersMoved(before, after); m < DefaultSlots/5 || m > DefaultSlots/5+1 {
 		t.Fatalf("%d slots moved, want %d's share", m, DefaultSlots/5)
 	}
 	acq, rel := slotsSince(h, mark)
@@ -582,8 +582,8 @@ func TestScaleOut(t *testing.T) {
 	for _, slots := range rel {
 		released += len(slots)
 	}
-	if len(acq["m4"]) != moved(before, after) || released != moved(before, after) {
-		t.Errorf("m4 acquired %d slots, others released %d, moved %d", len(acq["m4"]), released, moved(before, after))
+	if len(acq["m4"]) != ownersMoved(before, after) || released != ownersMoved(before, after) {
+		t.Errorf("m4 acquired %d slots, others released %d, moved %d", len(acq["m4"]), released, ownersMoved(before, after))
 	}
 	if after.Owner(wire.SlotOf(role, DefaultSlots)) == "m1" && held.Err() != nil {
 		t.Error("a role that stayed with m1 was interrupted")
@@ -607,7 +607,7 @@ func TestLeaderCrash(t *testing.T) {
 	eventually(t, 15*time.Second, "new leader", func() bool { return ms[1].Rank().Leader != "m0" && ms[1].Rank().Leader != "" })
 	settle(t, h, ms[1:]...)
 	after := *ms[1].ownersNow()
-	if m := moved(before, after); m != len(theirs) {
+	if m := ownersMoved(before, after); m != len(theirs) {
 		t.Fatalf("%d slots moved, want exactly the leader's %d", m, len(theirs))
 	}
 	acq, rel := slotsSince(h, mark)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -413,5 +414,5 @@ func (r *Rink) placedAround(m wire.Map) wire.Map {
 		return m
 	}
 	members := r.plannedMembers()
-	return withPrimaries(m, slices.Clone(m.Table[:m.Slots]), Input{Replicas: m.ReplicaCount(), Zones: zones(members), Capacity: capacities(members), Hold: true})
+	return plan.WithPrimaries(m, slices.Clone(m.Table[:m.Slots]), plan.Input{Replicas: m.ReplicaCount(), Zones: zones(members), Capacity: capacities(members), Hold: true})
 }

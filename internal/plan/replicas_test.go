@@ -1,4 +1,4 @@
-package rink
+package plan
 
 import (
 	"fmt"
@@ -332,7 +332,7 @@ func planReplicated(k, slots int, names []string, zones map[string]string) wire.
 	for _, n := range names {
 		ready[n] = true
 	}
-	next := planMap(cur, Input{Live: names, Ready: ready, Replicas: k, Zones: zones})
+	next := PlanMap(cur, Input{Live: names, Ready: ready, Replicas: k, Zones: zones})
 	next.Schema, next.Version = wire.SchemaReplicas, 1
 	return next
 }
@@ -391,7 +391,7 @@ func TestPlanMap(t *testing.T) {
 				}
 				return in
 			}
-			again := planMap(cur, input(names))
+			again := PlanMap(cur, input(names))
 			if !again.SameAssignment(cur) {
 				t.Fatalf("%s: planning again changed the map", name)
 			}
@@ -417,16 +417,16 @@ func TestPlanMap(t *testing.T) {
 			}
 
 			// A crash of c: its primaries go to their oldest secondary.
-			next := planMap(cur, input(without("c")))
+			next := PlanMap(cur, input(without("c")))
 			checkPlanned(t, next, k, zones)
 			warm(next, "crash")
-			if again := planMap(next, input(without("c"))); !again.SameAssignment(next) {
+			if again := PlanMap(next, input(without("c"))); !again.SameAssignment(next) {
 				t.Fatalf("%s crash: planning again changed the map", name)
 			}
 
 			// A graceful departure of c with g waiting: g takes c's index
 			// and every replica c held, nothing else moves.
-			next = planMap(cur, input(append(without("c"), "g"), "c"))
+			next = PlanMap(cur, input(append(without("c"), "g"), "c"))
 			checkPlanned(t, next, k, zones)
 			if next.Index("g") != cur.Index("c") {
 				t.Fatalf("%s rolling: g at index %d, c was at %d", name, next.Index("g"), cur.Index("c"))
@@ -442,7 +442,7 @@ func TestPlanMap(t *testing.T) {
 			}
 
 			// A graceful departure with nobody waiting promotes.
-			next = planMap(cur, input(without("c"), "c"))
+			next = PlanMap(cur, input(without("c"), "c"))
 			checkPlanned(t, next, k, zones)
 			warm(next, "leave")
 
@@ -450,7 +450,7 @@ func TestPlanMap(t *testing.T) {
 			// no primary between others.
 			in := input(append(slices.Clone(names), "g"))
 			in.Ready["g"] = true
-			next = planMap(cur, in)
+			next = PlanMap(cur, in)
 			checkPlanned(t, next, k, zones)
 			for s := range S {
 				if next.Owner(s) != cur.Owner(s) && next.Owner(s) != "g" {
@@ -493,7 +493,7 @@ func TestPlanMapZoneLoss(t *testing.T) {
 				live = append(live, n)
 			}
 		}
-		next := planMap(cur, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: byLoad})
+		next := PlanMap(cur, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: byLoad})
 		checkPlanned(t, next, 2, zones)
 		others := 0
 		for s := range cur.Slots {
@@ -560,7 +560,7 @@ func FuzzPlanMap(f *testing.F) {
 				ready[n] = rng.IntN(3) > 0
 			}
 			in := Input{Live: live, Ready: ready, Replicas: k, Zones: zones, Handed: handed}
-			m := planMap(cur, in)
+			m := PlanMap(cur, in)
 			m.Schema, m.Version = wire.SchemaReplicas, cur.Version+1
 			if k == 1 {
 				m.Schema = wire.SchemaVersion
@@ -588,7 +588,7 @@ func FuzzPlanMap(f *testing.F) {
 			}
 			again := in
 			again.Handed = nil
-			stable := planMap(m, again)
+			stable := PlanMap(m, again)
 			if len(m.Members) > 0 && !stable.SameAssignment(m) {
 				t.Fatalf("planning again moved: %v -> %v", m.Table, stable.Table)
 			}
@@ -619,7 +619,7 @@ func TestPlanMapCrashKeepsOtherSecondaries(t *testing.T) {
 			}
 			live = slices.DeleteFunc(live, func(n string) bool { return n == gone })
 			prev := maps[len(maps)-1]
-			next := planMap(prev, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
+			next := PlanMap(prev, Input{Live: live, Replicas: 2, Zones: zones, ByLoad: true})
 			checkPlanned(t, next, 2, zones)
 			for s := range c.slots {
 				if slices.Contains(prev.ReplicaNames(s), gone) {
@@ -662,7 +662,7 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 		live := slices.Clone(names)
 		drop := func(g string) { live = slices.DeleteFunc(live, func(n string) bool { return n == g }) }
 		step := func(m wire.Map, hold bool) wire.Map {
-			n := planMap(m, Input{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
+			n := PlanMap(m, Input{Live: live, Replicas: 2, Zones: zones, Hold: hold, ByLoad: byLoad})
 			n.Version = m.Version + 1
 			checkPlanned(t, n, 2, zones)
 			return n
@@ -692,10 +692,10 @@ func TestPlanMapStaggeredZoneLoss(t *testing.T) {
 func TestOneReplicaEncodesAsBefore(t *testing.T) {
 	t0 := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	in := Input{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}, Replicas: 1}
-	prev := planMap(wire.Map{Schema: wire.SchemaVersion, Slots: 16}, in)
+	prev := PlanMap(wire.Map{Schema: wire.SchemaVersion, Slots: 16}, in)
 	prev.Version, prev.Leader = 1, "a"
 	in2 := Input{Live: []string{"a", "c", "d", "e"}, Ready: map[string]bool{"d": true}, Since: map[string]time.Time{"e": t0}, Replicas: 1}
-	next := planMap(prev, in2)
+	next := PlanMap(prev, in2)
 	next.Version = 2
 	c := wire.Diff(&prev, &next)
 	c.Transition = wire.Transition{From: 1, View: 77}

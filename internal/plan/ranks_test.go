@@ -1,4 +1,4 @@
-package rink
+package plan
 
 import (
 	"encoding/json"
@@ -129,7 +129,7 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			next := plan(tt.cur, Input{Live: tt.live, Ready: tt.ready})
+			next := Plan(tt.cur, Input{Live: tt.live, Ready: tt.ready})
 			if !slices.Equal(next.Members, tt.wantMembers) {
 				t.Fatalf("members = %v, want %v", next.Members, tt.wantMembers)
 			}
@@ -163,7 +163,7 @@ func TestPlan(t *testing.T) {
 
 func TestPlanKeepsSurvivorsSlots(t *testing.T) {
 	cur := start(1024, "a", "b", "c", "d", "e")
-	next := plan(cur, Input{Live: []string{"a", "c", "d", "e"}})
+	next := Plan(cur, Input{Live: []string{"a", "c", "d", "e"}})
 	for s := range cur.Table {
 		if o := cur.Owner(s); o != "b" && next.Owner(s) != o {
 			t.Fatalf("slot %d moved from survivor %s to %s", s, o, next.Owner(s))
@@ -213,8 +213,8 @@ func TestDecodeMap(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: err = %v, want ok=%v", tt.name, err, tt.ok)
 		}
-		if err != nil && !errors.Is(err, ErrIncompatible) {
-			t.Errorf("%s: err = %v, want ErrIncompatible", tt.name, err)
+		if err != nil && !errors.Is(err, wire.ErrIncompatible) {
+			t.Errorf("%s: err = %v, want wire.ErrIncompatible", tt.name, err)
 		}
 	}
 }
@@ -379,13 +379,13 @@ func simulate(t testing.TB, seed uint64, steps int, S int) {
 			// A leader change: planning again with nothing new moves nothing.
 		}
 		in.Live = slices.Clone(live)
-		n := plan(cur, in)
+		n := Plan(cur, in)
 		checkMap(t, n, live, caps)
 		if got, want := moved(renamed(cur, n), n), minMoves(renamed(cur, n), n.Members, caps); got != want {
 			t.Fatalf("seed %d step %d: moved %d slots, minimum %d\ncur %v\nnext %v", seed, step, got, want, cur.Members, n.Members)
 		}
 		// Planning again with the same input is a fixed point.
-		if again := plan(n, in); !again.SameAssignment(n) {
+		if again := Plan(n, in); !again.SameAssignment(n) {
 			t.Fatalf("seed %d step %d: plan is not idempotent", seed, step)
 		}
 		// Every ranked survivor keeps its slots unless it was over-full.
@@ -404,7 +404,7 @@ func FuzzPlan(f *testing.F) {
 	f.Add(uint64(1), uint8(40), uint16(1024))
 	f.Add(uint64(7), uint8(200), uint16(5))
 	f.Fuzz(func(t *testing.T, seed uint64, steps uint8, slots uint16) {
-		S := int(slots)%MaxSlots + 1
+		S := int(slots)%wire.MaxSlots + 1
 		if S > 4096 {
 			S = S%4096 + 1
 		}
@@ -414,7 +414,7 @@ func FuzzPlan(f *testing.F) {
 
 func TestWaitingSinceIsKept(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	next := plan(start(4, "a"), Input{Live: []string{"a", "b"}, Since: map[string]time.Time{"b": at}})
+	next := Plan(start(4, "a"), Input{Live: []string{"a", "b"}, Since: map[string]time.Time{"b": at}})
 	if len(next.Waiting) != 1 || !next.Waiting[0].Since.Equal(at) {
 		t.Fatalf("waiting = %+v", next.Waiting)
 	}
@@ -448,7 +448,7 @@ func TestParseTable(t *testing.T) {
 			t.Errorf("parseTable(%q) = %v, %v; want %v, %v", c.in, got, ok, c.want, c.ok)
 		}
 	}
-	m := plan(wire.Map{Schema: wire.SchemaVersion, Slots: 1024}, Input{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
+	m := Plan(wire.Map{Schema: wire.SchemaVersion, Slots: 1024}, Input{Live: []string{"a", "b", "c"}, Ready: map[string]bool{"a": true, "b": true, "c": true}, Since: map[string]time.Time{}})
 	m.Version = 1
 	got, err := wire.DecodeMap(m.Encode(), 1024)
 	if err != nil || !slices.Equal(got.Table, m.Table) {
@@ -533,7 +533,7 @@ func FuzzShares(f *testing.F) {
 	f.Add(uint16(1024), 1.0, 2.0, 3.5, uint16(10), uint16(20), uint16(30))
 	f.Add(uint16(7), 1e-9, 1e9, 0.5, uint16(0), uint16(7), uint16(0))
 	f.Fuzz(func(t *testing.T, slots uint16, a, b, c float64, ca, cb, cc uint16) {
-		S := int(slots)%MaxSlots + 1
+		S := int(slots)%wire.MaxSlots + 1
 		caps := []float64{wire.CapacityOr1(a), wire.CapacityOr1(b), wire.CapacityOr1(c)}
 		count := []int{int(ca) % (S + 1), int(cb) % (S + 1), int(cc) % (S + 1)}
 		got := shares(S, caps, count)
@@ -612,7 +612,7 @@ func FuzzParseNames(f *testing.F) {
 
 // parseMap decodes only what encoding/json decodes the same way.
 func FuzzParseMap(f *testing.F) {
-	m := twoSlots(7, []string{"a", "b"}, 0, 1, 1, 0)
+	m := wire.Map{Schema: wire.SchemaVersion, Version: 7, Slots: 4, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 1, 0}}
 	for _, s := range [][]byte{
 		m.Encode(),
 		wire.WithTransition(m.Encode(), wire.Transition{View: 9, From: 6, Gone: []string{"c"}}),

@@ -1,4 +1,4 @@
-package rink
+package plan
 
 import (
 	"fmt"
@@ -48,7 +48,7 @@ func TestRebalanceLoadFewRoles(t *testing.T) {
 			load := rolesPerSlot(S, roles...)
 			m := start(S, names...)
 			for round := 0; round < 3; round++ {
-				table, _ := rebalanceLoad(m, LoadInput{Load: load, Tolerance: 0.1, Budget: S / 20})
+				table, _ := RebalanceLoad(m, LoadInput{Load: load, Tolerance: 0.1, Budget: S / 20})
 				m.Table = table
 			}
 			got := owned(m, load)
@@ -79,7 +79,7 @@ func TestRebalanceLoadTable(t *testing.T) {
 		{"the budget bounds the moves", []float64{3, 3, 3, 3, 0, 0, 0, 0}, nil, 1, 0.1, wire.SlotTable{1, 0, 0, 0, 1, 1, 1, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, moved := rebalanceLoad(m, LoadInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
+			got, moved := RebalanceLoad(m, LoadInput{Load: c.load, Tolerance: c.tol, Budget: c.budget, Frozen: c.frozen})
 			if !slices.Equal(got, c.want) {
 				t.Errorf("table %v (moved %v), want %v", got, moved, c.want)
 			}
@@ -141,7 +141,7 @@ func checkRound(t testing.TB, cur wire.Map, in LoadInput, table wire.SlotTable, 
 	}
 	next := cur
 	next.Table = table
-	if b, a := imbalance(cur, in.Load, in.Capacity), imbalance(next, in.Load, in.Capacity); a > b*(1+1e-9) {
+	if b, a := Imbalance(cur, in.Load, in.Capacity), Imbalance(next, in.Load, in.Capacity); a > b*(1+1e-9) {
 		t.Fatalf("imbalance grew from %.4f to %.4f", b, a)
 	}
 }
@@ -177,7 +177,7 @@ func simulateLoad(t testing.TB, seed uint64) {
 			}
 		}
 		in := LoadInput{Load: load, Capacity: caps, Tolerance: tol, Budget: budget, Frozen: frozen}
-		table, moved := rebalanceLoad(cur, in)
+		table, moved := RebalanceLoad(cur, in)
 		checkRound(t, cur, in, table, moved)
 		for _, s := range moved {
 			if rs := movedAt[s]; len(rs) > 0 && round-rs[len(rs)-1] <= 3 {
@@ -191,9 +191,9 @@ func simulateLoad(t testing.TB, seed uint64) {
 			// Loads held still for 20 rounds: the rink is within the
 			// tolerance, or as close as the hottest slot allows, or
 			// no swap lowers the most loaded member.
-			if _, more := rebalanceLoad(cur, LoadInput{Load: load, Capacity: caps, Tolerance: tol, Budget: S}); len(more) > 0 && imbalance(cur, load, caps) > max(1+tol, imbalanceBound(cur, load, caps))*1.001 {
+			if _, more := RebalanceLoad(cur, LoadInput{Load: load, Capacity: caps, Tolerance: tol, Budget: S}); len(more) > 0 && Imbalance(cur, load, caps) > max(1+tol, imbalanceBound(cur, load, caps))*1.001 {
 				t.Fatalf("seed %d: after 20 rounds imbalance %.3f (bound %.3f, tolerance %v) and more swaps would help",
-					seed, imbalance(cur, load, caps), imbalanceBound(cur, load, caps), tol)
+					seed, Imbalance(cur, load, caps), imbalanceBound(cur, load, caps), tol)
 			}
 			load = zipfLoad(rng, S, 1+rng.IntN(4*S)) // the hot set changes
 		}
@@ -288,7 +288,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 				}
 			}
 			in.Live = slices.Clone(live)
-			n := plan(cur, in)
+			n := Plan(cur, in)
 			if len(n.Members) > 0 && (len(n.Table) != S || !n.ByLoad) {
 				t.Fatalf("seed %d step %d: table of %d slots, byLoad %v", seed, step, len(n.Table), n.ByLoad)
 			}
@@ -305,7 +305,7 @@ func TestPlanByLoadRandomHistories(t *testing.T) {
 					t.Fatalf("seed %d step %d: slot %d of live %s moved to %s", seed, step, s, before, after)
 				}
 			}
-			if again := plan(n, in); !again.SameAssignment(n) {
+			if again := Plan(n, in); !again.SameAssignment(n) {
 				t.Fatalf("seed %d step %d: planning again moved slots", seed, step)
 			}
 			n.Version = cur.Version + 1
@@ -321,7 +321,7 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: 5, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 1, 1, 1}, ByLoad: true}
 	caps := map[string]float64{"b": 4}
 	load := []float64{3, 0, 0, 0, 0}
-	table, moved := rebalanceLoad(m, LoadInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
+	table, moved := RebalanceLoad(m, LoadInput{Load: load, Capacity: caps, Tolerance: 0.1, Budget: 5})
 	if len(moved) != 0 || !slices.Equal(table, m.Table) {
 		t.Errorf("moved %v: table %v", moved, table)
 	}
@@ -336,15 +336,15 @@ func TestRebalanceLoadKeepsLastSlot(t *testing.T) {
 			caps[names[i]] = []float64{1, 2, 4, 0.5}[rng.IntN(4)]
 		}
 		in := Input{Live: names, Ready: map[string]bool{}, Capacity: caps, ByLoad: true, Load: zipfLoad(rng, S, 1+rng.IntN(2*S))}
-		cur := plan(wire.Map{Schema: wire.SchemaVersion, Slots: S}, in)
+		cur := Plan(wire.Map{Schema: wire.SchemaVersion, Slots: S}, in)
 		for _, name := range names {
 			in.Ready[name] = true
 		}
-		cur = plan(cur, in)
+		cur = Plan(cur, in)
 		for round := 0; round < 10; round++ {
-			table, _ := rebalanceLoad(cur, LoadInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
+			table, _ := RebalanceLoad(cur, LoadInput{Load: in.Load, Capacity: caps, Tolerance: 0.1, Budget: max(1, S/20)})
 			cur.Table = table
-			if again := plan(cur, in); !again.SameAssignment(cur) {
+			if again := Plan(cur, in); !again.SameAssignment(cur) {
 				t.Fatalf("seed %d round %d: planning after the round moved slots", seed, round)
 			}
 		}
@@ -397,13 +397,13 @@ func TestFillNewcomersSpreadsLoad(t *testing.T) {
 					t.Errorf("member %d owns %d slots, want its share %d", i, count[i], want)
 				}
 			}
-			imb, bound := imbalance(m, load, c.capacity), imbalanceBound(m, load, c.capacity)
+			imb, bound := Imbalance(m, load, c.capacity), imbalanceBound(m, load, c.capacity)
 			// One role above the mean share is what whole roles allow.
 			worst := max(bound, 1.1, 1+float64(c.members)/float64(c.roles))
 			if imb > worst {
 				t.Errorf("imbalance %.3f after the first spread, above %.3f (loads %v)", imb, worst, owned(m, load))
 			}
-			_, moved := rebalanceLoad(m, LoadInput{Load: load, Capacity: c.capacity, Tolerance: 0.1, Budget: S})
+			_, moved := RebalanceLoad(m, LoadInput{Load: load, Capacity: c.capacity, Tolerance: 0.1, Budget: S})
 			if len(moved) > 0 && imb > 1.1 {
 				t.Errorf("a load round would move %d slots after the first spread (loads %v)", len(moved), owned(m, load))
 			}

@@ -1,4 +1,4 @@
-package rink
+package plan
 
 import (
 	"cmp"
@@ -71,7 +71,7 @@ type Input struct {
 //     they need from the most loaded members.
 //
 // The returned map has cur's version; the caller numbers it if it differs.
-func plan(cur wire.Map, in Input) wire.Map {
+func Plan(cur wire.Map, in Input) wire.Map {
 	live := make(map[string]bool, len(in.Live))
 	for _, name := range in.Live {
 		live[name] = true

@@ -1,4 +1,4 @@
-package rink
+package plan
 
 import (
 	"math"
@@ -53,11 +53,11 @@ func memberLoads(table wire.SlotTable, n int, load []float64) []float64 {
 // imbalance returns the most loaded member's load per capacity over the
 // mean load per capacity: 1 is perfect balance. It is 1 when there is no
 // load.
-func imbalance(m wire.Map, load []float64, capacity map[string]float64) float64 {
+func Imbalance(m wire.Map, load []float64, capacity map[string]float64) float64 {
 	if len(m.Members) == 0 {
 		return 1
 	}
-	m = primaryMap(m) // (load is the primaries')
+	m = PrimaryMap(m) // (load is the primaries')
 	loads := memberLoads(m.Table, len(m.Members), load)
 	total, caps, worst := 0.0, 0.0, 0.0
 	for i, name := range m.Members {
@@ -110,9 +110,9 @@ func imbalanceBound(m wire.Map, load []float64, capacity map[string]float64) flo
 //     when no move lowers the most loaded member's load.
 //
 // Frozen slots, and slots without load, do not move.
-func rebalanceLoad(cur wire.Map, in LoadInput) (table wire.SlotTable, moved []int) {
+func RebalanceLoad(cur wire.Map, in LoadInput) (table wire.SlotTable, moved []int) {
 	n := len(cur.Members)
-	cur = primaryMap(cur) // (load is the primaries': the caller places secondaries around them)
+	cur = PrimaryMap(cur) // (load is the primaries': the caller places secondaries around them)
 	table = slices.Clone(cur.Table)
 	if n < 2 || len(in.Load) != len(table) || in.Budget < 1 {
 		return table, nil
