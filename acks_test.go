@@ -145,7 +145,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 
 	// A departure: a leaves, slots 0 and 3 go to b and c.
 	delete(s.v.members, "a")
-	s.v.changes.forget("a")
+	s.v.changes.Forget("a")
 	delete(s.v.acks, "a")
 	s.mapAt(3, 30, []string{"n", "b", "c"}, wire.SlotTable{1, 0, 2, 2})
 	step("the map without a", false, long)

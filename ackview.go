@@ -61,7 +61,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		name, ok := k.LiveMember(kv)
 		if !ok {
 			delete(v.members, name)
-			v.changes.forget(name)
+			v.changes.Forget(name)
 			return
 		}
 		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision}
@@ -98,7 +98,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		}
 		if kv.CreateRevision != v.lineage || listed || shape == nil {
 			v.marks = v.marks[:0]
-			v.changes.reset()
+			v.changes.Reset()
 		}
 		if len(v.marks) == maxMarks {
 			v.marks = append(v.marks[:0], v.marks[maxMarks/2:]...)
@@ -115,7 +115,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		if v.whole == nil && v.mapRev == kv.ModRevision && v.seq > 0 {
 			// The whole map written with a record this view could not apply.
 			if shape := v.shapeOf(kv.Value); shape != nil {
-				v.changes.reset()
+				v.changes.Reset()
 				v.seeShape(*shape)
 			}
 		}
@@ -138,7 +138,7 @@ func (v *ackView) shapeOf(value []byte) *mapShape {
 
 // seeShape records the shape of the map of the view's seq.
 func (v *ackView) seeShape(shape mapShape) {
-	v.changes.see(v.seq, shape)
+	v.changes.See(v.seq, shape)
 	clear(v.ranked)
 	for _, name := range shape.Members {
 		v.ranked[name] = true
@@ -213,13 +213,13 @@ func (v *ackView) del(k keys, key string) {
 	switch {
 	case k.IsMember(key):
 		delete(v.members, k.MemberName(key))
-		v.changes.forget(k.MemberName(key))
+		v.changes.Forget(k.MemberName(key))
 	case k.IsAck(key):
 		delete(v.acks, k.AckName(key))
 	case k.IsMap(key):
 		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
 		v.mapRev, v.whole = 0, nil
-		v.changes.reset()
+		v.changes.Reset()
 		clear(v.ranked)
 	case k.IsFloor(key):
 		v.floor = nil
@@ -295,7 +295,7 @@ func (v *ackView) compute() *wire.AckFloor {
 			seq = 0
 		}
 		if seq >= 1 {
-			if seq = v.changes.still(name, seq); seq == v.seq && ack >= 1 {
+			if seq = v.changes.Still(name, seq); seq == v.seq && ack >= 1 {
 				ack = v.version // nothing changed it since: see still.go
 			}
 		}
@@ -306,7 +306,7 @@ func (v *ackView) compute() *wire.AckFloor {
 			} else {
 				bound = v.seqAt(m.createRev)
 			}
-			bound = v.changes.still(name, bound)
+			bound = v.changes.Still(name, bound)
 			if bound == v.seq {
 				verBound = v.version // (the one map version the seq names)
 			}

@@ -164,7 +164,7 @@ func (w *ackWriter) replied(resp *etcdserverpb.TxnResponse, err error, now time.
 		if w.watchRev == 0 {
 			w.watchRev = w.wroteRev + 1
 		}
-		w.b.reset()
+		w.b.Reset()
 		return
 	case err == nil:
 		mkv := resp.Responses[0].GetResponseRange().Kvs
@@ -183,7 +183,7 @@ func (w *ackWriter) replied(resp *etcdserverpb.TxnResponse, err error, now time.
 	case cur.inc.ctx.Err() != nil:
 		return // (next drops it)
 	}
-	wait := w.b.next()
+	wait := w.b.Next()
 	w.log.Warn("writing acknowledgement failed, retrying", zap.Error(err), zap.Int64("version", cur.version), zap.Duration("backoff", wait))
 	w.retryAt = now.Add(wait)
 }

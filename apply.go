@@ -80,7 +80,7 @@ const maxHistChanges = 2048
 // do neither, it applies nothing and lists the rink again (see underived).
 func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	st := &r.st
-	st.hist.settle()         // (before a record written in place changes the table it compares)
+	st.hist.Settle()         // (before a record written in place changes the table it compares)
 	fresh := st.lineage == 0 // the first map since the process started, or since a restore
 	sameLineage := kv.CreateRevision == st.lineage
 	if sameLineage && kv.ModRevision == st.curRev {
@@ -183,7 +183,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		r.quietStarts() // (it may follow a restore we did not see as one)
 	}
 	if newLineage {
-		st.hist.reset()
+		st.hist.Reset()
 		clear(st.verSeq)
 		st.topVer, st.repeats = 0, 0
 	}
@@ -224,7 +224,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 		st.repeats = max(st.repeats, st.topVer)
 	}
 	st.topVer = max(st.topVer, m.Version)
-	st.hist.add(kv.Version, &m, delta)
+	st.hist.Add(kv.Version, &m, delta)
 	r.noteGone(t, kv.Version, st.prevSeq, &st.prev, delta)
 	r.checkOwnName(t)
 	if s, ok := st.verSeq[m.Version]; ok && s != kv.Version {

@@ -102,7 +102,7 @@ func (r *Rink) free(s int, others []memberBound) bool {
 		if o.bound >= g {
 			continue
 		}
-		if held, known := st.hist.heldBy(s, o.name, o.bound, g); held || !known {
+		if held, known := st.hist.HeldBy(s, o.name, o.bound, g); held || !known {
 			return false
 		}
 	}
@@ -168,14 +168,14 @@ func (r *Rink) pruneHistory() {
 			low = max(low, r.seqOfVersion(f.Floor))
 		}
 	}
-	low = max(low, st.hist.keepingAtMost(maxHistChanges))
-	if !st.hist.covers(low) || low == st.hist.from {
+	low = max(low, st.hist.KeepingAtMost(maxHistChanges))
+	if !st.hist.Covers(low) || low == st.hist.from {
 		return
 	}
 	if low == st.curSeq {
-		st.hist.rebase(st.curSeq) // (every member at the newest map)
+		st.hist.Rebase(st.curSeq) // (every member at the newest map)
 	} else {
-		st.hist.prune(low)
+		st.hist.Prune(low)
 	}
 	for ver, seq := range st.verSeq {
 		if seq >= 0 && seq < low {

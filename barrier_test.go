@@ -679,7 +679,7 @@ func TestBarrierPrunedThenLowerFloor(t *testing.T) {
 	const L = 10
 	b, two := tenMaps(t, L, func(int64) int { return 0 })
 	b.put(floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 30))
-	if b.r.st.hist.covers(9) {
+	if b.r.st.hist.Covers(9) {
 		t.Fatal("seq 9 not pruned")
 	}
 	b.put(mapKV(two(11, 0, 1), L, 31)) // slot 1 to b at 11

@@ -175,7 +175,7 @@ func (c *campaigner) fail(err error, now time.Time) {
 	if c.inc.ctx.Err() != nil {
 		return
 	}
-	wait := c.b.next()
+	wait := c.b.Next()
 	c.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
 	c.stage, c.retryAt = campaignWrite, now.Add(wait)
 }

@@ -78,7 +78,7 @@ func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 // armDrainTimer sets the drain timer to the earliest deadline.
 func (r *Rink) armDrainTimer(now time.Time) {
 	st := &r.st
-	st.stopTimer(timerDrain)
+	st.StopTimer(timerDrain)
 	var first time.Time
 	for _, e := range st.draining {
 		if first.IsZero() || e.deadline.Before(first) {
@@ -86,7 +86,7 @@ func (r *Rink) armDrainTimer(now time.Time) {
 		}
 	}
 	if !first.IsZero() {
-		st.setTimer(timerDrain, first)
+		st.SetTimer(timerDrain, first)
 	}
 }
 
@@ -129,7 +129,7 @@ func (r *Rink) onDrained() {
 func (r *Rink) dropDrains() {
 	st := &r.st
 	clear(st.draining)
-	st.stopTimer(timerDrain)
+	st.StopTimer(timerDrain)
 }
 
 // awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.
@@ -139,7 +139,7 @@ func (r *Rink) awaitDrains(ctx context.Context) {
 	defer t.Stop()
 	for !r.checkDrains() {
 		var timer <-chan time.Time
-		if r.st.timerSet(timerDrain) {
+		if r.st.TimerSet(timerDrain) {
 			t.Reset(r.st.at[timerDrain].Sub(r.now()))
 			timer = t.C
 		}
@@ -147,7 +147,7 @@ func (r *Rink) awaitDrains(ctx context.Context) {
 		case <-r.inbox.wake:
 			r.inbox.takeDrained() // (checkDrains counts them)
 		case <-timer:
-			r.st.stopTimer(timerDrain)
+			r.st.StopTimer(timerDrain)
 		case <-ctx.Done():
 			r.log.Warn("shutdown: leaving before the drains ended (the context ended)", zap.Int("slots", len(r.st.draining)))
 			r.dropDrains()

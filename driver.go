@@ -102,7 +102,7 @@ func (fx netEffects) checkOwnName(own int64) {
 			cancel()
 			if err != nil {
 				r.log.Warn("listing the election keys failed, retrying", zap.Error(err))
-				sleep(r.ctx, b.next())
+				sleep(r.ctx, b.Next())
 				continue
 			}
 			for _, kv := range resp.Kvs {
@@ -167,7 +167,7 @@ func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
 				}
 				return
 			}
-			sleep(inc.ctx, b.next())
+			sleep(inc.ctx, b.Next())
 		}
 	}()
 }
@@ -253,7 +253,7 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 			if r.ctx.Err() != nil {
 				return
 			}
-			wait := b.next()
+			wait := b.Next()
 			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
 			if !sleep(r.ctx, wait) {
 				return

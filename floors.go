@@ -190,7 +190,7 @@ func (a *aggregation) idle(f *wire.AckFloor) bool {
 			lo = min(lo, b)
 		}
 	}
-	losses, known := a.v.changes.lossesAfter(lo)
+	losses, known := a.v.changes.LossesAfter(lo)
 	if !known {
 		// (Which maps took what is not known: idle only when no bound
 		// changed at all, only what the leader plans.)
@@ -288,7 +288,7 @@ func (a *aggregation) pause(f *wire.AckFloor) time.Duration {
 		// (One with an ack key and no member key has departed, its lease
 		// about to go, or is a ghost, which the floor counts apart: its
 		// bound raises nothing anybody waits for.)
-		owed = !member || a.v.changes.changedAfter(name, b)
+		owed = !member || a.v.changes.ChangedAfter(name, b)
 	}
 	for name := range f.Lagging {
 		if _, ok := f.SeqLagging[name]; !ok {

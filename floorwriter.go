@@ -94,7 +94,7 @@ func (w *floorWriter) replied(resp *etcdserverpb.TxnResponse, err error, now tim
 	switch {
 	case err == nil && resp.Succeeded:
 		w.base, w.val = resp.Header.Revision, nil
-		w.b.reset()
+		w.b.Reset()
 	case err == nil:
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != w.electRev {
 			return false
@@ -104,7 +104,7 @@ func (w *floorWriter) replied(resp *etcdserverpb.TxnResponse, err error, now tim
 			w.base = kvs[0].ModRevision
 		}
 	default:
-		wait := w.b.next()
+		wait := w.b.Next()
 		w.log.Warn("writing the acknowledgement floor failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
 		w.retryAt = now.Add(wait)
 	}

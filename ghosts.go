@@ -208,7 +208,7 @@ func (r *Rink) forgotten(name string) bool {
 	if _, ok := r.st.view.goneAt[name]; ok {
 		return false
 	}
-	return r.st.hist.gave(name)
+	return r.st.hist.Gave(name)
 }
 
 // addGhost makes a ghost of a member's lease: nothing starts until etcd
@@ -250,7 +250,7 @@ func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
 		resp, err := r.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
 		cancel()
-		wait := b.next()
+		wait := b.Next()
 		switch {
 		case err == nil && resp.TTL < 0: // (0: under a second left)
 			if !tell {

@@ -68,23 +68,23 @@ type slotChange struct {
 	slot int
 }
 
-// reset forgets every map.
-func (h *slotHistory) reset() {
+// Reset forgets every map.
+func (h *slotHistory) Reset() {
 	*h = slotHistory{}
 }
 
-// rebase drops every change when seq is the newest map's and the oldest
+// Rebase drops every change when seq is the newest map's and the oldest
 // the history must keep: nothing before it is needed any more.
-func (h *slotHistory) rebase(seq int64) {
-	h.settle()
+func (h *slotHistory) Rebase(seq int64) {
+	h.Settle()
 	if h.top == 0 || seq != h.top {
 		return
 	}
 	h.from, h.changes, h.entries, h.order = seq, nil, 0, nil
 }
 
-// curOwner returns slot s's owner in the newest map added.
-func (h *slotHistory) curOwner(s int) string {
+// CurOwner returns slot s's owner in the newest map added.
+func (h *slotHistory) CurOwner(s int) string {
 	if s < 0 || s >= len(h.curTable) || len(h.curNames) == 0 {
 		return ""
 	}
@@ -94,23 +94,23 @@ func (h *slotHistory) curOwner(s int) string {
 	return ""
 }
 
-// last returns slot s's owner in the newest map added.
-func (h *slotHistory) last(s int) string {
+// Last returns slot s's owner in the newest map added.
+func (h *slotHistory) Last(s int) string {
 	if len(h.changes) > 0 { // (no lookup per slot in a rink at rest: see rebase)
 		if l := h.changes[s]; len(l) > 0 {
 			return l[len(l)-1].name
 		}
 	}
-	return h.curOwner(s)
+	return h.CurOwner(s)
 }
 
-// add records the map of seq seq, which record delta made of the map
+// Add records the map of seq seq, which record delta made of the map
 // before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
-func (h *slotHistory) add(seq int64, m *wire.Map, delta *wire.MapDelta) {
-	h.settle()
+func (h *slotHistory) Add(seq int64, m *wire.Map, delta *wire.MapDelta) {
+	h.Settle()
 	if h.top == 0 || seq != h.top+1 {
-		h.reset()
+		h.Reset()
 		h.from, h.top = seq, seq
 		h.curTable, h.curNames = m.Table, m.Members
 		return
@@ -127,7 +127,7 @@ func (h *slotHistory) add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 				was = delta.OldName(delta.Old[i], m.Members)
 			}
 			if o := m.Owner(s); o != was {
-				h.change(s, was, seq, o)
+				h.Change(s, was, seq, o)
 			}
 		}
 	} else {
@@ -138,12 +138,12 @@ func (h *slotHistory) add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 	h.curTable, h.curNames = m.Table, m.Members
 }
 
-// settle records what the whole map that add left for later moved. It
+// Settle records what the whole map that add left for later moved. It
 // finds the slots first, so that the changes are made room for at once: a
 // departure from a rink of two moves half its slots, and a map grown slot
 // by slot and a slice allocated per slot were a third of a handover's
 // time in the member that takes over.
-func (h *slotHistory) settle() {
+func (h *slotHistory) Settle() {
 	l := h.lazy
 	if l.seq == 0 {
 		return
@@ -155,7 +155,7 @@ func (h *slotHistory) settle() {
 	// its last entry does.)
 	var moved []int
 	for s := range m.Slots {
-		if m.Owner(s) != h.curOwner(s) {
+		if m.Owner(s) != h.CurOwner(s) {
 			moved = append(moved, s)
 		}
 	}
@@ -174,22 +174,22 @@ func (h *slotHistory) settle() {
 		h.block = make([]ownerSince, 2*first)
 	}
 	for _, s := range moved {
-		h.change(s, h.last(s), l.seq, m.Owner(s))
+		h.Change(s, h.Last(s), l.seq, m.Owner(s))
 	}
 	h.top = l.seq
 	h.curTable, h.curNames = l.table, l.names
 }
 
-// change records that slot s, owned by was until now, is owned by o from
-// the map of seq seq on. The first change of a slot records was as its
+// Change records that slot s, owned by was until now, is owned by o from
+// the map of seq seq on. The first Change of a slot records was as its
 // owner from from on (see the invariants).
-func (h *slotHistory) change(s int, was string, seq int64, o string) {
+func (h *slotHistory) Change(s int, was string, seq int64, o string) {
 	if h.changes == nil {
 		h.changes = map[int][]ownerSince{}
 	}
 	l := h.changes[s]
 	if len(l) == 0 {
-		l = append(h.carve(), ownerSince{h.from, was})
+		l = append(h.Carve(), ownerSince{h.from, was})
 		h.entries++
 	}
 	h.changes[s] = append(l, ownerSince{seq, o})
@@ -197,10 +197,10 @@ func (h *slotHistory) change(s int, was string, seq int64, o string) {
 	h.order = append(h.order, slotChange{seq, s})
 }
 
-// carve returns an empty slice with room for a slot's first two entries,
+// Carve returns an empty slice with room for a slot's first two entries,
 // cut from the block add made room in (a third entry moves the slot to a
 // slice of its own).
-func (h *slotHistory) carve() []ownerSince {
+func (h *slotHistory) Carve() []ownerSince {
 	if len(h.block) < 2 {
 		return nil
 	}
@@ -209,30 +209,30 @@ func (h *slotHistory) carve() []ownerSince {
 	return l
 }
 
-// keepingAtMost returns the lowest seq from which the history keeps at
+// KeepingAtMost returns the lowest seq from which the history keeps at
 // most n changes (0 when it keeps no more than n).
-func (h *slotHistory) keepingAtMost(n int) int64 {
-	h.settle()
+func (h *slotHistory) KeepingAtMost(n int) int64 {
+	h.Settle()
 	if len(h.order) <= n {
 		return 0
 	}
 	return h.order[len(h.order)-n].seq
 }
 
-// prune forgets the maps below seq low: a later check that needs them
+// Prune forgets the maps below seq low: a later check that needs them
 // fails, which is safe (the caller waits). A slot that has not changed
 // since low goes whole (its owner is the newest map's); of the others,
 // only those with an entry that low passed are looked at, and keep their
 // entries from the one in force at low. It costs O(log) per entry that a
-// prune passes, and each entry is passed once: a floor that rises by one
+// Prune passes, and each entry is passed once: a floor that rises by one
 // map at a time no longer costs a pass over every slot the history keeps.
-func (h *slotHistory) prune(low int64) {
-	h.settle()
+func (h *slotHistory) Prune(low int64) {
+	h.Settle()
 	if h.top == 0 || low <= h.from {
 		return
 	}
 	if low > h.top {
-		h.reset()
+		h.Reset()
 		return
 	}
 	h.from = low
@@ -262,23 +262,23 @@ func (h *slotHistory) prune(low int64) {
 	h.order = h.order[n:] // (append moves what is left when it grows: O(1) amortized, where a copy here cost every prune the whole list)
 }
 
-// owners calls f with the owners of slot s in the maps of seq a to g-1,
+// Owners calls f with the Owners of slot s in the maps of seq a to g-1,
 // in order (some may repeat), and reports whether the history covers
 // those maps (else it calls f with nothing). It stops when f returns
 // false.
-func (h *slotHistory) owners(s int, a, g int64, f func(name string) bool) (known bool) {
+func (h *slotHistory) Owners(s int, a, g int64, f func(name string) bool) (known bool) {
 	if a >= g {
 		return true
 	}
 	if h.lazy.seq != 0 && g-1 >= h.lazy.seq {
-		h.settle()
+		h.Settle()
 	}
 	if h.top == 0 || a < h.from || g-1 > h.top {
 		return false
 	}
 	l := h.changes[s]
 	if len(l) == 0 {
-		f(h.curOwner(s)) // (the same in every map from from on)
+		f(h.CurOwner(s)) // (the same in every map from from on)
 		return true
 	}
 	i := max(sort.Search(len(l), func(i int) bool { return l[i].seq > a })-1, 0) // in force at a (the first is at most from)
@@ -290,34 +290,34 @@ func (h *slotHistory) owners(s int, a, g int64, f func(name string) bool) (known
 	return true
 }
 
-// heldBy reports whether any map of seq a to g-1 gives slot s to name, and
+// HeldBy reports whether any map of seq a to g-1 gives slot s to name, and
 // known: whether the history covers those maps (else held says nothing).
-func (h *slotHistory) heldBy(s int, name string, a, g int64) (held, known bool) {
-	known = h.owners(s, a, g, func(o string) bool {
+func (h *slotHistory) HeldBy(s int, name string, a, g int64) (held, known bool) {
+	known = h.Owners(s, a, g, func(o string) bool {
 		held = held || o == name
 		return !held
 	})
 	return held && known, known
 }
 
-// during returns the owners of slot s in the maps of seq a to g-1 (some
+// During returns the owners of slot s in the maps of seq a to g-1 (some
 // may repeat), and known: whether the history covers those maps.
-func (h *slotHistory) during(s int, a, g int64) (owners []string, known bool) {
-	known = h.owners(s, a, g, func(o string) bool {
+func (h *slotHistory) During(s int, a, g int64) (owners []string, known bool) {
+	known = h.Owners(s, a, g, func(o string) bool {
 		owners = append(owners, o)
 		return true
 	})
 	return owners, known
 }
 
-// gave reports whether a map the history holds before the newest gave
+// Gave reports whether a map the history holds before the newest Gave
 // name a slot: it is asked only of names the newest map does not rank
 // (see noteCandidates), which own no slot in it. It costs a pass over the
 // changes kept since from. Maps below from are forgotten (the floor rose
-// past them, or a gap reset the history): what they gave, gave tells
+// past them, or a gap reset the history): what they Gave, Gave tells
 // nothing of.
-func (h *slotHistory) gave(name string) bool {
-	h.settle()
+func (h *slotHistory) Gave(name string) bool {
+	h.Settle()
 	for _, l := range h.changes {
 		for _, o := range l {
 			if o.name == name {
@@ -328,9 +328,9 @@ func (h *slotHistory) gave(name string) bool {
 	return false
 }
 
-// covers reports whether the history holds the map of seq v.
-func (h *slotHistory) covers(v int64) bool {
-	h.settle()
+// Covers reports whether the history holds the map of seq v.
+func (h *slotHistory) Covers(v int64) bool {
+	h.Settle()
 	return h.top != 0 && v >= h.from && v <= h.top
 }
 

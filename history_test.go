@@ -54,21 +54,21 @@ func FuzzSlotHistory(f *testing.F) {
 					c := wire.Diff(&prev, &m)
 					delta = wire.DeltaOf(&prev, &c)
 					if !delta.Renamed && len(live) == len(m.Table) {
-						h.settle() // (as applyMap does before a record is written in place)
+						h.Settle() // (as applyMap does before a record is written in place)
 						copy(live, m.Table)
 						added.Table = live
 					}
 				}
-				h.add(seq, &added, delta)
+				h.Add(seq, &added, delta)
 				live = added.Table
 				m.Table = slices.Clone(m.Table)
 				whole[seq] = m
 			case r < 8:
 				p := seq - int64(rng.IntN(5))
 				if _, ok := whole[seq]; ok && p == seq && rng.IntN(2) == 0 {
-					h.rebase(seq) // everybody at the newest map
+					h.Rebase(seq) // everybody at the newest map
 				} else {
-					h.prune(p)
+					h.Prune(p)
 				}
 				low = max(low, p)
 				for v := range whole {
@@ -83,7 +83,7 @@ func FuzzSlotHistory(f *testing.F) {
 				s, name := rng.IntN(S), names[rng.IntN(len(names))]
 				g := 1 + int64(rng.IntN(int(seq)))
 				a := int64(rng.IntN(int(g) + 1))
-				held, known := h.heldBy(s, name, a, g)
+				held, known := h.HeldBy(s, name, a, g)
 				wantHeld, wantKnown := false, true
 				for v := a; v < g; v++ {
 					m, ok := whole[v]
@@ -115,10 +115,10 @@ func TestSlotHistory(t *testing.T) {
 	m1 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}}
 	m2 := wire.Map{Slots: 2, Members: []string{"b", "a"}, Table: wire.SlotTable{1, 0}} // same owners
 	m3 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{1, 1}} // slot 0 to b
-	h.add(1, &m1, nil)
-	h.add(2, &m2, nil)
-	h.add(3, &m3, nil)
-	h.settle() // (a whole map is compared with the one before later: see slotHistory.lazy)
+	h.Add(1, &m1, nil)
+	h.Add(2, &m2, nil)
+	h.Add(3, &m3, nil)
+	h.Settle() // (a whole map is compared with the one before later: see slotHistory.lazy)
 	if h.entries != 2 || len(h.changes) != 1 {
 		t.Fatalf("%d entries in %d slots, want 2 in 1 (the move and the slot's owner in the base; the base map is shared)", h.entries, len(h.changes))
 	}
@@ -136,26 +136,26 @@ func TestSlotHistory(t *testing.T) {
 		{0, "a", 3, 5, false, false}, // nor seq 4
 		{1, "b", 2, 2, false, true},  // nothing to check
 	} {
-		if held, known := h.heldBy(c.s, c.name, c.a, c.g); held != c.held || known != c.known {
+		if held, known := h.HeldBy(c.s, c.name, c.a, c.g); held != c.held || known != c.known {
 			t.Errorf("heldBy(%d, %s, %d, %d) = %v, %v; want %v, %v", c.s, c.name, c.a, c.g, held, known, c.held, c.known)
 		}
 	}
-	h.prune(3)
-	if _, known := h.heldBy(0, "a", 2, 3); known {
+	h.Prune(3)
+	if _, known := h.HeldBy(0, "a", 2, 3); known {
 		t.Error("seq 2 known after a prune to 3")
 	}
-	if held, known := h.heldBy(0, "b", 3, 4); !held || !known {
+	if held, known := h.HeldBy(0, "b", 3, 4); !held || !known {
 		t.Error("seq 3 forgotten by a prune to 3")
 	}
 	if len(h.changes) != 0 || h.entries != 0 {
 		t.Errorf("slot 0 has not changed since seq 3, and keeps %d entries after a prune to 3", h.entries)
 	}
-	h.rebase(3)
-	if held, known := h.heldBy(0, "b", 3, 4); !held || !known || h.changes != nil || h.from != 3 {
+	h.Rebase(3)
+	if held, known := h.HeldBy(0, "b", 3, 4); !held || !known || h.changes != nil || h.from != 3 {
 		t.Errorf("after a rebase to 3: %v %v, changes %v, from %d", held, known, h.changes, h.from)
 	}
-	h.add(5, &m1, nil) // a gap
-	if _, known := h.heldBy(0, "a", 3, 4); known || h.from != 5 {
+	h.Add(5, &m1, nil) // a gap
+	if _, known := h.HeldBy(0, "a", 3, 4); known || h.from != 5 {
 		t.Errorf("after a gap: from %d, seq 3 still known", h.from)
 	}
 }
@@ -170,7 +170,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
 		m.Members[i] = string(rune('A' + i))
 	}
 	var h slotHistory
-	h.add(1, &m, nil)
+	h.Add(1, &m, nil)
 	for seq := int64(2); seq <= 3000; seq++ {
 		prev := m
 		m.Version = seq
@@ -178,7 +178,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
 		s := int(seq*7) % S
 		m.Table[s] = (m.Table[s] + 1) % n
 		c := wire.Diff(&prev, &m)
-		h.add(seq, &m, wire.DeltaOf(&prev, &c))
+		h.Add(seq, &m, wire.DeltaOf(&prev, &c))
 		after(&h, seq, s, &prev)
 	}
 }
@@ -190,7 +190,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
 // joined: about 600 KB each).
 func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 	churn(func(h *slotHistory, seq int64, _ int, _ *wire.Map) {
-		h.prune(seq - 2)
+		h.Prune(seq - 2)
 		if len(h.changes) > 3 || h.entries > 12 {
 			t.Fatalf("seq %d: the history keeps %d entries over %d slots, with 3 maps since the floor", seq, h.entries, len(h.changes))
 		}
@@ -203,13 +203,13 @@ func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 func TestSlotHistoryBounded(t *testing.T) {
 	const keep = 100
 	churn(func(h *slotHistory, seq int64, s int, prev *wire.Map) {
-		if low := h.keepingAtMost(keep); low > h.from {
-			h.prune(low)
+		if low := h.KeepingAtMost(keep); low > h.from {
+			h.Prune(low)
 		}
 		if h.entries > 2*keep+2 {
 			t.Fatalf("seq %d: %d entries kept, for at most %d changes", seq, h.entries, keep)
 		}
-		if held, known := h.heldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
+		if held, known := h.HeldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
 			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
 		}
 	})
@@ -223,7 +223,7 @@ func TestHistoryPrunedAfterALazyMap(t *testing.T) {
 	const L = 10
 	b, two := tenMaps(t, L, func(v int64) int { return int(v % 2) })
 	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
-	if b.r.st.hist.covers(9) {
+	if b.r.st.hist.Covers(9) {
 		t.Fatal("seq 9 kept after a floor at 10")
 	}
 }
@@ -240,7 +240,7 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 		m.Members[i] = string(rune('A' + i))
 	}
 	var h slotHistory
-	h.add(1, &m, nil)
+	h.Add(1, &m, nil)
 	added := 0
 	for seq := int64(2); seq <= maps; seq++ {
 		prev := m
@@ -249,12 +249,12 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 		s := int(seq) % S
 		m.Table[s] = (m.Table[s] + 1) % n
 		c := wire.Diff(&prev, &m)
-		h.add(seq, &m, wire.DeltaOf(&prev, &c))
+		h.Add(seq, &m, wire.DeltaOf(&prev, &c))
 		added++
 		if seq > 4*S { // the floor a few changes of every slot behind
-			h.prune(seq - 3*S)
+			h.Prune(seq - 3*S)
 		}
-		if held, known := h.heldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
+		if held, known := h.HeldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
 			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
 		}
 	}

@@ -237,7 +237,7 @@ func (r *Rink) reconcileSlots(only []int) {
 // pruneHistory left alone while that map was pending.
 func (r *Rink) settleHistory() {
 	if r.st.hist.lazy.seq != 0 {
-		r.st.hist.settle()
+		r.st.hist.Settle()
 		r.pruneHistory()
 	}
 }

@@ -39,9 +39,9 @@ func newKeeper(ttl time.Duration, sent, deadline int64) *keeper {
 	return k
 }
 
-// next returns, at clock reading now, whether to fence, or to send a
+// Next returns, at clock reading now, whether to fence, or to send a
 // renewal (then renewed), or else the reading to look again at.
-func (k *keeper) next(now int64) (fence fenceWhy, renew bool, wakeAt int64) {
+func (k *keeper) Next(now int64) (fence fenceWhy, renew bool, wakeAt int64) {
 	switch {
 	case now >= k.deadline && now >= k.tickAt:
 		// The host was suspended (or the process stalled) past the
@@ -56,10 +56,10 @@ func (k *keeper) next(now int64) (fence fenceWhy, renew bool, wakeAt int64) {
 	return "", false, min(k.tickAt, k.deadline)
 }
 
-// renewed handles the answer to the renewal next asked for, at now: the
+// Renewed handles the answer to the renewal next asked for, at now: the
 // TTL the server granted (err nil), or the error. It says whether to
 // fence.
-func (k *keeper) renewed(ttl int64, err error, now int64) fenceWhy {
+func (k *keeper) Renewed(ttl int64, err error, now int64) fenceWhy {
 	sent := k.sent
 	k.sent = 0
 	switch {
@@ -98,7 +98,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		why, renew, wakeAt := k.next(r.clock())
+		why, renew, wakeAt := k.Next(r.clock())
 		if why != "" {
 			r.log.Warn(string(why), zap.Duration("ttl", r.opts.ttl))
 			r.fence(inc, ErrFenced)
@@ -115,7 +115,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 			if err == nil {
 				ttl = resp.TTL
 			}
-			if why := k.renewed(ttl, err, r.clock()); why != "" {
+			if why := k.Renewed(ttl, err, r.clock()); why != "" {
 				r.log.Warn(string(why), zap.Error(err))
 				r.fence(inc, ErrFenced)
 				return

@@ -16,37 +16,37 @@ func TestKeeperSteps(t *testing.T) {
 	const ttl = 3 * time.Second
 	s := int64(time.Second)
 	k := newKeeper(ttl, 0, deadlineAfter(0, 3, ttl))
-	if why, renew, wake := k.next(0); why != "" || renew || wake != s {
+	if why, renew, wake := k.Next(0); why != "" || renew || wake != s {
 		t.Fatalf("at 0: %q %v %v", why, renew, wake)
 	}
-	if _, renew, _ := k.next(s); !renew {
+	if _, renew, _ := k.Next(s); !renew {
 		t.Fatal("no renewal a third of the TTL in")
 	}
 	// Granted 3 s at 1 s: trusted until 4 s less the margin.
-	if why := k.renewed(3, nil, s+int64(10*time.Millisecond)); why != "" || k.deadline != 4*s-int64(ttl/8) {
+	if why := k.Renewed(3, nil, s+int64(10*time.Millisecond)); why != "" || k.deadline != 4*s-int64(ttl/8) {
 		t.Fatalf("renewed: %q, deadline %v", why, time.Duration(k.deadline))
 	}
 	// A failure is retried within 200 ms; a deadline passed fences.
-	k.next(2 * s)
-	if why := k.renewed(0, errors.New("unavailable"), 2*s); why != "" || k.tickAt != 2*s+int64(200*time.Millisecond) {
+	k.Next(2 * s)
+	if why := k.Renewed(0, errors.New("unavailable"), 2*s); why != "" || k.tickAt != 2*s+int64(200*time.Millisecond) {
 		t.Fatalf("failed renewal: %q, next at %v", why, time.Duration(k.tickAt))
 	}
 	// A renewal that fails at the deadline fences; so does the deadline
 	// passing with no tick due.
-	k.next(k.tickAt)
-	if why := k.renewed(0, errors.New("timeout"), k.deadline); why != fenceLate {
+	k.Next(k.tickAt)
+	if why := k.Renewed(0, errors.New("timeout"), k.deadline); why != fenceLate {
 		t.Fatalf("failed at the deadline: %q", why)
 	}
-	if why, _, _ := (&keeper{deadline: 5, tickAt: 9}).next(6); why != fenceLate {
+	if why, _, _ := (&keeper{deadline: 5, tickAt: 9}).Next(6); why != fenceLate {
 		t.Fatalf("past the deadline: %q", why)
 	}
-	k.next(k.tickAt)
-	if why := k.renewed(0, rpctypes.ErrLeaseNotFound, k.tickAt); why != fenceExpired {
+	k.Next(k.tickAt)
+	if why := k.Renewed(0, rpctypes.ErrLeaseNotFound, k.tickAt); why != fenceExpired {
 		t.Fatalf("lease not found: %q", why)
 	}
 	// Asleep past both the tick and the deadline.
 	k = newKeeper(ttl, 0, deadlineAfter(0, 3, ttl))
-	if why, _, _ := k.next(10 * s); why != fenceSuspended {
+	if why, _, _ := k.Next(10 * s); why != fenceSuspended {
 		t.Fatalf("after a suspend: %q", why)
 	}
 }

@@ -161,7 +161,7 @@ func (r *Rink) onElected(e elected) {
 	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: &backoff{rnd: r.simRand}, movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
-		st.setTimer(timerLoad, r.now().Add(r.opts.loadEvery))
+		st.SetTimer(timerLoad, r.now().Add(r.opts.loadEvery))
 	}
 	st.dirty = true
 	st.lead.stopAgg = r.fx().aggregate(e, st.lead.rest)
@@ -172,9 +172,9 @@ func (r *Rink) stopLeading() {
 	if st.lead == nil {
 		return
 	}
-	st.stopTimer(timerPlan)
-	st.stopTimer(timerLoad)
-	st.stopTimer(timerWarm)
+	st.StopTimer(timerPlan)
+	st.StopTimer(timerLoad)
+	st.StopTimer(timerWarm)
 	st.lead.stopAgg()
 	st.lead = nil
 }

@@ -222,7 +222,7 @@ func (r *Rink) reportLoad() {
 					held = append(held, heldLoad{slot: s, units: units[s], since: st.at})
 				}
 			})
-			rates, ticked = meter.tick(now, held, roleOf, interval, window), true
+			rates, ticked = meter.Tick(now, held, roleOf, interval, window), true
 		}
 		var owned []int
 		byLoad := false

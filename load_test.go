@@ -358,7 +358,7 @@ func denseTick(m *loadMeter, now time.Time, units []float64, since []time.Time, 
 			held = append(held, heldLoad{slot: s, units: units[s], since: since[s]})
 		}
 	}
-	return m.tick(now, held, rolesOf(roles), interval, window)
+	return m.Tick(now, held, rolesOf(roles), interval, window)
 }
 
 func rolesOf(roles []int32) func(int) int32 {

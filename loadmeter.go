@@ -30,16 +30,16 @@ type heldLoad struct {
 
 func newLoadMeter() *loadMeter { return &loadMeter{slots: map[int]*meterSlot{}} }
 
-// tick folds in the units added since the last tick, for the slots held
+// Tick folds in the units added since the last Tick, for the slots held
 // now (held, ascending), and returns the report. A slot not held has no
 // rate: its load is its holder's to report. The average is a
 // continuous-time one over the window, and starts at zero when a slot is
-// gained; the units of the first tick cover only the time since the slot
+// gained; the units of the first Tick cover only the time since the slot
 // was gained, so the rate reported is divided by 1 − e^(−held/window), the
-// weight the time held carries: it is unbiased from the first tick on, and
+// weight the time held carries: it is unbiased from the first Tick on, and
 // a slot that just moved shows its load at once rather than after a
 // window. roles gives the roles awaited in a slot.
-func (m *loadMeter) tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) wire.LoadReport {
+func (m *loadMeter) Tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) wire.LoadReport {
 	var rep wire.LoadReport
 	keep := make(map[int]bool, len(held))
 	for _, h := range held {

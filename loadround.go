@@ -121,7 +121,7 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false
-	r.st.setTimer(timerLoad, r.now().Add(r.opts.loadEvery))
+	r.st.SetTimer(timerLoad, r.now().Add(r.opts.loadEvery))
 	if in.Load == nil {
 		return
 	}

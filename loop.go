@@ -53,7 +53,7 @@ func (r *Rink) run(first *incarnation) {
 		if st.inc != nil {
 			lost = st.inc.lost
 		}
-		if at, ok := st.nextTimer(); !ok && !wakeAt.IsZero() {
+		if at, ok := st.NextTimer(); !ok && !wakeAt.IsZero() {
 			wake.Stop()
 			wakeAt = time.Time{}
 		} else if ok && !at.Equal(wakeAt) {
@@ -91,7 +91,7 @@ func (r *Rink) run(first *incarnation) {
 // stopped.
 func (r *Rink) onTimers(now time.Time) bool {
 	st := &r.st
-	for _, k := range st.takeDue(now) {
+	for _, k := range st.TakeDue(now) {
 		switch k {
 		case timerPlan, timerWarm:
 			if st.lead != nil {

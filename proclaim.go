@@ -99,12 +99,12 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	st.dirty = true
 	switch {
 	case res.err != nil:
-		wait := l.retry.next()
+		wait := l.retry.Next()
 		r.log.Warn("proclaiming the map failed, retrying", zap.Error(res.err), zap.Int64("version", res.version), zap.Duration("backoff", wait))
-		st.setTimer(timerPlan, r.now().Add(wait))
+		st.SetTimer(timerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	case res.ok:
-		l.retry.reset()
+		l.retry.Reset()
 		l.waitRev = res.rev
 		r.log.Info("proclaimed map", zap.Int64("version", res.version), zap.Int64("revision", res.rev))
 	case res.lost:
@@ -116,7 +116,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.rev == 0:
 		// The map key is gone but our view still shows it: retry shortly,
 		// once the watch has delivered the deletion.
-		st.setTimer(timerPlan, r.now().Add(l.retry.next()))
+		st.SetTimer(timerPlan, r.now().Add(l.retry.Next()))
 		st.dirty = false // the timer sets it again
 	case res.rev < res.based:
 		// The key's mod revision only rises (a deleted key comes back at a
@@ -126,10 +126,10 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		// The map is where our plan found it, yet the guard failed: our
 		// view is wrong in a way waiting will not mend. Back off and plan
 		// again rather than spin.
-		wait := l.retry.next()
+		wait := l.retry.Next()
 		r.log.Warn("proclaiming the map failed although the view is current, retrying",
 			zap.Int64("map_revision", res.rev), zap.Int64("view_revision", st.rev), zap.Duration("backoff", wait))
-		st.setTimer(timerPlan, r.now().Add(wait))
+		st.SetTimer(timerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	default:
 		// The map changed under us: plan again once the view has caught up.

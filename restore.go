@@ -57,7 +57,7 @@ func (r *Rink) dropLineage(rev int64) {
 func (r *Rink) hush() {
 	st := &r.st
 	st.quiet = r.clock() + int64(r.opts.ttl)
-	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
+	st.SetTimer(timerQuiet, r.now().Add(r.opts.ttl))
 	st.hushRev, st.hushBase = 0, -1
 	if st.inc != nil && st.joins > 1 && st.taint == 0 {
 		st.hushRev, st.hushBase = st.inc.boundRev, 0
@@ -95,7 +95,7 @@ func (r *Rink) hushSpares(s int) bool {
 	if st.hushBase < 2 {
 		return false
 	}
-	held, known := st.hist.heldBy(s, r.opts.member, st.hushBase-1, st.hushBase)
+	held, known := st.hist.HeldBy(s, r.opts.member, st.hushBase-1, st.hushBase)
 	return known && !held
 }
 
@@ -110,7 +110,7 @@ func (r *Rink) hushSpares(s int) bool {
 func (r *Rink) quietStarts() {
 	st := &r.st
 	st.startQuiet = r.clock() + int64(r.opts.ttl)
-	st.setTimer(timerQuiet, r.now().Add(r.opts.ttl))
+	st.SetTimer(timerQuiet, r.now().Add(r.opts.ttl))
 }
 
 // startsQuieted reports whether a quiet time of starts (see quietStarts)
@@ -140,7 +140,7 @@ func (r *Rink) restored(why string) {
 	st.lineage, st.curRev, st.curSeq, st.rev, st.underivedRev, st.ownRev, st.mapAbsentAt = 0, 0, 0, 0, 0, 0, 0
 	st.prev, st.prevSeq = wire.Map{}, 0
 	st.floor = wire.AckFloor{}
-	st.hist.reset()
+	st.hist.Reset()
 	clear(st.verSeq)
 	st.topVer, st.repeats = 0, 0
 	st.selfSeen = false

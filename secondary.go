@@ -329,7 +329,7 @@ func (r *Rink) replicasFreeNarrow(s int, g, low int64) bool {
 	S, k := st.cur.Slots, st.cur.ReplicaCount()
 	var names []string
 	for rr := range k {
-		holders, known := st.hist.during(rr*S+s, low, g)
+		holders, known := st.hist.During(rr*S+s, low, g)
 		if !known {
 			return false
 		}
@@ -359,7 +359,7 @@ func (r *Rink) replicaClear(s int, name string, b, g int64) bool {
 	}
 	S, k := st.cur.Slots, st.cur.ReplicaCount()
 	for rr := range k {
-		in, known := st.hist.heldBy(rr*S+s, name, g, g+1)
+		in, known := st.hist.HeldBy(rr*S+s, name, g, g+1)
 		if !known {
 			return false
 		}
@@ -368,7 +368,7 @@ func (r *Rink) replicaClear(s int, name string, b, g int64) bool {
 		}
 	}
 	for rr := range k {
-		if held, known := st.hist.heldBy(rr*S+s, name, b, g); held || !known {
+		if held, known := st.hist.HeldBy(rr*S+s, name, b, g); held || !known {
 			return false
 		}
 	}

@@ -107,7 +107,7 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 		sent := fenceClock()
 		grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
 		if err != nil {
-			if transient(err) && sleep(ctx, b.next()) {
+			if transient(err) && sleep(ctx, b.Next()) {
 				r.log.Info("granting the lease failed, retrying", zap.Error(err))
 				continue
 			}
@@ -129,7 +129,7 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 			// lease, or the retry finds it, ours, and revokes it again.)
 			revoke()
 			tried = append(tried, grant.ID)
-			if transient(err) && sleep(ctx, b.next()) {
+			if transient(err) && sleep(ctx, b.Next()) {
 				r.log.Info("creating the member key failed, retrying", zap.Error(err))
 				continue
 			}
@@ -141,7 +141,7 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 				// Our own key, from an attempt whose answer was lost: it
 				// never acted. Take it away and try again.
 				revokeLease(clientv3.LeaseID(kvs[0].Lease))
-				if sleep(ctx, b.next()) {
+				if sleep(ctx, b.Next()) {
 					continue
 				}
 				return nil, fmt.Errorf("rink: creating member key: %w", ctx.Err())

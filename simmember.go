@@ -177,7 +177,7 @@ func (m *simMember) settle() {
 		return
 	}
 	m.pumpAcks()
-	if at, ok := r.st.nextTimer(); ok && !at.Equal(m.wakeAt) {
+	if at, ok := r.st.NextTimer(); ok && !at.Equal(m.wakeAt) {
 		m.wakeGen++
 		gen := m.wakeGen
 		m.wakeAt = at

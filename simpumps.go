@@ -21,7 +21,7 @@ func (m *simMember) pumpKeeper() {
 	if m.dead || inc.ctx.Err() != nil {
 		return
 	}
-	why, renew, wakeAt := k.next(m.env.Clock())
+	why, renew, wakeAt := k.Next(m.env.Clock())
 	switch {
 	case why != "":
 		m.trace("%s", string(why))
@@ -35,7 +35,7 @@ func (m *simMember) pumpKeeper() {
 				return
 			}
 			m.keepGen++
-			if why := k.renewed(ttl, err, m.env.Clock()); why != "" {
+			if why := k.Renewed(ttl, err, m.env.Clock()); why != "" {
 				m.trace("%s (%v)", string(why), err)
 				m.r.fence(inc, ErrFenced)
 				m.settle()

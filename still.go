@@ -100,18 +100,18 @@ type memberChanges struct {
 	took int64   // the newest seq listed in losses for this member (0: none)
 }
 
-// reset forgets everything (a listing, a new lineage, the map key gone).
-func (c *changeLog) reset() {
+// Reset forgets everything (a listing, a new lineage, the map key gone).
+func (c *changeLog) Reset() {
 	c.base, c.seq, c.last = 0, 0, mapShape{}
 	clear(c.at)
 	c.losses, c.lossFrom = c.losses[:0], 0
 }
 
-// see records the map put of seq seq. A put that does not follow the last
+// See records the map put of seq seq. A put that does not follow the last
 // one seen starts the log again at it.
-func (c *changeLog) see(seq int64, m mapShape) {
+func (c *changeLog) See(seq int64, m mapShape) {
 	if c.base == 0 || seq != c.seq+1 {
-		c.reset()
+		c.Reset()
 		c.base, c.seq, c.last, c.lossFrom = seq, seq, m, seq
 		return
 	}
@@ -144,9 +144,9 @@ func (c *changeLog) see(seq int64, m mapShape) {
 	c.seq, c.last = seq, m
 }
 
-// lossesAfter returns the losses of the maps after seq lo, rising; ok is
+// LossesAfter returns the losses of the maps after seq lo, rising; ok is
 // false when the log does not know them all.
-func (c *changeLog) lossesAfter(lo int64) (losses []seqLoss, ok bool) {
+func (c *changeLog) LossesAfter(lo int64) (losses []seqLoss, ok bool) {
 	if c.base == 0 || lo < c.lossFrom {
 		return nil, false
 	}
@@ -154,10 +154,10 @@ func (c *changeLog) lossesAfter(lo int64) (losses []seqLoss, ok bool) {
 	return c.losses[i:], true
 }
 
-// changedAfter reports whether the log knows of a map after seq b that
+// ChangedAfter reports whether the log knows of a map after seq b that
 // changed name's slots: a member it changed owes an acknowledgement, and
 // knows it (see ackOwed).
-func (c *changeLog) changedAfter(name string, b int64) bool {
+func (c *changeLog) ChangedAfter(name string, b int64) bool {
 	if c.base == 0 || b < c.base {
 		return false
 	}
@@ -165,11 +165,11 @@ func (c *changeLog) changedAfter(name string, b int64) bool {
 	return ch != nil && len(ch.seqs) > 0 && ch.seqs[len(ch.seqs)-1] > b
 }
 
-// forget drops a member whose key went: a later member of that name starts
+// Forget drops a member whose key went: a later member of that name starts
 // from base (or from a change that names it).
-func (c *changeLog) forget(name string) { delete(c.at, name) }
+func (c *changeLog) Forget(name string) { delete(c.at, name) }
 
-// still raises bound, a lower bound of a member's acknowledgement (it
+// Still raises bound, a lower bound of a member's acknowledgement (it
 // holds no slot that the maps from that seq on do not give it), to the
 // newest seq x such that no map after bound up to x changed the member's
 // slots: the maps from bound to x give it the same slots, so whatever it
@@ -179,7 +179,7 @@ func (c *changeLog) forget(name string) { delete(c.at, name) }
 // an heir that applied it finds there that the member did not hold what
 // it gains, whatever the member acknowledged long before). Bounds the log
 // cannot tell about are returned as they are.
-func (c *changeLog) still(name string, bound int64) int64 {
+func (c *changeLog) Still(name string, bound int64) int64 {
 	if c.base == 0 || bound < c.base || bound > c.seq {
 		return bound
 	}

@@ -98,18 +98,18 @@ func FuzzChanged(f *testing.F) {
 // from its first (base) on; a gap starts it again.
 func TestChangeLog(t *testing.T) {
 	var c changeLog
-	if c.still("a", 3) != 3 {
+	if c.Still("a", 3) != 3 {
 		t.Fatal("an empty log raises nothing")
 	}
 	m1 := mapShape{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}}
 	m2 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 2}} // b -> c
 	m3 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 2}}
 	m4 := mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{1, 2}} // a -> b
-	c.see(5, m1)
-	c.see(6, m2)
-	c.see(7, m3)
-	c.see(8, m3)
-	c.see(9, m4)
+	c.See(5, m1)
+	c.See(6, m2)
+	c.See(7, m3)
+	c.See(8, m3)
+	c.See(9, m4)
 	for _, x := range []struct {
 		name        string
 		bound, want int64
@@ -125,30 +125,30 @@ func TestChangeLog(t *testing.T) {
 		{"c", 0, 0},
 		{"a", 10, 10}, // beyond the log
 	} {
-		if got := c.still(x.name, x.bound); got != x.want {
+		if got := c.Still(x.name, x.bound); got != x.want {
 			t.Errorf("still(%s, %d) = %d, want %d", x.name, x.bound, got, x.want)
 		}
 	}
-	c.see(11, m3) // a gap: seq 10 unseen
-	if c.base != 11 || c.still("a", 9) != 9 || c.still("b", 11) != 11 {
+	c.See(11, m3) // a gap: seq 10 unseen
+	if c.base != 11 || c.Still("a", 9) != 9 || c.Still("b", 11) != 11 {
 		t.Fatalf("after a gap: %+v", c)
 	}
 	// Only the newest maxChanges changes of a member are kept: a bound
 	// before the ones dropped is not raised.
 	tables := []wire.SlotTable{{0, 1}, {1, 0}}
 	for i := range maxChanges + 2 {
-		c.see(12+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
+		c.See(12+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
 	}
-	if got := c.still("a", 11); got != 11 {
+	if got := c.Still("a", 11); got != 11 {
 		t.Errorf("still(a, 11) past dropped changes = %d, want 11", got)
 	}
-	if got := c.still("a", c.seq-1); got != c.seq-1 {
+	if got := c.Still("a", c.seq-1); got != c.seq-1 {
 		t.Errorf("still(a, %d) = %d: a changed at %d", c.seq-1, got, c.seq)
 	}
-	if got := c.still("a", c.seq-2); got != c.seq-2 {
+	if got := c.Still("a", c.seq-2); got != c.seq-2 {
 		t.Errorf("still(a, %d) = %d: a changed at %d", c.seq-2, got, c.seq-1)
 	}
-	if got := c.still("a", c.seq); got != c.seq {
+	if got := c.Still("a", c.seq); got != c.seq {
 		t.Errorf("still(a, %d) = %d", c.seq, got)
 	}
 }
@@ -214,36 +214,36 @@ func TestFloorStill(t *testing.T) {
 // map, and knows when it has forgotten some.
 func TestChangeLogLosses(t *testing.T) {
 	var c changeLog
-	if _, ok := c.lossesAfter(0); ok {
+	if _, ok := c.LossesAfter(0); ok {
 		t.Fatal("an empty log knows losses")
 	}
-	c.see(5, mapShape{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 0, 1}})
-	c.see(6, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}}) // a and b lose to c
-	c.see(7, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}})
-	c.see(8, mapShape{Members: []string{"c", "b"}, Table: wire.SlotTable{0, 1, 1, 1}}) // c loses to b
-	got, ok := c.lossesAfter(5)
+	c.See(5, mapShape{Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1, 0, 1}})
+	c.See(6, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}}) // a and b lose to c
+	c.See(7, mapShape{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{2, 1, 2, 2}})
+	c.See(8, mapShape{Members: []string{"c", "b"}, Table: wire.SlotTable{0, 1, 1, 1}}) // c loses to b
+	got, ok := c.LossesAfter(5)
 	want := []seqLoss{{6, "a"}, {6, "b"}, {8, "c"}}
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Fatalf("losses after 5: %v %v, want %v", got, ok, want)
 	}
-	if got, ok := c.lossesAfter(6); !ok || !reflect.DeepEqual(got, want[2:]) {
+	if got, ok := c.LossesAfter(6); !ok || !reflect.DeepEqual(got, want[2:]) {
 		t.Fatalf("losses after 6: %v %v", got, ok)
 	}
-	if _, ok := c.lossesAfter(4); ok {
+	if _, ok := c.LossesAfter(4); ok {
 		t.Fatal("losses before the base are known")
 	}
-	if !c.changedAfter("b", 7) || c.changedAfter("a", 6) || c.changedAfter("b", 4) {
+	if !c.ChangedAfter("b", 7) || c.ChangedAfter("a", 6) || c.ChangedAfter("b", 4) {
 		t.Fatal("changedAfter")
 	}
 	// Past maxLosses, the oldest half goes.
 	tables := []wire.SlotTable{{0, 1, 0, 1}, {1, 0, 1, 0}}
 	for i := range maxLosses/2 + 1 {
-		c.see(9+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
+		c.See(9+int64(i), mapShape{Members: []string{"a", "b"}, Table: tables[i%2]})
 	}
-	if _, ok := c.lossesAfter(5); ok || c.lossFrom <= 8 {
+	if _, ok := c.LossesAfter(5); ok || c.lossFrom <= 8 {
 		t.Fatalf("after %d losses, those after 5 are known (from %d)", len(c.losses), c.lossFrom)
 	}
-	if got, ok := c.lossesAfter(c.seq - 1); !ok || len(got) != 2 {
+	if got, ok := c.LossesAfter(c.seq - 1); !ok || len(got) != 2 {
 		t.Fatalf("the newest map's losses: %v %v", got, ok)
 	}
 }

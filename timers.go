@@ -24,17 +24,17 @@ type timers struct {
 	at [numTimers]time.Time // zero: not set. The leader's are set only while it leads
 }
 
-// setTimer sets timer k to fire at t (replacing what it was set to).
-func (t *timers) setTimer(k timerKind, at time.Time) { t.at[k] = at }
+// SetTimer sets timer k to fire at t (replacing what it was set to).
+func (t *timers) SetTimer(k timerKind, at time.Time) { t.at[k] = at }
 
-// stopTimer unsets timer k.
-func (t *timers) stopTimer(k timerKind) { t.at[k] = time.Time{} }
+// StopTimer unsets timer k.
+func (t *timers) StopTimer(k timerKind) { t.at[k] = time.Time{} }
 
-// timerSet reports whether timer k is set.
-func (t *timers) timerSet(k timerKind) bool { return !t.at[k].IsZero() }
+// TimerSet reports whether timer k is set.
+func (t *timers) TimerSet(k timerKind) bool { return !t.at[k].IsZero() }
 
-// nextTimer returns the earliest deadline set (false: none).
-func (t *timers) nextTimer() (first time.Time, ok bool) {
+// NextTimer returns the earliest deadline set (false: none).
+func (t *timers) NextTimer() (first time.Time, ok bool) {
 	for _, at := range t.at {
 		if !at.IsZero() && (!ok || at.Before(first)) {
 			first, ok = at, true
@@ -43,8 +43,8 @@ func (t *timers) nextTimer() (first time.Time, ok bool) {
 	return first, ok
 }
 
-// takeDue unsets and returns the timers due at now, in kind order.
-func (t *timers) takeDue(now time.Time) (due []timerKind) {
+// TakeDue unsets and returns the timers due at now, in kind order.
+func (t *timers) TakeDue(now time.Time) (due []timerKind) {
 	for k, at := range t.at {
 		if !at.IsZero() && !now.Before(at) {
 			due = append(due, timerKind(k))

@@ -177,7 +177,7 @@ func (r *Rink) freeNarrow(s int, low int64) bool {
 	if low >= g {
 		return true
 	}
-	holders, known := st.hist.during(s, low, g)
+	holders, known := st.hist.During(s, low, g)
 	if !known {
 		return false
 	}
@@ -189,7 +189,7 @@ func (r *Rink) freeNarrow(s int, low int64) bool {
 		if none || b >= g {
 			continue
 		}
-		if held, known := st.hist.heldBy(s, name, b, g); held || !known {
+		if held, known := st.hist.HeldBy(s, name, b, g); held || !known {
 			return false
 		}
 	}
@@ -340,9 +340,9 @@ func (r *Rink) watch() {
 			continue // asked for: no error to back off from
 		}
 		if time.Since(began) > time.Minute {
-			b.reset()
+			b.Reset()
 		}
-		sleep(r.ctx, b.next())
+		sleep(r.ctx, b.Next())
 	}
 }
 

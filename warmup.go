@@ -187,9 +187,9 @@ func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time
 	*next = r.placedAround(hold)
 	switch {
 	case !ready:
-		st.setTimer(timerWarm, l.warm.at.Add(r.opts.warmup))
+		st.SetTimer(timerWarm, l.warm.at.Add(r.opts.warmup))
 	default:
-		st.setTimer(timerWarm, l.warm.leaveAt.Add(r.opts.ttl))
+		st.SetTimer(timerWarm, l.warm.leaveAt.Add(r.opts.ttl))
 	}
 }
 
@@ -269,7 +269,7 @@ func (r *Rink) startLeaving() bool {
 		return false
 	}
 	st.leaving = true
-	st.setTimer(timerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
+	st.SetTimer(timerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
 	inc := st.inc
 	r.rewriteMemberKey(inc, r.ownMemberValue(true),
 		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")

@@ -508,9 +508,9 @@ func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap
 			return
 		}
 		if time.Since(began) > time.Minute {
-			b.reset() // it had been healthy: start over from a short wait
+			b.Reset() // it had been healthy: start over from a short wait
 		}
-		sleep(ctx, b.next())
+		sleep(ctx, b.Next())
 	}
 }
 
@@ -604,7 +604,7 @@ type backoff struct {
 
 func newBackoff() *backoff { return &backoff{} }
 
-func (b *backoff) next() time.Duration {
+func (b *backoff) Next() time.Duration {
 	b.d = min(max(2*b.d, 50*time.Millisecond), 5*time.Second)
 	if b.rnd != nil {
 		return b.d/2 + time.Duration(b.rnd.Int64N(int64(b.d/2)+1))
@@ -612,7 +612,7 @@ func (b *backoff) next() time.Duration {
 	return b.d/2 + rand.N(b.d/2+1)
 }
 
-func (b *backoff) reset() { b.d = 0 }
+func (b *backoff) Reset() { b.d = 0 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
