@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -20,7 +21,7 @@ type ackView struct {
 	seq     int64            // the map key's etcd version
 	ranked  map[string]bool  // the members the map ranks
 	marks   []mapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
-	changes changeLog        // which map put last changed each member (see still.go)
+	changes core.ChangeLog   // which map put last changed each member (see still.go)
 	mapRev  int64            // the map key's mod revision
 	whole   *wire.Map        // the map of seq, when the view knows it (see records.go)
 	snap    *mvccpb.KeyValue // the snapshot key as last seen
@@ -78,7 +79,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		v.acks[k.AckName(key)] = a
 	case k.IsMap(key):
 		var version int64
-		var shape *mapShape // nil: unknown (a change record this view cannot apply)
+		var shape *core.MapShape // nil: unknown (a change record this view cannot apply)
 		if c, ok := wire.DecodeRecord(kv.Value); ok {
 			version = c.Version
 			switch {
@@ -86,7 +87,7 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 				shape = v.shapeOf(v.snap.Value)
 			case v.whole != nil && !listed && kv.CreateRevision == v.lineage && kv.Version == v.seq+1:
 				if m, err := wire.Apply(v.whole, &c); err == nil {
-					v.whole, shape = &m, &mapShape{Members: m.Members, Table: m.Table}
+					v.whole, shape = &m, &core.MapShape{Members: m.Members, Table: m.Table}
 				}
 			}
 		} else {
@@ -126,18 +127,18 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 
 // shapeOf decodes a whole map for the view, keeping it (whole) for the
 // change records that follow; nil when it does not decode.
-func (v *ackView) shapeOf(value []byte) *mapShape {
+func (v *ackView) shapeOf(value []byte) *core.MapShape {
 	m, err := wire.DecodeMap(value, wire.PeekSlots(value))
 	if err != nil {
 		v.whole = nil
 		return nil
 	}
 	v.whole = &m
-	return &mapShape{Members: m.Members, Table: m.Table}
+	return &core.MapShape{Members: m.Members, Table: m.Table}
 }
 
 // seeShape records the shape of the map of the view's seq.
-func (v *ackView) seeShape(shape mapShape) {
+func (v *ackView) seeShape(shape core.MapShape) {
 	v.changes.See(v.seq, shape)
 	clear(v.ranked)
 	for _, name := range shape.Members {
@@ -282,7 +283,7 @@ func (v *ackView) compute() *wire.AckFloor {
 	}
 	f := &wire.AckFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
 		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{},
-		Still: true, Base: v.changes.base}
+		Still: true, Base: v.changes.Base}
 	for name, m := range v.members {
 		var ack, seq int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
 		if a, ok := v.acks[name]; ok && a.lease == m.lease && a.Lineage == v.lineage {

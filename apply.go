@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.uber.org/zap"
@@ -14,15 +15,15 @@ import (
 // mapApplied is the newest map this member applied, its lineage, and the
 // history of slot owners the barrier reads (see applyMap).
 type mapApplied struct {
-	incompatible error           // the newest map cannot be used by this member
-	cur          wire.Map        // newest applied map; Version 0 before any
-	curRev       int64           // mod revision of cur's key (0: the key is gone)
-	curSeq       int64           // etcd version of cur's key: its seq (see ackValue)
-	lineage      int64           // create revision of cur's key: seqs count within it
-	hist         slotHistory     // who owned each slot in the recently applied maps of the lineage
-	verSeq       map[int64]int64 // hist's seqs by map version (-1: the version repeats)
-	topVer       int64           // the highest map version applied in the lineage
-	stale        bool            // cur's version is not above every version before it
+	incompatible error            // the newest map cannot be used by this member
+	cur          wire.Map         // newest applied map; Version 0 before any
+	curRev       int64            // mod revision of cur's key (0: the key is gone)
+	curSeq       int64            // etcd version of cur's key: its seq (see ackValue)
+	lineage      int64            // create revision of cur's key: seqs count within it
+	hist         core.SlotHistory // who owned each slot in the recently applied maps of the lineage
+	verSeq       map[int64]int64  // hist's seqs by map version (-1: the version repeats)
+	topVer       int64            // the highest map version applied in the lineage
+	stale        bool             // cur's version is not above every version before it
 	// repeats: map versions went back in this lineage, and versions up to
 	// this one may name more than one map: bounds counted in these
 	// versions (from members that predate seqs) name nothing.
@@ -209,10 +210,10 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	r.keepOwnLease(&m, rec)
 	if fresh {
 		// Before it, this member owned nothing.
-		if movedFor(&wire.Map{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
+		if core.MovedFor(&wire.Map{}, &st.cur, -1, st.selfIdx, nil) || len(st.cur.Incoming[r.opts.member]) > 0 {
 			st.changedSeq = st.curSeq
 		}
-	} else if newLineage || st.prevSeq != st.curSeq-1 || movedFor(&st.prev, &st.cur, prevIdx, st.selfIdx, delta) ||
+	} else if newLineage || st.prevSeq != st.curSeq-1 || core.MovedFor(&st.prev, &st.cur, prevIdx, st.selfIdx, delta) ||
 		!slices.Equal(st.prev.Incoming[r.opts.member], st.cur.Incoming[r.opts.member]) {
 		st.changedSeq = st.curSeq
 	}

@@ -157,7 +157,7 @@ func (r *Rink) seqOfVersion(v int64) int64 {
 // free then misses a map it needs and waits, which is safe.
 func (r *Rink) pruneHistory() {
 	st := &r.st
-	if st.hist.lazy.seq != 0 {
+	if st.hist.Lazy.Seq != 0 {
 		return // (the step settles it after its acquisitions, and the next batch prunes: see slotHistory.lazy)
 	}
 	low := st.curSeq - maxHistory + 1
@@ -169,7 +169,7 @@ func (r *Rink) pruneHistory() {
 		}
 	}
 	low = max(low, st.hist.KeepingAtMost(maxHistChanges))
-	if !st.hist.Covers(low) || low == st.hist.from {
+	if !st.hist.Covers(low) || low == st.hist.From {
 		return
 	}
 	if low == st.curSeq {

@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"errors"
+	"github.com/rink-go/rink/internal/core"
 	"time"
 
 	"go.uber.org/zap"
@@ -78,7 +79,7 @@ func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 // armDrainTimer sets the drain timer to the earliest deadline.
 func (r *Rink) armDrainTimer(now time.Time) {
 	st := &r.st
-	st.StopTimer(timerDrain)
+	st.StopTimer(core.TimerDrain)
 	var first time.Time
 	for _, e := range st.draining {
 		if first.IsZero() || e.deadline.Before(first) {
@@ -86,7 +87,7 @@ func (r *Rink) armDrainTimer(now time.Time) {
 		}
 	}
 	if !first.IsZero() {
-		st.SetTimer(timerDrain, first)
+		st.SetTimer(core.TimerDrain, first)
 	}
 }
 
@@ -129,7 +130,7 @@ func (r *Rink) onDrained() {
 func (r *Rink) dropDrains() {
 	st := &r.st
 	clear(st.draining)
-	st.StopTimer(timerDrain)
+	st.StopTimer(core.TimerDrain)
 }
 
 // awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.
@@ -139,15 +140,15 @@ func (r *Rink) awaitDrains(ctx context.Context) {
 	defer t.Stop()
 	for !r.checkDrains() {
 		var timer <-chan time.Time
-		if r.st.TimerSet(timerDrain) {
-			t.Reset(r.st.at[timerDrain].Sub(r.now()))
+		if r.st.TimerSet(core.TimerDrain) {
+			t.Reset(r.st.At[core.TimerDrain].Sub(r.now()))
 			timer = t.C
 		}
 		select {
 		case <-r.inbox.wake:
 			r.inbox.takeDrained() // (checkDrains counts them)
 		case <-timer:
-			r.st.StopTimer(timerDrain)
+			r.st.StopTimer(core.TimerDrain)
 		case <-ctx.Done():
 			r.log.Warn("shutdown: leaving before the drains ended (the context ended)", zap.Int("slots", len(r.st.draining)))
 			r.dropDrains()

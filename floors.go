@@ -197,10 +197,10 @@ func (a *aggregation) idle(f *wire.AckFloor) bool {
 		return sameBounds(l, f)
 	}
 	for _, x := range losses {
-		if x.seq > f.Seq {
+		if x.Seq > f.Seq {
 			break
 		}
-		if a.v.present(x.name) && l.SeqOf(x.name) < x.seq && f.SeqOf(x.name) >= x.seq {
+		if a.v.present(x.Name) && l.SeqOf(x.Name) < x.Seq && f.SeqOf(x.Name) >= x.Seq {
 			return false
 		}
 	}

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"github.com/rink-go/rink/internal/core"
 	"slices"
 	"time"
 )
@@ -202,7 +203,7 @@ func (r *Rink) reconcileSlots(only []int) {
 		slices.Sort(only[gains:]) // (in slot order, whatever the map's: a history replays)
 	}
 	now := r.now()
-	for s := range slotRange(only, S) {
+	for s := range core.SlotRange(only, S) {
 		want := idx >= 0 && int(st.cur.Table[s]) == idx
 		if want == st.mine.owns(s) || want && st.curRev == 0 {
 			continue // (no new gains while the map key is absent)
@@ -236,7 +237,7 @@ func (r *Rink) reconcileSlots(only []int) {
 // acquisitions (see slotHistory.lazy), and prunes the history, which
 // pruneHistory left alone while that map was pending.
 func (r *Rink) settleHistory() {
-	if r.st.hist.lazy.seq != 0 {
+	if r.st.hist.Lazy.Seq != 0 {
 		r.st.hist.Settle()
 		r.pruneHistory()
 	}

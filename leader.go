@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
@@ -161,7 +162,7 @@ func (r *Rink) onElected(e elected) {
 	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: &backoff{rnd: r.simRand}, movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
-		st.SetTimer(timerLoad, r.now().Add(r.opts.loadEvery))
+		st.SetTimer(core.TimerLoad, r.now().Add(r.opts.loadEvery))
 	}
 	st.dirty = true
 	st.lead.stopAgg = r.fx().aggregate(e, st.lead.rest)
@@ -172,9 +173,9 @@ func (r *Rink) stopLeading() {
 	if st.lead == nil {
 		return
 	}
-	st.StopTimer(timerPlan)
-	st.StopTimer(timerLoad)
-	st.StopTimer(timerWarm)
+	st.StopTimer(core.TimerPlan)
+	st.StopTimer(core.TimerLoad)
+	st.StopTimer(core.TimerWarm)
 	st.lead.stopAgg()
 	st.lead = nil
 }

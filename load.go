@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -38,10 +39,6 @@ import (
 // role, before it writes its summary: a burst of AwaitRole calls (a member
 // awaiting its roles right after New) costs one write.
 const reportPause = 50 * time.Millisecond
-
-// loadChange is the share of a member's total load (or roles) by which a
-// slot's figure must change before a new summary is written.
-const loadChange = 0.05
 
 // loadAcc is the per-slot accumulator AddLoad adds to, and the awaited
 // roles. AddLoad touches only acc; the reporter goroutine owns the rest of
@@ -183,10 +180,10 @@ func (l *loadAcc) rolesIn(s int) int {
 // of the last interval with the roles awaited now, reportPause later.
 func (r *Rink) reportLoad() {
 	interval, window := r.opts.loadEvery, r.opts.loadWindow
-	meter := newLoadMeter()
+	meter := core.NewLoadMeter()
 	roles := map[int]int32{}
 	roleOf := func(s int) int32 { return roles[s] }
-	var held []heldLoad
+	var held []core.HeldLoad
 	units := map[int]float64{}
 	var last, rates wire.LoadReport // the last summary written; the last interval's
 	var lastInc *incarnation
@@ -219,7 +216,7 @@ func (r *Rink) reportLoad() {
 			held = held[:0]
 			r.slots.each(func(s int, st *slotState) {
 				if st.ctx != nil && st.ctx.Err() == nil {
-					held = append(held, heldLoad{slot: s, units: units[s], since: st.at})
+					held = append(held, core.HeldLoad{Slot: s, Units: units[s], Since: st.at})
 				}
 			})
 			rates, ticked = meter.Tick(now, held, roleOf, interval, window), true
@@ -251,7 +248,7 @@ func (r *Rink) reportLoad() {
 			last, lastInc = *inc.joinLoad, inc // (written with the member key)
 			r.emit(Event{Kind: EventLoadReported, Slot: -1})
 		}
-		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!loadChanged(last, rep) || !byLoad && wire.IdleAlike(last, rep)) {
+		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!core.LoadChanged(last, rep) || !byLoad && wire.IdleAlike(last, rep)) {
 			continue
 		}
 		if r.writeLoad(inc, rep) {

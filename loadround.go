@@ -3,6 +3,7 @@ package rink
 import (
 	"slices"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
@@ -121,7 +122,7 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	st := &r.st
 	l := st.lead
 	l.roundDue = false
-	r.st.SetTimer(timerLoad, r.now().Add(r.opts.loadEvery))
+	r.st.SetTimer(core.TimerLoad, r.now().Add(r.opts.loadEvery))
 	if in.Load == nil {
 		return
 	}

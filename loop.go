@@ -4,16 +4,17 @@ import (
 	"context"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 )
 
-// core is everything the run goroutine owns: the member's protocol state,
+// mechanisms is everything the run goroutine owns: the member's protocol state,
 // one part per mechanism, each declared beside the code that keeps it, with
 // its invariants. No other goroutine reads or writes it; they talk to the
 // run goroutine through the handoff channel and the inbox (see inbox.go),
 // and read what it publishes (slot states, the map, the rank) through
 // atomic pointers.
-type core struct {
+type mechanisms struct {
 	lifecycle      // the incarnation and how the member comes and goes (see lifecycle.go)
 	membership     // the view of member and election keys (see fold.go)
 	mapApplied     // the applied map, its lineage and history (see apply.go)
@@ -26,7 +27,7 @@ type core struct {
 	warmupState    // warm-up of incoming slots and leaving with a warm-up (see warmup.go)
 	ghostState     // members whose key went while the map still ranks them (see ghosts.go)
 	leadState      // leadership and planning (see leader.go)
-	timers         // the deadlines the core waits for (see timers.go)
+	core.Timers    // the deadlines the core waits for (see timers.go)
 }
 
 // run is the rink's single state-owning goroutine.
@@ -93,20 +94,20 @@ func (r *Rink) onTimers(now time.Time) bool {
 	st := &r.st
 	for _, k := range st.TakeDue(now) {
 		switch k {
-		case timerPlan, timerWarm:
+		case core.TimerPlan, core.TimerWarm:
 			if st.lead != nil {
 				st.dirty = true
 			}
-		case timerLoad:
+		case core.TimerLoad:
 			if st.lead != nil {
 				st.lead.roundDue = true
 				st.dirty = true
 			}
-		case timerDrain:
+		case core.TimerDrain:
 			r.onDrained()
-		case timerQuiet:
+		case core.TimerQuiet:
 			r.sendAck() // withheld meanwhile
-		case timerLeaveBy:
+		case core.TimerLeaveBy:
 			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
 			r.shutdown(nil)
 			return false

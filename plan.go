@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
@@ -103,7 +104,7 @@ func (r *Rink) plan() {
 			due = at
 		}
 	}
-	st.SetTimer(timerPlan, due) // (zero: unset)
+	st.SetTimer(core.TimerPlan, due) // (zero: unset)
 
 	// With replicas, the replicas stay where a crash's promotions put them
 	// for a TTL (see planInput.Hold); the leader does not say it rests
@@ -118,7 +119,7 @@ func (r *Rink) plan() {
 		holding = !plan.PlanMap(from, strict).SameAssignment(plan.PlanMap(from, in))
 		if at := l.crashAt.Add(r.opts.ttl); due.IsZero() || at.Before(due) {
 			due = at
-			st.SetTimer(timerPlan, due)
+			st.SetTimer(core.TimerPlan, due)
 		}
 	}
 	next := plan.PlanMap(from, in)
@@ -142,7 +143,7 @@ func (r *Rink) plan() {
 		// the interval's beat, with every member's summary of the last
 		// interval in.)
 		l.roundDue = false
-		st.SetTimer(timerLoad, now.Add(r.opts.loadEvery))
+		st.SetTimer(core.TimerLoad, now.Add(r.opts.loadEvery))
 	}
 	if r.opts.warmup > 0 {
 		r.holdForWarmup(&next, func() wire.Map {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.uber.org/zap"
@@ -101,7 +102,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.err != nil:
 		wait := l.retry.Next()
 		r.log.Warn("proclaiming the map failed, retrying", zap.Error(res.err), zap.Int64("version", res.version), zap.Duration("backoff", wait))
-		st.SetTimer(timerPlan, r.now().Add(wait))
+		st.SetTimer(core.TimerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	case res.ok:
 		l.retry.Reset()
@@ -116,7 +117,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.rev == 0:
 		// The map key is gone but our view still shows it: retry shortly,
 		// once the watch has delivered the deletion.
-		st.SetTimer(timerPlan, r.now().Add(l.retry.Next()))
+		st.SetTimer(core.TimerPlan, r.now().Add(l.retry.Next()))
 		st.dirty = false // the timer sets it again
 	case res.rev < res.based:
 		// The key's mod revision only rises (a deleted key comes back at a
@@ -129,7 +130,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 		wait := l.retry.Next()
 		r.log.Warn("proclaiming the map failed although the view is current, retrying",
 			zap.Int64("map_revision", res.rev), zap.Int64("view_revision", st.rev), zap.Duration("backoff", wait))
-		st.SetTimer(timerPlan, r.now().Add(wait))
+		st.SetTimer(core.TimerPlan, r.now().Add(wait))
 		st.dirty = false // the timer sets it again
 	default:
 		// The map changed under us: plan again once the view has caught up.

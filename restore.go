@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.uber.org/zap"
 )
@@ -57,7 +58,7 @@ func (r *Rink) dropLineage(rev int64) {
 func (r *Rink) hush() {
 	st := &r.st
 	st.quiet = r.clock() + int64(r.opts.ttl)
-	st.SetTimer(timerQuiet, r.now().Add(r.opts.ttl))
+	st.SetTimer(core.TimerQuiet, r.now().Add(r.opts.ttl))
 	st.hushRev, st.hushBase = 0, -1
 	if st.inc != nil && st.joins > 1 && st.taint == 0 {
 		st.hushRev, st.hushBase = st.inc.boundRev, 0
@@ -110,7 +111,7 @@ func (r *Rink) hushSpares(s int) bool {
 func (r *Rink) quietStarts() {
 	st := &r.st
 	st.startQuiet = r.clock() + int64(r.opts.ttl)
-	st.SetTimer(timerQuiet, r.now().Add(r.opts.ttl))
+	st.SetTimer(core.TimerQuiet, r.now().Add(r.opts.ttl))
 }
 
 // startsQuieted reports whether a quiet time of starts (see quietStarts)

@@ -130,7 +130,7 @@ type Rink struct {
 	// inbox carries the rest to the run goroutine (see inbox.go).
 	inbox *inbox
 
-	st core // owned by the run goroutine (see loop.go)
+	st mechanisms // owned by the run goroutine (see loop.go)
 	// nowFn and clockFn, when set (by the simulator), are the core's time
 	// (see timers.go).
 	nowFn   func() time.Time

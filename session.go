@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,20 +74,8 @@ func (inc *incarnation) expired() bool {
 // deadlineAfter returns the fence deadline for a renewal sent at sent (a
 // fenceClock reading) and granted ttl by the server.
 func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
-	return deadlineAfter(sent, ttl, r.opts.ttl)
+	return core.DeadlineAfter(sent, ttl, r.opts.ttl)
 }
-
-// deadlineAfter is the fence deadline for a renewal sent at sent and
-// granted ttl seconds, of a lease asked for with TTL lease.
-func deadlineAfter(sent, ttl int64, lease time.Duration) int64 {
-	return sent + int64(time.Duration(ttl)*time.Second-fenceMargin(lease))
-}
-
-// fenceMargin is how long before the server could expire the lease a member
-// stops trusting it. It covers clock rate drift between this process and the
-// etcd leader (assumed far below 1%), scheduling delay of the fence itself,
-// and etcd's own lease checking granularity works in our favour.
-func fenceMargin(ttl time.Duration) time.Duration { return ttl / 8 }
 
 // join grants a lease and creates the member key bound to it. If a live
 // member already uses the name, it waits for that key to go (a restarted

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/simhook"
 	"github.com/rink-go/rink/internal/wire"
 )
@@ -45,7 +46,7 @@ type simMember struct {
 	view, own *simFollower // the member's watches: its view, and its own key
 	lost      *incarnation // the incarnation whose end the core was told of
 
-	keep    *keeper
+	keep    *core.Keeper
 	keepInc *incarnation
 	keepGen int // the renewal in flight, or the wake-up scheduled last
 
@@ -426,7 +427,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 				retry()
 				return
 			}
-			deadline := deadlineAfter(sent, grant.TTL, r.opts.ttl)
+			deadline := core.DeadlineAfter(sent, grant.TTL, r.opts.ttl)
 			if m.env.Clock() >= deadline {
 				retry()
 				return
@@ -449,7 +450,7 @@ func (m *simMember) begin(lease clientv3.LeaseID, createRev, boundRev, sent, dea
 	inc := &incarnation{lease: lease, createRev: createRev, boundRev: boundRev, lost: make(chan struct{}), clock: m.env.Clock}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(m.r.ctx)
-	m.keep, m.keepInc = newKeeper(m.r.opts.ttl, sent, deadline), inc
+	m.keep, m.keepInc = core.NewKeeper(m.r.opts.ttl, sent, deadline), inc
 	m.keepGen++
 	m.pumpKeeper()
 	return inc

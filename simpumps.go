@@ -41,10 +41,10 @@ func (m *simMember) pumpKeeper() {
 				m.settle()
 				return
 			}
-			inc.deadline.Store(k.deadline)
+			inc.deadline.Store(k.Deadline)
 			m.pumpKeeper()
 		}
-		m.env.After(time.Duration(k.deadline-m.env.Clock()), func() { done(0, context.DeadlineExceeded) })
+		m.env.After(time.Duration(k.Deadline-m.env.Clock()), func() { done(0, context.DeadlineExceeded) })
 		m.etcd.LeaseKeepAlive(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(inc.lease)}, func(resp *etcdserverpb.LeaseKeepAliveResponse, err error) {
 			switch {
 			case err != nil:

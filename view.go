@@ -113,7 +113,7 @@ func (r *Rink) noteGone(t wire.Transition, seq, prevSeq int64, prev *wire.Map, d
 		back = func(name string) bool { return delta.Places(name, len(prev.Members), st.cur.Members) }
 	}
 	for name := range st.view.goneAt {
-		if st.view.goneAt[name] < st.hist.from || back(name) || st.cur.Waits(name) {
+		if st.view.goneAt[name] < st.hist.From || back(name) || st.cur.Waits(name) {
 			delete(st.view.goneAt, name) // back, or older than anything the check looks at
 		}
 	}

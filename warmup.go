@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -187,9 +188,9 @@ func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time
 	*next = r.placedAround(hold)
 	switch {
 	case !ready:
-		st.SetTimer(timerWarm, l.warm.at.Add(r.opts.warmup))
+		st.SetTimer(core.TimerWarm, l.warm.at.Add(r.opts.warmup))
 	default:
-		st.SetTimer(timerWarm, l.warm.leaveAt.Add(r.opts.ttl))
+		st.SetTimer(core.TimerWarm, l.warm.leaveAt.Add(r.opts.ttl))
 	}
 }
 
@@ -269,7 +270,7 @@ func (r *Rink) startLeaving() bool {
 		return false
 	}
 	st.leaving = true
-	st.SetTimer(timerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
+	st.SetTimer(core.TimerLeaveBy, r.now().Add(r.opts.warmup+r.opts.ttl))
 	inc := st.inc
 	r.rewriteMemberKey(inc, r.ownMemberValue(true),
 		"shutdown: could not say that this member is leaving; it hands over when its warm-up time is up")

@@ -73,13 +73,13 @@ func TestReadmeLayoutNamesRealFiles(t *testing.T) {
 		t.Fatalf("README's Layout names %d paths; the check expects the library's files", len(named))
 	}
 
-	core := regexp.MustCompile(`(?s)type core struct \{(.*?)\n\}`).FindStringSubmatch(read(t, "loop.go"))
+	core := regexp.MustCompile(`(?s)type mechanisms struct \{(.*?)\n\}`).FindStringSubmatch(read(t, "loop.go"))
 	if core == nil {
-		t.Fatal("no core struct in loop.go")
+		t.Fatal("no mechanisms struct in loop.go")
 	}
 	parts := regexp.MustCompile(`\(see ([a-z0-9_]+\.go)\)`).FindAllStringSubmatch(core[1], -1)
 	if len(parts) < 5 {
-		t.Fatalf("loop.go's core struct names %d files; expected one per mechanism", len(parts))
+		t.Fatalf("loop.go's mechanisms struct names %d files; expected one per mechanism", len(parts))
 	}
 	for _, p := range parts {
 		if !named[p[1]] {
@@ -87,7 +87,7 @@ func TestReadmeLayoutNamesRealFiles(t *testing.T) {
 		}
 	}
 	for _, decl := range []struct{ file, text string }{
-		{"loop.go", "type core struct"},
+		{"loop.go", "type mechanisms struct"},
 		{"step.go", "func (r *Rink) step(in input) bool"},
 		{"driver.go", "type effects interface"},
 	} {

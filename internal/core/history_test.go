@@ -1,4 +1,4 @@
-package rink
+package core
 
 import (
 	"math/rand/v2"
@@ -17,7 +17,7 @@ func FuzzSlotHistory(f *testing.F) {
 		rng := rand.New(rand.NewPCG(s1, s2))
 		const S = 6
 		names := []string{"a", "b", "c", "d"}
-		var h slotHistory
+		var h SlotHistory
 		var live wire.SlotTable       // the table last added to h
 		whole := map[int64]wire.Map{} // the maps a member would have kept
 		low := int64(0)               // nothing below it is kept
@@ -94,13 +94,13 @@ func FuzzSlotHistory(f *testing.F) {
 					wantHeld = wantHeld || m.Owner(s) == name
 				}
 				if known && !wantKnown {
-					t.Fatalf("heldBy(%d, %s, %d, %d) known, but the maps are not all kept (from %d top %d)", s, name, a, g, h.from, h.top)
+					t.Fatalf("heldBy(%d, %s, %d, %d) known, but the maps are not all kept (from %d top %d)", s, name, a, g, h.From, h.top)
 				}
 				if known && held != wantHeld {
 					t.Fatalf("heldBy(%d, %s, %d, %d) = %v, want %v", s, name, a, g, held, wantHeld)
 				}
 				if wantKnown && !known && a >= low && a < g {
-					t.Fatalf("heldBy(%d, %s, %d, %d) unknown, though every map is kept (from %d top %d low %d)", s, name, a, g, h.from, h.top, low)
+					t.Fatalf("heldBy(%d, %s, %d, %d) unknown, though every map is kept (from %d top %d low %d)", s, name, a, g, h.From, h.top, low)
 				}
 			}
 		}
@@ -111,7 +111,7 @@ func FuzzSlotHistory(f *testing.F) {
 // at its seq, and drops a slot that has not changed since; a rebase to the
 // newest map drops every change.
 func TestSlotHistory(t *testing.T) {
-	var h slotHistory
+	var h SlotHistory
 	m1 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{0, 1}}
 	m2 := wire.Map{Slots: 2, Members: []string{"b", "a"}, Table: wire.SlotTable{1, 0}} // same owners
 	m3 := wire.Map{Slots: 2, Members: []string{"a", "b"}, Table: wire.SlotTable{1, 1}} // slot 0 to b
@@ -151,25 +151,25 @@ func TestSlotHistory(t *testing.T) {
 		t.Errorf("slot 0 has not changed since seq 3, and keeps %d entries after a prune to 3", h.entries)
 	}
 	h.Rebase(3)
-	if held, known := h.HeldBy(0, "b", 3, 4); !held || !known || h.changes != nil || h.from != 3 {
-		t.Errorf("after a rebase to 3: %v %v, changes %v, from %d", held, known, h.changes, h.from)
+	if held, known := h.HeldBy(0, "b", 3, 4); !held || !known || h.changes != nil || h.From != 3 {
+		t.Errorf("after a rebase to 3: %v %v, changes %v, from %d", held, known, h.changes, h.From)
 	}
 	h.Add(5, &m1, nil) // a gap
-	if _, known := h.HeldBy(0, "a", 3, 4); known || h.from != 5 {
-		t.Errorf("after a gap: from %d, seq 3 still known", h.from)
+	if _, known := h.HeldBy(0, "a", 3, 4); known || h.From != 5 {
+		t.Errorf("after a gap: from %d, seq 3 still known", h.From)
 	}
 }
 
 // churn adds to a history 2,999 maps on 4,096 slots, each moving one slot
 // to the next of 64 members, as records, and calls after with the
 // history, the seq added, the slot moved and the map before.
-func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
+func churn(after func(h *SlotHistory, seq int64, s int, prev *wire.Map)) {
 	const S, n = 4096, 64
 	m := wire.Map{Schema: wire.SchemaVersion, Version: 1, Slots: S, Members: make([]string, n), Table: make(wire.SlotTable, S)}
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
-	var h slotHistory
+	var h SlotHistory
 	h.Add(1, &m, nil)
 	for seq := int64(2); seq <= 3000; seq++ {
 		prev := m
@@ -189,7 +189,7 @@ func churn(after func(h *slotHistory, seq int64, s int, prev *wire.Map)) {
 // a rink of 10,000 kept an entry for nearly every slot while members
 // joined: about 600 KB each).
 func TestSlotHistoryFollowsTheFloor(t *testing.T) {
-	churn(func(h *slotHistory, seq int64, _ int, _ *wire.Map) {
+	churn(func(h *SlotHistory, seq int64, _ int, _ *wire.Map) {
 		h.Prune(seq - 2)
 		if len(h.changes) > 3 || h.entries > 12 {
 			t.Fatalf("seq %d: the history keeps %d entries over %d slots, with 3 maps since the floor", seq, h.entries, len(h.changes))
@@ -202,30 +202,17 @@ func TestSlotHistoryFollowsTheFloor(t *testing.T) {
 // the maps it keeps.
 func TestSlotHistoryBounded(t *testing.T) {
 	const keep = 100
-	churn(func(h *slotHistory, seq int64, s int, prev *wire.Map) {
-		if low := h.KeepingAtMost(keep); low > h.from {
+	churn(func(h *SlotHistory, seq int64, s int, prev *wire.Map) {
+		if low := h.KeepingAtMost(keep); low > h.From {
 			h.Prune(low)
 		}
 		if h.entries > 2*keep+2 {
 			t.Fatalf("seq %d: %d entries kept, for at most %d changes", seq, h.entries, keep)
 		}
 		if held, known := h.HeldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
-			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
+			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.From)
 		}
 	})
-}
-
-// A batch whose last map is whole leaves that map's moves to be recorded
-// after the acquisitions (see slotHistory.lazy), and pruneHistory skips
-// while it is pending: the step prunes once it is recorded, or the
-// history outgrew its bounds under churn (found in review).
-func TestHistoryPrunedAfterALazyMap(t *testing.T) {
-	const L = 10
-	b, two := tenMaps(t, L, func(v int64) int { return int(v % 2) })
-	b.put(mapKV(two(11, 0, 1), L, 30), floorKV(wire.AckFloor{Lineage: L, Version: 10, Floor: 10, Complete: true}, 31))
-	if b.r.st.hist.Covers(9) {
-		t.Fatal("seq 9 kept after a floor at 10")
-	}
 }
 
 // A prune costs what it drops, amortized over the entries added: with
@@ -239,7 +226,7 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 	for i := range m.Members {
 		m.Members[i] = string(rune('A' + i))
 	}
-	var h slotHistory
+	var h SlotHistory
 	h.Add(1, &m, nil)
 	added := 0
 	for seq := int64(2); seq <= maps; seq++ {
@@ -255,7 +242,7 @@ func TestSlotHistoryPruneCostFollowsTheChange(t *testing.T) {
 			h.Prune(seq - 3*S)
 		}
 		if held, known := h.HeldBy(s, prev.Owner(s), seq-1, seq); !held || !known {
-			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.from)
+			t.Fatalf("seq %d: the map before is forgotten (from %d)", seq, h.From)
 		}
 	}
 	if h.pruneWork > 8*added {

@@ -1,4 +1,4 @@
-package rink
+package core
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 func TestKeeperSteps(t *testing.T) {
 	const ttl = 3 * time.Second
 	s := int64(time.Second)
-	k := newKeeper(ttl, 0, deadlineAfter(0, 3, ttl))
+	k := NewKeeper(ttl, 0, DeadlineAfter(0, 3, ttl))
 	if why, renew, wake := k.Next(0); why != "" || renew || wake != s {
 		t.Fatalf("at 0: %q %v %v", why, renew, wake)
 	}
@@ -23,8 +23,8 @@ func TestKeeperSteps(t *testing.T) {
 		t.Fatal("no renewal a third of the TTL in")
 	}
 	// Granted 3 s at 1 s: trusted until 4 s less the margin.
-	if why := k.Renewed(3, nil, s+int64(10*time.Millisecond)); why != "" || k.deadline != 4*s-int64(ttl/8) {
-		t.Fatalf("renewed: %q, deadline %v", why, time.Duration(k.deadline))
+	if why := k.Renewed(3, nil, s+int64(10*time.Millisecond)); why != "" || k.Deadline != 4*s-int64(ttl/8) {
+		t.Fatalf("renewed: %q, deadline %v", why, time.Duration(k.Deadline))
 	}
 	// A failure is retried within 200 ms; a deadline passed fences.
 	k.Next(2 * s)
@@ -34,19 +34,19 @@ func TestKeeperSteps(t *testing.T) {
 	// A renewal that fails at the deadline fences; so does the deadline
 	// passing with no tick due.
 	k.Next(k.tickAt)
-	if why := k.Renewed(0, errors.New("timeout"), k.deadline); why != fenceLate {
+	if why := k.Renewed(0, errors.New("timeout"), k.Deadline); why != FenceLate {
 		t.Fatalf("failed at the deadline: %q", why)
 	}
-	if why, _, _ := (&keeper{deadline: 5, tickAt: 9}).Next(6); why != fenceLate {
+	if why, _, _ := (&Keeper{Deadline: 5, tickAt: 9}).Next(6); why != FenceLate {
 		t.Fatalf("past the deadline: %q", why)
 	}
 	k.Next(k.tickAt)
-	if why := k.Renewed(0, rpctypes.ErrLeaseNotFound, k.tickAt); why != fenceExpired {
+	if why := k.Renewed(0, rpctypes.ErrLeaseNotFound, k.tickAt); why != FenceExpired {
 		t.Fatalf("lease not found: %q", why)
 	}
 	// Asleep past both the tick and the deadline.
-	k = newKeeper(ttl, 0, deadlineAfter(0, 3, ttl))
-	if why, _, _ := k.Next(10 * s); why != fenceSuspended {
+	k = NewKeeper(ttl, 0, DeadlineAfter(0, 3, ttl))
+	if why, _, _ := k.Next(10 * s); why != FenceSuspended {
 		t.Fatalf("after a suspend: %q", why)
 	}
 }

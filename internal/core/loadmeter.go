@@ -1,4 +1,4 @@
-package rink
+package core
 
 import (
 	"math"
@@ -10,7 +10,7 @@ import (
 
 // loadMeter turns the units added per tick into decaying rates per slot
 // held. It is pure: the reporter goroutine feeds it.
-type loadMeter struct {
+type LoadMeter struct {
 	slots map[int]*meterSlot // the slots held at the last tick
 }
 
@@ -22,13 +22,13 @@ type meterSlot struct {
 
 // heldLoad is a slot held at a tick: the units added to it since the last
 // tick, and when it was gained.
-type heldLoad struct {
-	slot  int
-	units float64
-	since time.Time
+type HeldLoad struct {
+	Slot  int
+	Units float64
+	Since time.Time
 }
 
-func newLoadMeter() *loadMeter { return &loadMeter{slots: map[int]*meterSlot{}} }
+func NewLoadMeter() *LoadMeter { return &LoadMeter{slots: map[int]*meterSlot{}} }
 
 // Tick folds in the units added since the last Tick, for the slots held
 // now (held, ascending), and returns the report. A slot not held has no
@@ -39,12 +39,12 @@ func newLoadMeter() *loadMeter { return &loadMeter{slots: map[int]*meterSlot{}} 
 // weight the time held carries: it is unbiased from the first Tick on, and
 // a slot that just moved shows its load at once rather than after a
 // window. roles gives the roles awaited in a slot.
-func (m *loadMeter) Tick(now time.Time, held []heldLoad, roles func(s int) int32, interval, window time.Duration) wire.LoadReport {
+func (m *LoadMeter) Tick(now time.Time, held []HeldLoad, roles func(s int) int32, interval, window time.Duration) wire.LoadReport {
 	var rep wire.LoadReport
 	keep := make(map[int]bool, len(held))
 	for _, h := range held {
-		s := h.slot
-		if h.since.IsZero() || h.since.After(now) {
+		s := h.Slot
+		if h.Since.IsZero() || h.Since.After(now) {
 			continue
 		}
 		keep[s] = true
@@ -53,16 +53,16 @@ func (m *loadMeter) Tick(now time.Time, held []heldLoad, roles func(s int) int32
 			ms = &meterSlot{}
 			m.slots[s] = ms
 		}
-		u := h.units
+		u := h.Units
 		if math.IsInf(u, 0) || math.IsNaN(u) {
 			u = 0 // AddLoad's sums overflowed: a figure nobody can use
 		}
 		dt := interval
-		if !h.since.Equal(ms.since) {
+		if !h.Since.Equal(ms.since) {
 			// Gained since the last tick (or gained anew): the units cover
 			// the time since then.
-			ms.rate, ms.since = 0, h.since
-			dt = min(interval, now.Sub(h.since))
+			ms.rate, ms.since = 0, h.Since
+			dt = min(interval, now.Sub(h.Since))
 		}
 		heldFor := now.Sub(ms.since)
 		if dt < interval/100 {
@@ -97,7 +97,7 @@ func (m *loadMeter) Tick(now time.Time, held []heldLoad, roles func(s int) int32
 // set of slots, a total rate that moved by more than loadChange of the
 // larger total, a slot whose rate (or roles) did, or other roles awaited
 // in the slots not held.
-func loadChanged(last, next wire.LoadReport) bool {
+func LoadChanged(last, next wire.LoadReport) bool {
 	if len(last.Slots) != len(next.Slots) || !slices.Equal(last.Await, next.Await) {
 		return true
 	}
@@ -116,3 +116,7 @@ func loadChanged(last, next wire.LoadReport) bool {
 	}
 	return false
 }
+
+// loadChange is the share of a member's total load (or roles) by which a
+// slot's figure must change before a new summary is written.
+const loadChange = 0.05

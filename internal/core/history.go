@@ -1,4 +1,4 @@
-package rink
+package core
 
 import (
 	"slices"
@@ -29,8 +29,8 @@ import (
 // after a slot's first, by rising seq, from the oldest not yet pruned.
 // Entries below from are dropped when a prune passes them in order,
 // keeping the one in force at from.
-type slotHistory struct {
-	from, top int64
+type SlotHistory struct {
+	From, top int64
 	curTable  wire.SlotTable // the newest map's table (shared)
 	curNames  []string       // the newest map's members (shared: a record renames in place only after add reads it)
 	changes   map[int][]ownerSince
@@ -40,17 +40,17 @@ type slotHistory struct {
 	// pruneWork counts the slots prune's compaction looked at, for the
 	// cost test (see TestSlotHistoryPruneCostFollowsTheChange).
 	pruneWork int
-	// lazy is a whole map added after top and not yet compared with it
+	// Lazy is a whole map added after top and not yet compared with it
 	// (seq 0: none; see settle). Every method settles it first, but
 	// owners for maps up to top, which it does not change: a member that
 	// takes over half of 1,024 slots in a whole map starts the awaited
 	// ones before it records what moved (see step).
-	lazy lazyMap
+	Lazy lazyMap
 }
 
 // lazyMap is a whole map that add has not compared yet (see settle).
 type lazyMap struct {
-	seq   int64
+	Seq   int64
 	slots int // the table's entries (see rankMap.tableLen)
 	table wire.SlotTable
 	names []string
@@ -69,22 +69,22 @@ type slotChange struct {
 }
 
 // Reset forgets every map.
-func (h *slotHistory) Reset() {
-	*h = slotHistory{}
+func (h *SlotHistory) Reset() {
+	*h = SlotHistory{}
 }
 
 // Rebase drops every change when seq is the newest map's and the oldest
 // the history must keep: nothing before it is needed any more.
-func (h *slotHistory) Rebase(seq int64) {
+func (h *SlotHistory) Rebase(seq int64) {
 	h.Settle()
 	if h.top == 0 || seq != h.top {
 		return
 	}
-	h.from, h.changes, h.entries, h.order = seq, nil, 0, nil
+	h.From, h.changes, h.entries, h.order = seq, nil, 0, nil
 }
 
 // CurOwner returns slot s's owner in the newest map added.
-func (h *slotHistory) CurOwner(s int) string {
+func (h *SlotHistory) CurOwner(s int) string {
 	if s < 0 || s >= len(h.curTable) || len(h.curNames) == 0 {
 		return ""
 	}
@@ -95,7 +95,7 @@ func (h *slotHistory) CurOwner(s int) string {
 }
 
 // Last returns slot s's owner in the newest map added.
-func (h *slotHistory) Last(s int) string {
+func (h *SlotHistory) Last(s int) string {
 	if len(h.changes) > 0 { // (no lookup per slot in a rink at rest: see rebase)
 		if l := h.changes[s]; len(l) > 0 {
 			return l[len(l)-1].name
@@ -107,11 +107,11 @@ func (h *slotHistory) Last(s int) string {
 // Add records the map of seq seq, which record delta made of the map
 // before it (nil: a whole map). A map that does not follow the last one
 // added (a gap, a new lineage) starts the history again at it.
-func (h *slotHistory) Add(seq int64, m *wire.Map, delta *wire.MapDelta) {
+func (h *SlotHistory) Add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 	h.Settle()
 	if h.top == 0 || seq != h.top+1 {
 		h.Reset()
-		h.from, h.top = seq, seq
+		h.From, h.top = seq, seq
 		h.curTable, h.curNames = m.Table, m.Members
 		return
 	}
@@ -131,7 +131,7 @@ func (h *slotHistory) Add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 			}
 		}
 	} else {
-		h.lazy = lazyMap{seq: seq, slots: m.TableLen(), table: m.Table, names: m.Members}
+		h.Lazy = lazyMap{Seq: seq, slots: m.TableLen(), table: m.Table, names: m.Members}
 		return
 	}
 	h.top = seq
@@ -143,12 +143,12 @@ func (h *slotHistory) Add(seq int64, m *wire.Map, delta *wire.MapDelta) {
 // departure from a rink of two moves half its slots, and a map grown slot
 // by slot and a slice allocated per slot were a third of a handover's
 // time in the member that takes over.
-func (h *slotHistory) Settle() {
-	l := h.lazy
-	if l.seq == 0 {
+func (h *SlotHistory) Settle() {
+	l := h.Lazy
+	if l.Seq == 0 {
 		return
 	}
-	h.lazy = lazyMap{}
+	h.Lazy = lazyMap{}
 	m := wire.Map{Slots: l.slots, Table: l.table, Members: l.names} // (l.slots: every entry of the table, replicas included)
 	// (A whole map's table is its own: the newest map's, which curTable
 	// holds, was not written over, and gives each slot's owner in it, as
@@ -174,22 +174,22 @@ func (h *slotHistory) Settle() {
 		h.block = make([]ownerSince, 2*first)
 	}
 	for _, s := range moved {
-		h.Change(s, h.Last(s), l.seq, m.Owner(s))
+		h.Change(s, h.Last(s), l.Seq, m.Owner(s))
 	}
-	h.top = l.seq
+	h.top = l.Seq
 	h.curTable, h.curNames = l.table, l.names
 }
 
 // Change records that slot s, owned by was until now, is owned by o from
 // the map of seq seq on. The first Change of a slot records was as its
 // owner from from on (see the invariants).
-func (h *slotHistory) Change(s int, was string, seq int64, o string) {
+func (h *SlotHistory) Change(s int, was string, seq int64, o string) {
 	if h.changes == nil {
 		h.changes = map[int][]ownerSince{}
 	}
 	l := h.changes[s]
 	if len(l) == 0 {
-		l = append(h.Carve(), ownerSince{h.from, was})
+		l = append(h.Carve(), ownerSince{h.From, was})
 		h.entries++
 	}
 	h.changes[s] = append(l, ownerSince{seq, o})
@@ -200,7 +200,7 @@ func (h *slotHistory) Change(s int, was string, seq int64, o string) {
 // Carve returns an empty slice with room for a slot's first two entries,
 // cut from the block add made room in (a third entry moves the slot to a
 // slice of its own).
-func (h *slotHistory) Carve() []ownerSince {
+func (h *SlotHistory) Carve() []ownerSince {
 	if len(h.block) < 2 {
 		return nil
 	}
@@ -211,7 +211,7 @@ func (h *slotHistory) Carve() []ownerSince {
 
 // KeepingAtMost returns the lowest seq from which the history keeps at
 // most n changes (0 when it keeps no more than n).
-func (h *slotHistory) KeepingAtMost(n int) int64 {
+func (h *SlotHistory) KeepingAtMost(n int) int64 {
 	h.Settle()
 	if len(h.order) <= n {
 		return 0
@@ -226,16 +226,16 @@ func (h *slotHistory) KeepingAtMost(n int) int64 {
 // entries from the one in force at low. It costs O(log) per entry that a
 // Prune passes, and each entry is passed once: a floor that rises by one
 // map at a time no longer costs a pass over every slot the history keeps.
-func (h *slotHistory) Prune(low int64) {
+func (h *SlotHistory) Prune(low int64) {
 	h.Settle()
-	if h.top == 0 || low <= h.from {
+	if h.top == 0 || low <= h.From {
 		return
 	}
 	if low > h.top {
 		h.Reset()
 		return
 	}
-	h.from = low
+	h.From = low
 	n := 0
 	for n < len(h.order) && h.order[n].seq <= low {
 		c := h.order[n]
@@ -266,14 +266,14 @@ func (h *slotHistory) Prune(low int64) {
 // in order (some may repeat), and reports whether the history covers
 // those maps (else it calls f with nothing). It stops when f returns
 // false.
-func (h *slotHistory) Owners(s int, a, g int64, f func(name string) bool) (known bool) {
+func (h *SlotHistory) Owners(s int, a, g int64, f func(name string) bool) (known bool) {
 	if a >= g {
 		return true
 	}
-	if h.lazy.seq != 0 && g-1 >= h.lazy.seq {
+	if h.Lazy.Seq != 0 && g-1 >= h.Lazy.Seq {
 		h.Settle()
 	}
-	if h.top == 0 || a < h.from || g-1 > h.top {
+	if h.top == 0 || a < h.From || g-1 > h.top {
 		return false
 	}
 	l := h.changes[s]
@@ -292,7 +292,7 @@ func (h *slotHistory) Owners(s int, a, g int64, f func(name string) bool) (known
 
 // HeldBy reports whether any map of seq a to g-1 gives slot s to name, and
 // known: whether the history covers those maps (else held says nothing).
-func (h *slotHistory) HeldBy(s int, name string, a, g int64) (held, known bool) {
+func (h *SlotHistory) HeldBy(s int, name string, a, g int64) (held, known bool) {
 	known = h.Owners(s, a, g, func(o string) bool {
 		held = held || o == name
 		return !held
@@ -302,7 +302,7 @@ func (h *slotHistory) HeldBy(s int, name string, a, g int64) (held, known bool) 
 
 // During returns the owners of slot s in the maps of seq a to g-1 (some
 // may repeat), and known: whether the history covers those maps.
-func (h *slotHistory) During(s int, a, g int64) (owners []string, known bool) {
+func (h *SlotHistory) During(s int, a, g int64) (owners []string, known bool) {
 	known = h.Owners(s, a, g, func(o string) bool {
 		owners = append(owners, o)
 		return true
@@ -316,7 +316,7 @@ func (h *slotHistory) During(s int, a, g int64) (owners []string, known bool) {
 // changes kept since from. Maps below from are forgotten (the floor rose
 // past them, or a gap reset the history): what they Gave, Gave tells
 // nothing of.
-func (h *slotHistory) Gave(name string) bool {
+func (h *SlotHistory) Gave(name string) bool {
 	h.Settle()
 	for _, l := range h.changes {
 		for _, o := range l {
@@ -329,14 +329,14 @@ func (h *slotHistory) Gave(name string) bool {
 }
 
 // Covers reports whether the history holds the map of seq v.
-func (h *slotHistory) Covers(v int64) bool {
+func (h *SlotHistory) Covers(v int64) bool {
 	h.Settle()
-	return h.top != 0 && v >= h.from && v <= h.top
+	return h.top != 0 && v >= h.From && v <= h.top
 }
 
 // slotRange yields the slots in only, or every slot below n when only is
 // nil.
-func slotRange(only []int, n int) func(yield func(int) bool) {
+func SlotRange(only []int, n int) func(yield func(int) bool) {
 	return func(yield func(int) bool) {
 		if only == nil {
 			for s := range n {

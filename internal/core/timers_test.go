@@ -1,4 +1,4 @@
-package rink
+package core
 
 import (
 	"slices"
@@ -9,14 +9,14 @@ import (
 func TestTimers(t *testing.T) {
 	base := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-	var ts timers
+	var ts Timers
 	if _, ok := ts.NextTimer(); ok {
 		t.Fatal("a zero timers has a deadline")
 	}
-	ts.SetTimer(timerDrain, at(30))
-	ts.SetTimer(timerPlan, at(20))
-	ts.SetTimer(timerQuiet, at(20))
-	ts.SetTimer(timerLoad, at(50))
+	ts.SetTimer(TimerDrain, at(30))
+	ts.SetTimer(TimerPlan, at(20))
+	ts.SetTimer(TimerQuiet, at(20))
+	ts.SetTimer(TimerLoad, at(50))
 	if first, ok := ts.NextTimer(); !ok || !first.Equal(at(20)) {
 		t.Fatalf("next = %v %v, want +20ms", first, ok)
 	}
@@ -25,18 +25,18 @@ func TestTimers(t *testing.T) {
 	}
 	// Due ones come in kind order, whatever order they were set in, and
 	// are unset.
-	if due := ts.TakeDue(at(30)); !slices.Equal(due, []timerKind{timerPlan, timerDrain, timerQuiet}) {
+	if due := ts.TakeDue(at(30)); !slices.Equal(due, []TimerKind{TimerPlan, TimerDrain, TimerQuiet}) {
 		t.Fatalf("due at +30ms = %v", due)
 	}
-	if ts.TimerSet(timerPlan) || ts.TimerSet(timerDrain) || !ts.TimerSet(timerLoad) {
+	if ts.TimerSet(TimerPlan) || ts.TimerSet(TimerDrain) || !ts.TimerSet(TimerLoad) {
 		t.Fatal("takeDue left a due timer set, or unset one not due")
 	}
-	ts.SetTimer(timerLoad, time.Time{}) // (zero: unset)
+	ts.SetTimer(TimerLoad, time.Time{}) // (zero: unset)
 	if _, ok := ts.NextTimer(); ok {
 		t.Fatal("a timer set to the zero time is set")
 	}
-	ts.SetTimer(timerWarm, at(5))
-	ts.StopTimer(timerWarm)
+	ts.SetTimer(TimerWarm, at(5))
+	ts.StopTimer(TimerWarm)
 	if due := ts.TakeDue(at(100)); len(due) != 0 {
 		t.Fatalf("a stopped timer came due: %v", due)
 	}
