@@ -159,7 +159,7 @@ func (r *Rink) onElected(e elected) {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: &backoff{rnd: r.simRand}, movedAt: map[int]int{},
+	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: r.newBackoff(), movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
 		st.SetTimer(core.TimerLoad, r.now().Add(r.opts.loadEvery))

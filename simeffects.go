@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"errors"
+	"github.com/rink-go/rink/internal/core"
 	"time"
 
 	"github.com/rink-go/rink/internal/wire"
@@ -33,7 +34,7 @@ func (fx simEffects) relist() {
 func (fx simEffects) campaign(inc *incarnation) {
 	m := fx.m
 	m.camp, m.campBusy = newCampaigner(m.r.keys, m.r.opts.member, inc, m.r.log), false
-	m.camp.b.rnd = m.r.simRand
+	m.camp.b.Rnd = m.r.simRand
 	m.pumpCampaign(m.camp)
 }
 
@@ -251,7 +252,7 @@ type simAggregator struct {
 	m       *simMember
 	a       *aggregation
 	box     *restBox
-	w       *floorWriter
+	w       *core.FloorWriter
 	f       *simFollower
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -268,8 +269,7 @@ func (m *simMember) newAggregator(el elected, box *restBox) *simAggregator {
 	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
 		a: &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}},
 			loads: map[string]wire.LoadReport{}, reqs: make(chan []byte, 1), rest: box},
-		w: newFloorWriter(r.keys, el.key, el.rev, r.log)}
-	a.w.b.rnd = r.simRand
+		w: core.NewFloorWriter(r.keys, el.key, el.rev, r.log, core.NewBackoff(r.simRand))}
 	m.agg = a
 	a.follow()
 	return a
@@ -357,7 +357,7 @@ func (a *simAggregator) pump() {
 	if !a.busy {
 		select {
 		case val := <-a.a.reqs: // (taken between writes, as writeFloors does)
-			a.w.take(val)
+			a.w.Take(val)
 		default:
 		}
 	}
@@ -379,7 +379,7 @@ func (a *simAggregator) pump() {
 	if a.busy {
 		return
 	}
-	txn, wait := a.w.next(m.env.Now())
+	txn, wait := a.w.Next(m.env.Now())
 	switch {
 	case txn != nil:
 		a.busy = true
@@ -389,7 +389,7 @@ func (a *simAggregator) pump() {
 			}
 			a.busy = false
 			m.trace("floor %s: written %v, err %v", txn.Success[0].GetRequestPut().Value, err == nil && resp.Succeeded, err)
-			if !a.w.replied(resp, err, m.env.Now()) {
+			if !a.w.Replied(resp, err, m.env.Now()) {
 				a.done = true // no longer the leader: the run goroutine finds out on its own
 				return
 			}

@@ -94,7 +94,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	r.simFx = simEffects{m}
 	m.r = r
 	m.acks = newAckWriter(r.keys, o.member, r.log)
-	m.acks.b.rnd = r.simRand
+	m.acks.b.Rnd = r.simRand
 	return m, nil
 }
 

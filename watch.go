@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -594,25 +595,14 @@ func (r *Rink) sendBatch(b watchBatch) bool {
 	}
 }
 
-// backoff yields exponentially growing waits with jitter, from 50 ms to 5 s.
-// backoff doubles a wait from 50 ms to 5 s, with jitter: each wait is
-// drawn from [d/2, d].
-type backoff struct {
-	d   time.Duration
-	rnd *rand.Rand // the jitter's source (nil: the global one)
+// backoff doubles a wait from 50 ms to 5 s, with jitter (see core.Backoff).
+type backoff = core.Backoff
+
+// newBackoff returns a backoff with a jitter source of its own, seeded
+// from the global one (a backoff's owner may be any goroutine).
+func newBackoff() *backoff {
+	return core.NewBackoff(rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
 }
-
-func newBackoff() *backoff { return &backoff{} }
-
-func (b *backoff) Next() time.Duration {
-	b.d = min(max(2*b.d, 50*time.Millisecond), 5*time.Second)
-	if b.rnd != nil {
-		return b.d/2 + time.Duration(b.rnd.Int64N(int64(b.d/2)+1))
-	}
-	return b.d/2 + rand.N(b.d/2+1)
-}
-
-func (b *backoff) Reset() { b.d = 0 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -624,4 +614,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// newBackoff is newBackoff, drawing from the simulator's source in a
+// simulated member.
+func (r *Rink) newBackoff() *backoff {
+	if r.simRand != nil {
+		return core.NewBackoff(r.simRand)
+	}
+	return newBackoff()
 }

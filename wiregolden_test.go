@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,32 +174,32 @@ func wireCases(t *testing.T) []wireCase {
 		}
 		return kv.last(t)
 	}
-	core := func(name string, built *etcdserverpb.TxnRequest) { t.Helper(); txn(name, built, send(built)) }
+	coreTxn := func(name string, built *etcdserverpb.TxnRequest) { t.Helper(); txn(name, built, send(built)) }
 
 	join, _ := r.joinTxn(0x1a)
-	core("txn-join", join)
-	core("txn-resume", r.resumeTxn(&incarnation{lease: 0x10, createRev: 5}, 0x1b))
+	coreTxn("txn-join", join)
+	coreTxn("txn-resume", r.resumeTxn(&incarnation{lease: 0x10, createRev: 5}, 0x1b))
 
 	l := &leadership{key: k.ElectionKey(0xa), rev: 3}
 	m3 := wireMap3()
-	core("txn-proclaim-first", r.proclaimTxn(l, &wire.Map{}, &m3, 0, wire.Transition{View: 100, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}))
+	coreTxn("txn-proclaim-first", r.proclaimTxn(l, &wire.Map{}, &m3, 0, wire.Transition{View: 100, Incs: map[string]int64{"b": 77}, ByLeader: true, Quiet: true}))
 	big := wire.Map{Schema: wire.SchemaVersion, Version: 20, Slots: 16, Leader: "a", Members: wire.MemberList{"a", "b", "c", "d", "e", "f"},
 		Table: wire.SlotTable{0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5, 0, 1, 2, 3}, Leases: []int64{1, 2, 3, 4, 5, 6}}
 	moved := big
 	moved.Version, moved.Members, moved.Leases = 21, wire.MemberList{"a", "b", "c", "g", "e", "f"}, []int64{1, 2, 3, 7, 5, 6}
 	moved.Table = slices.Clone(big.Table)
 	moved.Table[15], moved.Waiting = 0, []wire.Waiter{{Name: "w1", Since: wireSince}}
-	core("txn-proclaim-record", r.proclaimTxn(l, &big, &moved, 50, wire.Transition{View: 120, Gone: []string{"d"}, ByLeader: true}))
+	coreTxn("txn-proclaim-record", r.proclaimTxn(l, &big, &moved, 50, wire.Transition{View: 120, Gone: []string{"d"}, ByLeader: true}))
 	shrunk := m3 // (a record no smaller than the map: the whole map alone, with the transition)
 	shrunk.Version, shrunk.Leader, shrunk.Members, shrunk.Table = 8, "c", wire.MemberList{"c"}, wire.SlotTable{0, 0, 0, 0}
 	whole := r.proclaimTxn(l, &m3, &shrunk, 50, wire.Transition{View: 121, Gone: []string{"a", "b"}, ByLeader: true})
 	if len(whole.Success) != 1 {
 		t.Fatalf("the shrinking map was written as a record")
 	}
-	core("txn-proclaim-whole", whole)
+	coreTxn("txn-proclaim-whole", whole)
 	two := m3
 	two.Schema = 2
-	core("txn-proclaim-schema2", r.proclaimTxn(l, &wire.Map{}, &two, 0, wire.Transition{View: 100}))
+	coreTxn("txn-proclaim-schema2", r.proclaimTxn(l, &wire.Map{}, &two, 0, wire.Transition{View: 100}))
 
 	d := &handOver{r: r, cur: wire.Map{Schema: wire.SchemaVersion, Version: 7, Slots: 4, Leader: "a", Members: wire.MemberList{"a", "m1", "c"},
 		Waiting: []wire.Waiter{{Name: "w", Since: wireSince}}, Table: wire.SlotTable{0, 1, 2, 1}, Leases: []int64{0x11, 0x1a, 0x33}},
@@ -210,31 +211,31 @@ func wireCases(t *testing.T) []wireCase {
 		},
 		curRev: 50, curSeq: 7, viewRev: 120, version: 8, leases: map[string]int64{"a": 0x11, "m1": 0x1a, "c": 0x33}, leased: true,
 		narrow: true, lineage: 40, createRev: 9, lease: 0x1a}
-	core("txn-handover-list", d.listTxn())
+	coreTxn("txn-handover-list", d.listTxn())
 	hand, ok := d.next()
 	if !ok {
 		t.Fatal("the departure planned no transaction")
 	}
-	core("txn-handover", hand)
+	coreTxn("txn-handover", hand)
 
 	aw := newAckWriter(k, "m1", zap.NewNop())
 	aw.take(ackReq{inc: inc, lineage: 5, version: 9, seq: 12, warm: 8})
 	first, _ := aw.next(time.Unix(100, 0))
 	enc("ack-value", []byte(aw.val))
-	core("txn-ack-first", first)
+	coreTxn("txn-ack-first", first)
 	aw.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 70}}, nil, time.Unix(100, 0))
 	aw.take(ackReq{inc: inc, lineage: 5, version: 10, seq: 13})
 	second, _ := aw.next(time.Unix(101, 0))
-	core("txn-ack-next", second)
+	coreTxn("txn-ack-next", second)
 
-	fw := newFloorWriter(k, k.ElectionKey(0xa), 3, zap.NewNop())
-	fw.take(fl)
-	floorTxn, _ := fw.next(time.Unix(100, 0))
-	core("txn-floor", floorTxn)
-	fw.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 61}}, nil, time.Unix(100, 0))
-	fw.take(fl)
-	floorTxn, _ = fw.next(time.Unix(100, 0))
-	core("txn-floor-again", floorTxn)
+	fw := core.NewFloorWriter(k, k.ElectionKey(0xa), 3, zap.NewNop(), newBackoff())
+	fw.Take(fl)
+	floorTxn, _ := fw.Next(time.Unix(100, 0))
+	coreTxn("txn-floor", floorTxn)
+	fw.Replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 61}}, nil, time.Unix(100, 0))
+	fw.Take(fl)
+	floorTxn, _ = fw.Next(time.Unix(100, 0))
+	coreTxn("txn-floor-again", floorTxn)
 
 	// The campaign, stage by stage: write, list, read the key below, and
 	// delete it (a stray: no lease).
@@ -242,7 +243,7 @@ func wireCases(t *testing.T) []wireCase {
 	step := func(name string, resp *etcdserverpb.TxnResponse) {
 		t.Helper()
 		c, _, _, _ := cp.next(time.Unix(100, 0))
-		core(name, c)
+		coreTxn(name, c)
 		if resp != nil && cp.replied(resp, nil, time.Unix(100, 0)) != nil {
 			t.Fatalf("%s: elected", name)
 		}
