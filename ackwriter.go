@@ -144,11 +144,11 @@ func (w *ackWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait time
 		}
 		return &etcdserverpb.TxnRequest{
 			Compare: []*etcdserverpb.Compare{
-				wire.CreateRevisionEq(w.member, cur.inc.createRev),
-				wire.LeaseEq(w.member, int64(cur.inc.lease)),
+				wire.CreateRevisionEq(w.member, cur.inc.CreateRev),
+				wire.LeaseEq(w.member, int64(cur.inc.Lease)),
 				guard,
 			},
-			Success: []*etcdserverpb.RequestOp{wire.Put(w.key, w.val, int64(cur.inc.lease))},
+			Success: []*etcdserverpb.RequestOp{wire.Put(w.key, w.val, int64(cur.inc.Lease))},
 			Failure: []*etcdserverpb.RequestOp{wire.Get(w.member), wire.Get(w.key)},
 		}, time.Time{}
 	}
@@ -168,7 +168,7 @@ func (w *ackWriter) replied(resp *etcdserverpb.TxnResponse, err error, now time.
 		return
 	case err == nil:
 		mkv := resp.Responses[0].GetResponseRange().Kvs
-		if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.createRev || mkv[0].Lease != int64(cur.inc.lease) {
+		if len(mkv) == 0 || mkv[0].CreateRevision != cur.inc.CreateRev || mkv[0].Lease != int64(cur.inc.Lease) {
 			w.cur = nil // our key is gone, or a later incarnation's: the keeper or the run loop fences
 			return
 		}

@@ -20,7 +20,7 @@ import (
 func TestAckWriterSteps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inc := &incarnation{lease: 7, createRev: 3, ctx: ctx}
+	inc := &incarnation{Lease: 7, CreateRev: 3, ctx: ctx}
 	w := newAckWriter(newKeys("r"), "m", zap.NewNop())
 	now := time.Unix(100, 0)
 	ok := func(rev int64) *etcdserverpb.TxnResponse {

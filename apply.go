@@ -164,7 +164,7 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if t.Quiet && fresh {
 		r.quietStarts() // (a process new to the rink, in a lineage that just replaced another: see transition.Quiet)
 	}
-	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.createRev && m.Version > st.topVer {
+	if inc, ok := t.Incs[r.opts.member]; ok && st.inc != nil && inc != st.inc.CreateRev && m.Version > st.topVer {
 		// Our name is another process's now (see transition.Incs): our
 		// key went, though our own watch has not said so yet.
 		r.log.Warn("the map says another process holds this member's name: fencing", zap.Int64("key", inc))

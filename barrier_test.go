@@ -58,7 +58,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	r.wideView.Store(true)
 	r.st.view.wide = true
 	r.rejoinHook = func(*incarnation, bool) {}
-	inc := &incarnation{createRev: createRev, boundRev: createRev, lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
+	inc := &incarnation{CreateRev: createRev, BoundRev: createRev, Lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
@@ -270,7 +270,7 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 	st.inc.cancel(ErrFenced)
 	st.inc, st.selfSeen = nil, false
 	b.r.reconcile()
-	inc := &incarnation{createRev: createRev, boundRev: createRev, lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
+	inc := &incarnation{CreateRev: createRev, BoundRev: createRev, Lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	st.inc = inc

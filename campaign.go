@@ -27,7 +27,7 @@ import (
 // tail (see candidacyHint), and lists only if that key no longer holds.
 type campaigner struct {
 	inc      *incarnation
-	hint     candidacyHint // the join's (see candidacyHint); zero once used
+	hint     CandidacyHint // the join's (see candidacyHint); zero once used
 	key      string        // our election key
 	member   string        // our member name: the key's value
 	k        keys
@@ -51,10 +51,10 @@ const (
 )
 
 func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *campaigner {
-	return &campaigner{inc: inc, hint: inc.hint, key: k.ElectionKey(int64(inc.lease)), member: member, k: k, log: log, b: newBackoff()}
+	return &campaigner{inc: inc, hint: inc.Hint, key: k.ElectionKey(int64(inc.Lease)), member: member, k: k, log: log, b: newBackoff()}
 }
 
-// candidacyHint is the newest candidacy before ours, as our join read it
+// CandidacyHint is the newest candidacy before ours, as our join read it
 // from the tail key, which every join names its own election key in, in
 // the transaction that creates it (see joinTxn): that key, and the
 // revision of that join, the key's create revision. A campaign waits for
@@ -70,9 +70,9 @@ func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *ca
 // does. It stays live as the recipe does: every key waited for belongs to
 // a candidate, or is listed anew. Joins of releases that do not write the
 // tail key leave it naming an older candidacy, which is no less safe.
-type candidacyHint struct {
-	key string
-	rev int64
+type CandidacyHint struct {
+	Key string
+	Rev int64
 }
 
 // next returns what to do at now: a transaction to send (then replied),
@@ -87,7 +87,7 @@ func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey
 	case campaignWrite:
 		return &etcdserverpb.TxnRequest{
 			Compare: []*etcdserverpb.Compare{wire.CreateRevisionEq(c.key, 0)},
-			Success: []*etcdserverpb.RequestOp{wire.Put(c.key, c.member, int64(c.inc.lease))},
+			Success: []*etcdserverpb.RequestOp{wire.Put(c.key, c.member, int64(c.inc.Lease))},
 			Failure: []*etcdserverpb.RequestOp{wire.Get(c.key)},
 		}, "", 0, time.Time{}
 	case campaignList:
@@ -130,10 +130,10 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 			c.rev = kvs[0].CreateRevision
 		}
 		c.stage = campaignList
-		if h := c.hint; h.key != "" && h.key != c.key && h.rev < c.rev && c.k.IsElection(h.key) {
-			c.below, c.stage = &mvccpb.KeyValue{Key: []byte(h.key), CreateRevision: h.rev}, campaignPeek
+		if h := c.hint; h.Key != "" && h.Key != c.key && h.Rev < c.rev && c.k.IsElection(h.Key) {
+			c.below, c.stage = &mvccpb.KeyValue{Key: []byte(h.Key), CreateRevision: h.Rev}, campaignPeek
 		}
-		c.hint = candidacyHint{}
+		c.hint = CandidacyHint{}
 	case campaignList:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {

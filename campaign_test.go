@@ -21,7 +21,7 @@ import (
 // is won once nothing is below.
 func TestCampaignerSteps(t *testing.T) {
 	k := newKeys("r")
-	inc := &incarnation{lease: 0x20, createRev: 5, ctx: context.Background()}
+	inc := &incarnation{Lease: 0x20, CreateRev: 5, ctx: context.Background()}
 	c := newCampaigner(k, "m", inc, zap.NewNop())
 	now := time.Unix(100, 0)
 	hdr := func(rev int64) *etcdserverpb.ResponseHeader { return &etcdserverpb.ResponseHeader{Revision: rev} }
@@ -109,21 +109,21 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 	below := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(0x10)), Lease: 0x10, CreateRevision: 20, ModRevision: 20}
 	for _, c := range []struct {
 		name  string
-		hint  candidacyHint
+		hint  CandidacyHint
 		read  *mvccpb.KeyValue // the hinted key as read (nil: gone)
 		peeks bool             // reads the hinted key rather than list
 		waits bool             // and waits for it
 	}{
-		{"the key below", candidacyHint{key: string(below.Key), rev: 20}, below, true, true},
-		{"no hint", candidacyHint{}, nil, false, false},
-		{"gone", candidacyHint{key: string(below.Key), rev: 20}, nil, true, false},
-		{"made anew", candidacyHint{key: string(below.Key), rev: 19}, below, true, false},
-		{"above ours", candidacyHint{key: string(below.Key), rev: 40}, nil, false, false},
-		{"our own", candidacyHint{key: k.ElectionKey(0x20), rev: 20}, nil, false, false},
-		{"not an election key", candidacyHint{key: "r/members/x", rev: 20}, nil, false, false},
+		{"the key below", CandidacyHint{Key: string(below.Key), Rev: 20}, below, true, true},
+		{"no hint", CandidacyHint{}, nil, false, false},
+		{"gone", CandidacyHint{Key: string(below.Key), Rev: 20}, nil, true, false},
+		{"made anew", CandidacyHint{Key: string(below.Key), Rev: 19}, below, true, false},
+		{"above ours", CandidacyHint{Key: string(below.Key), Rev: 40}, nil, false, false},
+		{"our own", CandidacyHint{Key: k.ElectionKey(0x20), Rev: 20}, nil, false, false},
+		{"not an election key", CandidacyHint{Key: "r/members/x", Rev: 20}, nil, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			inc := &incarnation{lease: 0x20, createRev: 30, ctx: context.Background(), hint: c.hint}
+			inc := &incarnation{Lease: 0x20, CreateRev: 30, ctx: context.Background(), Hint: c.hint}
 			cp := newCampaigner(k, "m", inc, zap.NewNop())
 			cp.next(now)
 			cp.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
@@ -137,7 +137,7 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 				}
 				return
 			}
-			if isList(txn) || string(txn.Success[0].GetRequestRange().Key) != c.hint.key {
+			if isList(txn) || string(txn.Success[0].GetRequestRange().Key) != c.hint.Key {
 				t.Fatalf("%v, want a read of the hinted key", txn)
 			}
 			if c.read == nil {

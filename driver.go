@@ -108,7 +108,7 @@ func (fx netEffects) checkOwnName(own int64) {
 			for _, kv := range resp.Kvs {
 				// (Not a lease of this process: it may have rejoined under
 				// a new one meanwhile, and would wait for itself.)
-				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
+				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.Lease) {
 					continue
 				}
 				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
@@ -183,9 +183,9 @@ func (fx netEffects) rewriteMemberKey(inc *incarnation, value, why string) {
 		ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
 		defer cancel()
 		_, err := r.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
-				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.lease))).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.CreateRev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.Lease)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.Lease))).
 			Commit()
 		if err != nil && inc.ctx.Err() == nil {
 			r.log.Warn(why, zap.Error(err))
@@ -229,7 +229,7 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 				if errors.Is(err, errKeyGone) {
 					r.log.Info("own member key gone: joining as a newcomer")
 					resumable = false
-					r.inbox.send(func(m *mail) { m.keyGone = old.lease })
+					r.inbox.send(func(m *mail) { m.keyGone = old.Lease })
 					inc, err = r.join(ctx)
 				} else if err == nil {
 					resumable = false
@@ -242,7 +242,7 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 			if err == nil {
 				select {
 				case r.handoffCh <- input{kind: inJoined, joined: inc}:
-					r.log.Info("rejoined", zap.Int64("lease", int64(inc.lease)), zap.Int("attempt", attempt))
+					r.log.Info("rejoined", zap.Int64("lease", int64(inc.Lease)), zap.Int("attempt", attempt))
 				case <-r.ctx.Done():
 					// A rejoin: its key may keep slots that others may
 					// still act on after a restore (see hush); let it expire.

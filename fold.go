@@ -148,10 +148,10 @@ func (r *Rink) onWatch(b watchBatch) {
 			st.ownRev = b.rev
 		}
 		st.dirty = true
-		if st.inc != nil && b.rev >= st.inc.createRev {
+		if st.inc != nil && b.rev >= st.inc.CreateRev {
 			// (The narrow view's listing reads our own key too: see watch.)
 			m, ok := st.members[self]
-			selfGone = !ok || m.createRev != st.inc.createRev || r.reboundSelf(m.lease, m.modRev)
+			selfGone = !ok || m.createRev != st.inc.CreateRev || r.reboundSelf(m.lease, m.modRev)
 		}
 		for name := range st.members {
 			delete(gone, name)
@@ -165,7 +165,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				} else {
 					r.putKey(ev.Kv)
 				}
-				if key == r.keys.Member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
+				if key == r.keys.Member(self) && st.inc != nil && ev.Kv.CreateRevision == st.inc.CreateRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
 					selfGone = true
 				}
 				if !r.keys.IsMember(key) || ev.Kv.Lease != 0 {
@@ -200,7 +200,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				}
 				st.touched[name] = true
 				st.dirty = true
-				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
+				if name == self && st.inc != nil && ev.Kv.ModRevision > st.inc.CreateRev {
 					selfGone = true
 				}
 			case r.keys.IsElection(key):
@@ -266,7 +266,7 @@ func (r *Rink) onWatch(b watchBatch) {
 // is gone.
 func (r *Rink) reboundSelf(lease, modRev int64) bool {
 	inc := r.st.inc
-	return inc != nil && lease != int64(inc.lease) && modRev > inc.boundRev
+	return inc != nil && lease != int64(inc.Lease) && modRev > inc.BoundRev
 }
 
 // dropElection takes an election key out of the view.
@@ -343,10 +343,10 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
-		if name == r.opts.member && leaving && !st.leaving && st.inc != nil && kv.CreateRevision == st.inc.createRev {
+		if name == r.opts.member && leaving && !st.leaving && st.inc != nil && kv.CreateRevision == st.inc.CreateRev {
 			r.notLeaving(st.inc)
 		}
-		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.createRev && kv.ModRevision >= st.inc.boundRev {
+		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.CreateRev && kv.ModRevision >= st.inc.BoundRev {
 			// The view has reached our own join (or resume): from here on
 			// it is at least as new as anything our earlier lives saw.
 			st.selfSeen = true

@@ -179,7 +179,7 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) 
 	}
 	var own int64
 	if st.inc != nil {
-		own = int64(st.inc.lease)
+		own = int64(st.inc.Lease)
 	}
 	for _, name := range slices.Sorted(names) { // (in one order: a history replays)
 		for _, key := range st.electOf[name] {

@@ -263,7 +263,7 @@ func (r *Rink) tryAcquire() {
 		r.fence(st.inc, ErrFenced)
 		return
 	}
-	if v := r.mapView(); v != 0 && v < st.inc.createRev {
+	if v := r.mapView(); v != 0 && v < st.inc.CreateRev {
 		// The map was planned before our key existed: it gives our name's
 		// slots to an earlier incarnation of the name (a process restarted
 		// under it), and a newer map may give them to others already,
@@ -271,7 +271,7 @@ func (r *Rink) tryAcquire() {
 		// plans anew once it sees our key (see rankedReborn).
 		return
 	}
-	if st.rev < st.inc.boundRev {
+	if st.rev < st.inc.BoundRev {
 		// The view our map comes from is older than our key's binding:
 		// the own watch showed a resume's rebinding before the view
 		// caught up (its watch broke, say). A map put meanwhile may give
@@ -319,7 +319,7 @@ func (r *Rink) tryAcquire() {
 func (r *Rink) acquire(s int) {
 	st := &r.st
 	e := st.mine.of(s)
-	token := max(e.gainRev, st.inc.createRev, st.inc.boundRev)
+	token := max(e.gainRev, st.inc.CreateRev, st.inc.BoundRev)
 	r.endSecondary(s, ErrPromoted) // (a secondary of this slot until now: its primary from here)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	e.cancel = cancel

@@ -37,7 +37,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 		}
 		if renew {
 			cctx, cancel := context.WithTimeout(inc.ctx, untilClock(k.Deadline))
-			resp, err := r.cli.KeepAliveOnce(cctx, inc.lease)
+			resp, err := r.cli.KeepAliveOnce(cctx, inc.Lease)
 			cancel()
 			if inc.ctx.Err() != nil {
 				return

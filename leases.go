@@ -259,7 +259,7 @@ func (r *Rink) keepOwnLease(m *wire.Map, rec *wire.Record) {
 // starts them too (rink-sim -keys seed 55019). So it starts nothing.
 func (r *Rink) leaseGate() bool {
 	st := &r.st
-	return !st.leasesOn || st.inc != nil && st.ownLeaseRec == int64(st.inc.lease)
+	return !st.leasesOn || st.inc != nil && st.ownLeaseRec == int64(st.inc.Lease)
 }
 
 // leaseEnded records that etcd said lease is gone.

@@ -33,7 +33,7 @@ const maxPast = 8
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
-	if st.fenced != inc.lease {
+	if st.fenced != inc.Lease {
 		// Our member key is bound to inc's lease now (created or rebound):
 		// none is bound to the fenced one any more.
 		r.revokeFenced(st.fenced)
@@ -74,8 +74,8 @@ func (r *Rink) startIncarnation(inc *incarnation) {
 		st.strayKeys[key] = strayKey{rev: s.rev}
 	}
 	m, ok := st.members[r.opts.member]
-	st.selfSeen = ok && m.createRev == inc.createRev && m.modRev >= inc.boundRev
-	if !st.selfSeen && st.ownRev >= inc.boundRev {
+	st.selfSeen = ok && m.createRev == inc.CreateRev && m.modRev >= inc.BoundRev
+	if !st.selfSeen && st.ownRev >= inc.BoundRev {
 		// The view went past our key's binding without it: an operator
 		// deleted it (or another lease took it) while the join's response
 		// was on its way, and no event will say so again. A lease with no
@@ -103,8 +103,8 @@ func (r *Rink) onLost() {
 		if len(st.past) == maxPast {
 			st.past = st.past[1:]
 		}
-		st.past = append(st.past, int64(old.lease))
-		st.fenced = old.lease
+		st.past = append(st.past, int64(old.Lease))
+		st.fenced = old.Lease
 	}
 	r.stopLeading()
 	r.reconcile() // the contexts are already cancelled through old.ctx

@@ -244,8 +244,8 @@ func (r *Rink) reportLoad() {
 		rep := wire.WithRoles(rates, roleOf, owned)
 		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
-		if inc != nil && inc != lastInc && inc.joinLoad != nil {
-			last, lastInc = *inc.joinLoad, inc // (written with the member key)
+		if inc != nil && inc != lastInc && inc.JoinLoad != nil {
+			last, lastInc = *inc.JoinLoad, inc // (written with the member key)
 			r.emit(Event{Kind: EventLoadReported, Slot: -1})
 		}
 		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!core.LoadChanged(last, rep) || !byLoad && wire.IdleAlike(last, rep)) {
@@ -267,10 +267,10 @@ func (r *Rink) writeLoad(inc *incarnation, rep wire.LoadReport) bool {
 	key := r.keys.Member(r.opts.member)
 	resp, err := r.cli.Txn(ctx).
 		If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.createRev),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.lease),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.CreateRev),
+			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.Lease),
 		).
-		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(inc.lease))).
+		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(inc.Lease))).
 		Commit()
 	if err != nil {
 		if inc.ctx.Err() == nil {

@@ -217,7 +217,7 @@ func (r *Rink) ownLease() int64 {
 	if r.st.inc == nil {
 		return 0
 	}
-	return int64(r.st.inc.lease)
+	return int64(r.st.inc.Lease)
 }
 
 // rankedReborn reports whether the map ranks a name whose member key is

@@ -178,7 +178,7 @@ func (b *bare) lose() {
 // rejoin begins an incarnation whose key was created at createRev and
 // bound to lease at boundRev, as a rejoin that succeeded does.
 func (b *bare) rejoin(createRev, boundRev int64, lease clientv3.LeaseID) *incarnation {
-	inc := &incarnation{createRev: createRev, boundRev: boundRev, lease: lease, lost: make(chan struct{})}
+	inc := &incarnation{CreateRev: createRev, BoundRev: boundRev, Lease: lease, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	b.r.startIncarnation(inc)
@@ -209,7 +209,7 @@ func TestRejoinRevokesTheFencedLease(t *testing.T) {
 	fx := &rejoinFx{netEffects: netEffects{b.r}}
 	b.r.simFx, b.r.load = fx, newLoadAcc(2)
 	b.r.st.joins = 1 // (newBare began the first incarnation)
-	first := b.r.st.inc.lease
+	first := b.r.st.inc.Lease
 	b.lose()
 	if len(fx.revoked) != 0 {
 		t.Fatalf("revoked %v as the incarnation ended, while its key is bound to its lease", fx.revoked)

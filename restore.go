@@ -61,7 +61,7 @@ func (r *Rink) hush() {
 	st.SetTimer(core.TimerQuiet, r.now().Add(r.opts.ttl))
 	st.hushRev, st.hushBase = 0, -1
 	if st.inc != nil && st.joins > 1 && st.taint == 0 {
-		st.hushRev, st.hushBase = st.inc.boundRev, 0
+		st.hushRev, st.hushBase = st.inc.BoundRev, 0
 	}
 }
 

@@ -218,7 +218,7 @@ func NewContext(ctx context.Context, cli *clientv3.Client, name string, opts ...
 		}
 		return nil, err
 	}
-	r.log.Info("joined", zap.Int64("lease", int64(inc.lease)))
+	r.log.Info("joined", zap.Int64("lease", int64(inc.Lease)))
 	r.wg.Add(4)
 	go func() {
 		defer r.wg.Done()

@@ -24,22 +24,22 @@ import (
 // lease. Every role context this member hands out derives from ctx, so a fence
 // cancels them all at once, without waiting for any other goroutine.
 type incarnation struct {
-	lease     clientv3.LeaseID
-	createRev int64 // the member key's create revision: the member's identity and join order (kept by a resume)
-	boundRev  int64 // revision at which the member key was bound to lease: its creation, or a resume's rebinding
+	Lease     clientv3.LeaseID
+	CreateRev int64 // the member key's create revision: the member's identity and join order (kept by a resume)
+	BoundRev  int64 // revision at which the member key was bound to lease: its creation, or a resume's rebinding
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
 	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
 	deadline  atomic.Int64  // fence deadline, a fenceClock reading
-	// joinLoad is the load summary written with the member key when it
+	// JoinLoad is the load summary written with the member key when it
 	// was created (nil: none, as after a resume): the reporter's first.
 	// Set before the incarnation is handed to the run goroutine.
-	joinLoad *wire.LoadReport
-	// hint is the newest candidacy before ours, as the join that created
+	JoinLoad *wire.LoadReport
+	// Hint is the newest candidacy before ours, as the join that created
 	// the member key read it (zero: none, as after a resume; see
 	// candidacyHint). Set before the incarnation is handed on.
-	hint  candidacyHint
+	Hint  CandidacyHint
 	clock func() int64 // the simulator's fence clock (nil: fenceClock)
 }
 
@@ -152,7 +152,7 @@ func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarn
 			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
 		}
 		inc := r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline)
-		inc.joinLoad, inc.hint = &first, r.hintOf(resp)
+		inc.JoinLoad, inc.Hint = &first, r.hintOf(resp)
 		return inc, nil
 	}
 }
@@ -198,15 +198,15 @@ func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, wire.LoadReport) 
 // hintOf returns the candidacy that the tail key named when joinTxn's
 // answer resp read it: an election key, and the revision of the join that
 // wrote both (zero: none, or not one a join wrote).
-func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) candidacyHint {
+func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) CandidacyHint {
 	if len(resp.Responses) < 4 {
-		return candidacyHint{}
+		return CandidacyHint{}
 	}
 	kvs := resp.Responses[3].GetResponseRange().GetKvs()
 	if len(kvs) != 1 || !r.keys.IsElection(string(kvs[0].Value)) {
-		return candidacyHint{}
+		return CandidacyHint{}
 	}
-	return candidacyHint{key: string(kvs[0].Value), rev: kvs[0].ModRevision}
+	return CandidacyHint{Key: string(kvs[0].Value), Rev: kvs[0].ModRevision}
 }
 
 // resumeTxn rebinds old's member key to lease, if it is still old's (see
@@ -220,18 +220,18 @@ func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest
 	key := r.keys.Member(r.opts.member)
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			wire.CreateRevisionEq(key, old.createRev),
-			wire.LeaseEq(key, int64(old.lease)),
+			wire.CreateRevisionEq(key, old.CreateRev),
+			wire.LeaseEq(key, int64(old.Lease)),
 		},
 		Success: []*etcdserverpb.RequestOp{wire.Put(key, r.ownMemberValue(false), lease), r.candidacy(lease),
-			wire.Delete(r.keys.ElectionKey(int64(old.lease)))},
+			wire.Delete(r.keys.ElectionKey(int64(old.Lease)))},
 	}
 }
 
 // begin makes the incarnation of the member key bound to lease, and starts
 // its keeper.
 func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
-	inc := &incarnation{lease: lease, createRev: createRev, boundRev: boundRev, lost: make(chan struct{})}
+	inc := &incarnation{Lease: lease, CreateRev: createRev, BoundRev: boundRev, lost: make(chan struct{})}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.wg.Add(1)
@@ -288,7 +288,7 @@ func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, erro
 		// hush). The next attempt waits for it to go.
 		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
 	}
-	return r.begin(grant.ID, old.createRev, resp.Header.Revision, sent, deadline), nil
+	return r.begin(grant.ID, old.CreateRev, resp.Header.Revision, sent, deadline), nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.
@@ -325,7 +325,7 @@ func (r *Rink) fence(inc *incarnation, cause error) {
 func (r *Rink) leave(ctx context.Context, inc *incarnation, cause error) error {
 	inc.cancel(cause)
 	<-inc.lost
-	if _, err := r.cli.Revoke(ctx, inc.lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if _, err := r.cli.Revoke(ctx, inc.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("rink: revoking lease: %w", err)
 	}
 	return nil

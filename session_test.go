@@ -147,8 +147,8 @@ func TestJoinTakesBackItsOwnKey(t *testing.T) {
 		t.Fatalf("join after its own lost attempt: %v", err)
 	}
 	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.Member("a"))
-	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != inc.lease || inc.lease == own {
-		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.lease)
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != inc.Lease || inc.Lease == own {
+		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.Lease)
 	}
 	if ttl, err := cli.TimeToLive(ctxTimeout(t, 5*time.Second), own); err != nil || ttl.TTL != -1 {
 		t.Fatalf("the lost attempt's lease: %v %v, want it revoked", ttl, err)

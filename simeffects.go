@@ -119,7 +119,7 @@ func (fx simEffects) checkOwnName(own int64) {
 			}
 			var wait []int64
 			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-				if cur := r.st.inc; kv.Lease == own || cur != nil && kv.Lease == int64(cur.lease) {
+				if cur := r.st.inc; kv.Lease == own || cur != nil && kv.Lease == int64(cur.Lease) {
 					continue
 				}
 				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) {
@@ -221,10 +221,10 @@ func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 	key := r.keys.Member(r.opts.member)
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
-			wire.CreateRevisionEq(key, inc.createRev),
-			wire.LeaseEq(key, int64(inc.lease)),
+			wire.CreateRevisionEq(key, inc.CreateRev),
+			wire.LeaseEq(key, int64(inc.Lease)),
 		},
-		Success: []*etcdserverpb.RequestOp{wire.Put(key, value, int64(inc.lease))},
+		Success: []*etcdserverpb.RequestOp{wire.Put(key, value, int64(inc.Lease))},
 	}, func(*etcdserverpb.TxnResponse, error) {})
 }
 
@@ -241,7 +241,7 @@ func (fx simEffects) rejoin(old *incarnation, join bool) {
 		return
 	}
 	m.join(old, func(inc *incarnation) {
-		m.trace("rejoined: lease %x", int64(inc.lease))
+		m.trace("rejoined: lease %x", int64(inc.Lease))
 		m.step(input{kind: inJoined, joined: inc})
 	})
 }

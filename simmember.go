@@ -122,7 +122,7 @@ func (m *simMember) Start() error {
 			}
 			r.wideView.Store(wide)
 			m.join(nil, func(inc *incarnation) {
-				m.trace("joined: lease %x, key at %d", int64(inc.lease), inc.createRev)
+				m.trace("joined: lease %x, key at %d", int64(inc.Lease), inc.CreateRev)
 				r.initState()
 				r.startIncarnation(inc)
 				m.view = m.newFollower(false)
@@ -236,7 +236,7 @@ func (m *simMember) Leave() {
 	}
 	revoke := func() {
 		r.releaseAll()
-		m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
+		m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.Lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
 			m.trace("left: lease revoked (%v)", err)
 			m.Crash()
 		})
@@ -337,7 +337,7 @@ func (m *simMember) Describe() string {
 	var inc string
 	if st.inc != nil {
 		me := st.members[r.opts.member]
-		inc = fmt.Sprintf("lease %x key %d/%d (view: %d/%d), selfSeen %v", int64(st.inc.lease), st.inc.createRev, st.inc.boundRev, me.createRev, me.modRev, st.selfSeen)
+		inc = fmt.Sprintf("lease %x key %d/%d (view: %d/%d), selfSeen %v", int64(st.inc.Lease), st.inc.CreateRev, st.inc.BoundRev, me.createRev, me.modRev, st.selfSeen)
 	}
 	return fmt.Sprintf("map v%d seq %d view %d lineage %d, %s, joins %d, wide %v, selfCheck %d, ghosts %d, hushed %v, pending %v, barrier low %d ok %v, acked %d, floor %s",
 		st.cur.Version, st.curSeq, st.curView, st.lineage, inc, st.joins, st.view.wide, st.view.selfCheck, len(st.ghosts), r.hushed(), pending, low, ok, st.acked.seq, fl)
@@ -418,7 +418,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 				if old != nil && err == nil {
 					// Its key is gone: join anew; the core revokes the
 					// old lease (see revokeFenced).
-					lease := old.lease
+					lease := old.Lease
 					old = nil
 					m.trace("own member key gone: joining as a newcomer")
 					r.inbox.send(func(ml *mail) { ml.keyGone = lease })
@@ -434,11 +434,11 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 			}
 			createRev := resp.Header.Revision
 			if old != nil {
-				createRev = old.createRev // (the core revokes the old lease: see revokeFenced)
+				createRev = old.CreateRev // (the core revokes the old lease: see revokeFenced)
 			}
 			inc := m.begin(clientv3.LeaseID(grant.ID), createRev, resp.Header.Revision, sent, deadline)
 			if old == nil {
-				inc.joinLoad, inc.hint = &first, r.hintOf(resp)
+				inc.JoinLoad, inc.Hint = &first, r.hintOf(resp)
 			}
 			then(inc)
 		})
@@ -447,7 +447,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 
 // begin makes an incarnation and starts its keeper (see Rink.begin).
 func (m *simMember) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
-	inc := &incarnation{lease: lease, createRev: createRev, boundRev: boundRev, lost: make(chan struct{}), clock: m.env.Clock}
+	inc := &incarnation{Lease: lease, CreateRev: createRev, BoundRev: boundRev, lost: make(chan struct{}), clock: m.env.Clock}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(m.r.ctx)
 	m.keep, m.keepInc = core.NewKeeper(m.r.opts.ttl, sent, deadline), inc

@@ -45,7 +45,7 @@ func (m *simMember) pumpKeeper() {
 			m.pumpKeeper()
 		}
 		m.env.After(time.Duration(k.Deadline-m.env.Clock()), func() { done(0, context.DeadlineExceeded) })
-		m.etcd.LeaseKeepAlive(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(inc.lease)}, func(resp *etcdserverpb.LeaseKeepAliveResponse, err error) {
+		m.etcd.LeaseKeepAlive(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(inc.Lease)}, func(resp *etcdserverpb.LeaseKeepAliveResponse, err error) {
 			switch {
 			case err != nil:
 				done(0, err)

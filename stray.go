@@ -76,7 +76,7 @@ func (r *Rink) sweepStrays() {
 	// (The leader sweeps too: the member next in line may follow the
 	// narrow view, which shows it no stray, while a stray election key
 	// below it keeps it from being elected.)
-	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.ElectionKey(int64(st.inc.lease)) {
+	if st.inc == nil || len(st.strayKeys) == 0 || st.lead == nil && lowestKey(st.elect) != r.keys.ElectionKey(int64(st.inc.Lease)) {
 		return
 	}
 	for _, key := range slices.Sorted(maps.Keys(st.strayKeys)) {

@@ -263,9 +263,9 @@ func (r *Rink) onOwn(b watchBatch) {
 		} else {
 			delete(st.members, self)
 		}
-		if st.inc != nil && b.rev >= st.inc.createRev {
+		if st.inc != nil && b.rev >= st.inc.CreateRev {
 			m, ok := st.members[self]
-			selfGone = !ok || m.createRev != st.inc.createRev || r.reboundSelf(m.lease, m.modRev)
+			selfGone = !ok || m.createRev != st.inc.CreateRev || r.reboundSelf(m.lease, m.modRev)
 		}
 	} else {
 		for _, ev := range b.events {
@@ -275,7 +275,7 @@ func (r *Rink) onOwn(b watchBatch) {
 			st.ownRev = ev.Kv.ModRevision
 			if ev.Type == clientv3.EventTypePut {
 				r.putKey(ev.Kv)
-				if st.inc != nil && ev.Kv.CreateRevision == st.inc.createRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
+				if st.inc != nil && ev.Kv.CreateRevision == st.inc.CreateRev && r.reboundSelf(ev.Kv.Lease, ev.Kv.ModRevision) {
 					selfGone = true
 				}
 				if ev.Kv.Lease != 0 {
@@ -287,7 +287,7 @@ func (r *Rink) onOwn(b watchBatch) {
 			}
 			delete(st.members, self)
 			st.dirty = true
-			if st.inc != nil && ev.Kv.ModRevision > st.inc.createRev {
+			if st.inc != nil && ev.Kv.ModRevision > st.inc.CreateRev {
 				selfGone = true
 			}
 		}
@@ -378,9 +378,9 @@ func (r *Rink) checkOwnName(t wire.Transition) {
 	if st.view.wide || st.inc == nil || st.joins != 1 || st.cur.Index(r.opts.member) < 0 && !st.cur.Waits(r.opts.member) {
 		return // (the wide view finds such a ghost itself: see noteCandidates)
 	}
-	if _, replaced := t.Incs[r.opts.member]; !replaced && t.ByLeader && t.View != 0 && t.View >= st.inc.createRev {
+	if _, replaced := t.Incs[r.opts.member]; !replaced && t.ByLeader && t.View != 0 && t.View >= st.inc.CreateRev {
 		return
 	}
 	st.view.selfCheck = 1
-	r.fx().checkOwnName(int64(st.inc.lease))
+	r.fx().checkOwnName(int64(st.inc.Lease))
 }
