@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"errors"
+	"github.com/rink-go/rink/internal/core"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 func TestAckWriterSteps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inc := &incarnation{Lease: 7, CreateRev: 3, ctx: ctx}
+	inc := &incarnation{Inc: core.Inc{Lease: 7, CreateRev: 3}, ctx: ctx}
 	w := newAckWriter(newKeys("r"), "m", zap.NewNop())
 	now := time.Unix(100, 0)
 	ok := func(rev int64) *etcdserverpb.TxnResponse {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"reflect"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	r.wideView.Store(true)
 	r.st.view.wide = true
 	r.rejoinHook = func(*incarnation, bool) {}
-	inc := &incarnation{CreateRev: createRev, BoundRev: createRev, Lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
+	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.st.inc = inc
@@ -270,7 +271,7 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 	st.inc.cancel(ErrFenced)
 	st.inc, st.selfSeen = nil, false
 	b.r.reconcile()
-	inc := &incarnation{CreateRev: createRev, BoundRev: createRev, Lease: clientv3.LeaseID(createRev), lost: make(chan struct{})}
+	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	st.inc = inc

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -70,10 +71,7 @@ func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *ca
 // does. It stays live as the recipe does: every key waited for belongs to
 // a candidate, or is listed anew. Joins of releases that do not write the
 // tail key leave it naming an older candidacy, which is no less safe.
-type CandidacyHint struct {
-	Key string
-	Rev int64
-}
+type CandidacyHint = core.CandidacyHint
 
 // next returns what to do at now: a transaction to send (then replied),
 // a key to watch until it changes after revision after (then changed), or

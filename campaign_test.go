@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ import (
 // is won once nothing is below.
 func TestCampaignerSteps(t *testing.T) {
 	k := newKeys("r")
-	inc := &incarnation{Lease: 0x20, CreateRev: 5, ctx: context.Background()}
+	inc := &incarnation{Inc: core.Inc{Lease: 0x20, CreateRev: 5}, ctx: context.Background()}
 	c := newCampaigner(k, "m", inc, zap.NewNop())
 	now := time.Unix(100, 0)
 	hdr := func(rev int64) *etcdserverpb.ResponseHeader { return &etcdserverpb.ResponseHeader{Revision: rev} }
@@ -123,7 +124,7 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 		{"not an election key", CandidacyHint{Key: "r/members/x", Rev: 20}, nil, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			inc := &incarnation{Lease: 0x20, CreateRev: 30, ctx: context.Background(), Hint: c.hint}
+			inc := &incarnation{Inc: core.Inc{Lease: 0x20, CreateRev: 30, Hint: c.hint}, ctx: context.Background()}
 			cp := newCampaigner(k, "m", inc, zap.NewNop())
 			cp.next(now)
 			cp.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)

@@ -102,7 +102,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
 		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, leased: st.curLeased, narrow: !st.view.wide,
-		lineage: st.lineage, createRev: st.inc.CreateRev, lease: st.inc.Lease}, true
+		lineage: st.lineage, createRev: st.inc.CreateRev, lease: clientv3.LeaseID(st.inc.Lease)}, true
 }
 
 // listTxn lists the member keys, the map key and the whole map, for a

@@ -185,7 +185,7 @@ func (fx netEffects) rewriteMemberKey(inc *incarnation, value, why string) {
 		_, err := r.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", inc.CreateRev),
 				clientv3.Compare(clientv3.LeaseValue(key), "=", inc.Lease)).
-			Then(clientv3.OpPut(key, value, clientv3.WithLease(inc.Lease))).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(clientv3.LeaseID(inc.Lease)))).
 			Commit()
 		if err != nil && inc.ctx.Err() == nil {
 			r.log.Warn(why, zap.Error(err))
@@ -229,7 +229,7 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 				if errors.Is(err, errKeyGone) {
 					r.log.Info("own member key gone: joining as a newcomer")
 					resumable = false
-					r.inbox.send(func(m *mail) { m.keyGone = old.Lease })
+					r.inbox.send(func(m *mail) { m.keyGone = clientv3.LeaseID(old.Lease) })
 					inc, err = r.join(ctx)
 				} else if err == nil {
 					resumable = false

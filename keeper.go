@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/rink-go/rink/internal/core"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"go.uber.org/zap"
 )
@@ -37,7 +38,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 		}
 		if renew {
 			cctx, cancel := context.WithTimeout(inc.ctx, untilClock(k.Deadline))
-			resp, err := r.cli.KeepAliveOnce(cctx, inc.Lease)
+			resp, err := r.cli.KeepAliveOnce(cctx, clientv3.LeaseID(inc.Lease))
 			cancel()
 			if inc.ctx.Err() != nil {
 				return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"testing"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 // rest, holding nothing).
 func TestLeaseGateUnderALeaderThatRecordsNoLeases(t *testing.T) {
 	r := &Rink{opts: options{member: "c"}}
-	r.st.inc = &incarnation{Lease: 7}
+	r.st.inc = &incarnation{Inc: core.Inc{Lease: 7}}
 	// A whole map of a leader that records leases, c waiting.
 	r.st.selfIdx = -1
 	r.keepOwnLease(&wire.Map{Members: []string{"a"}, Leases: []int64{5}}, nil)

@@ -33,7 +33,7 @@ const maxPast = 8
 func (r *Rink) startIncarnation(inc *incarnation) {
 	st := &r.st
 	st.inc, st.rejoining = inc, false
-	if st.fenced != inc.Lease {
+	if st.fenced != clientv3.LeaseID(inc.Lease) {
 		// Our member key is bound to inc's lease now (created or rebound):
 		// none is bound to the fenced one any more.
 		r.revokeFenced(st.fenced)
@@ -104,7 +104,7 @@ func (r *Rink) onLost() {
 			st.past = st.past[1:]
 		}
 		st.past = append(st.past, int64(old.Lease))
-		st.fenced = old.Lease
+		st.fenced = clientv3.LeaseID(old.Lease)
 	}
 	r.stopLeading()
 	r.reconcile() // the contexts are already cancelled through old.ctx

@@ -270,7 +270,7 @@ func (r *Rink) writeLoad(inc *incarnation, rep wire.LoadReport) bool {
 			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.CreateRev),
 			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.Lease),
 		).
-		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(inc.Lease))).
+		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(clientv3.LeaseID(inc.Lease)))).
 		Commit()
 	if err != nil {
 		if inc.ctx.Err() == nil {

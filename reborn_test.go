@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"github.com/rink-go/rink/internal/core"
 	"slices"
 	"testing"
 	"time"
@@ -178,7 +179,7 @@ func (b *bare) lose() {
 // rejoin begins an incarnation whose key was created at createRev and
 // bound to lease at boundRev, as a rejoin that succeeded does.
 func (b *bare) rejoin(createRev, boundRev int64, lease clientv3.LeaseID) *incarnation {
-	inc := &incarnation{CreateRev: createRev, BoundRev: boundRev, Lease: lease, lost: make(chan struct{})}
+	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: boundRev, Lease: int64(lease)}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
 	b.r.startIncarnation(inc)
@@ -219,7 +220,7 @@ func TestRejoinRevokesTheFencedLease(t *testing.T) {
 		t.Fatalf("revoked %v as the resumed incarnation began, want %v", fx.revoked, want)
 	}
 	b.lose()
-	b.r.onMail(mail{keyGone: first}) // stale: about the lease before
+	b.r.onMail(mail{keyGone: clientv3.LeaseID(first)}) // stale: about the lease before
 	if len(fx.revoked) != 1 {
 		t.Fatalf("revoked %v on a stale report", fx.revoked)
 	}

@@ -24,23 +24,13 @@ import (
 // lease. Every role context this member hands out derives from ctx, so a fence
 // cancels them all at once, without waiting for any other goroutine.
 type incarnation struct {
-	Lease     clientv3.LeaseID
-	CreateRev int64 // the member key's create revision: the member's identity and join order (kept by a resume)
-	BoundRev  int64 // revision at which the member key was bound to lease: its creation, or a resume's rebinding
-	ctx       context.Context
-	cancel    context.CancelCauseFunc
-	lost      chan struct{} // closed by the keeper when the lease is not trusted any more
-	fenced    atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
-	deadline  atomic.Int64  // fence deadline, a fenceClock reading
-	// JoinLoad is the load summary written with the member key when it
-	// was created (nil: none, as after a resume): the reporter's first.
-	// Set before the incarnation is handed to the run goroutine.
-	JoinLoad *wire.LoadReport
-	// Hint is the newest candidacy before ours, as the join that created
-	// the member key read it (zero: none, as after a resume; see
-	// candidacyHint). Set before the incarnation is handed on.
-	Hint  CandidacyHint
-	clock func() int64 // the simulator's fence clock (nil: fenceClock)
+	core.Inc
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	lost     chan struct{} // closed by the keeper when the lease is not trusted any more
+	fenced   atomic.Bool   // a fence event was emitted (the keeper and the run goroutine may both fence)
+	deadline atomic.Int64  // fence deadline, a fenceClock reading
+	clock    func() int64  // the simulator's fence clock (nil: fenceClock)
 }
 
 // monoBase anchors a process-wide monotonic clock: durations since it are
@@ -231,7 +221,7 @@ func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest
 // begin makes the incarnation of the member key bound to lease, and starts
 // its keeper.
 func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
-	inc := &incarnation{Lease: lease, CreateRev: createRev, BoundRev: boundRev, lost: make(chan struct{})}
+	inc := &incarnation{Inc: core.Inc{Lease: int64(lease), CreateRev: createRev, BoundRev: boundRev}, lost: make(chan struct{})}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	r.wg.Add(1)
@@ -325,7 +315,7 @@ func (r *Rink) fence(inc *incarnation, cause error) {
 func (r *Rink) leave(ctx context.Context, inc *incarnation, cause error) error {
 	inc.cancel(cause)
 	<-inc.lost
-	if _, err := r.cli.Revoke(ctx, inc.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if _, err := r.cli.Revoke(ctx, clientv3.LeaseID(inc.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("rink: revoking lease: %w", err)
 	}
 	return nil

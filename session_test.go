@@ -147,7 +147,7 @@ func TestJoinTakesBackItsOwnKey(t *testing.T) {
 		t.Fatalf("join after its own lost attempt: %v", err)
 	}
 	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.Member("a"))
-	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != inc.Lease || inc.Lease == own {
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != inc.Lease || inc.Lease == int64(own) {
 		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.Lease)
 	}
 	if ttl, err := cli.TimeToLive(ctxTimeout(t, 5*time.Second), own); err != nil || ttl.TTL != -1 {

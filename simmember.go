@@ -421,7 +421,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 					lease := old.Lease
 					old = nil
 					m.trace("own member key gone: joining as a newcomer")
-					r.inbox.send(func(ml *mail) { ml.keyGone = lease })
+					r.inbox.send(func(ml *mail) { ml.keyGone = clientv3.LeaseID(lease) })
 					m.settle()
 				}
 				retry()
@@ -447,7 +447,7 @@ func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 
 // begin makes an incarnation and starts its keeper (see Rink.begin).
 func (m *simMember) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline int64) *incarnation {
-	inc := &incarnation{Lease: lease, CreateRev: createRev, BoundRev: boundRev, lost: make(chan struct{}), clock: m.env.Clock}
+	inc := &incarnation{Inc: core.Inc{Lease: int64(lease), CreateRev: createRev, BoundRev: boundRev}, lost: make(chan struct{}), clock: m.env.Clock}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(m.r.ctx)
 	m.keep, m.keepInc = core.NewKeeper(m.r.opts.ttl, sent, deadline), inc

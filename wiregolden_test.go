@@ -164,7 +164,7 @@ func wireCases(t *testing.T) []wireCase {
 		opts: options{member: "m1", slots: 4, replicas: 1, capacity: 2.5, zone: "eu-west", ttl: 2 * time.Second, loadEvery: time.Second}}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer r.cancel()
-	inc := &incarnation{Lease: 0x1a, CreateRev: 9, BoundRev: 9}
+	inc := &incarnation{Inc: core.Inc{Lease: 0x1a, CreateRev: 9, BoundRev: 9}}
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	k := r.keys
 	send := func(built *etcdserverpb.TxnRequest) *etcdserverpb.TxnRequest {
@@ -178,7 +178,7 @@ func wireCases(t *testing.T) []wireCase {
 
 	join, _ := r.joinTxn(0x1a)
 	coreTxn("txn-join", join)
-	coreTxn("txn-resume", r.resumeTxn(&incarnation{Lease: 0x10, CreateRev: 5}, 0x1b))
+	coreTxn("txn-resume", r.resumeTxn(&incarnation{Inc: core.Inc{Lease: 0x10, CreateRev: 5}}, 0x1b))
 
 	l := &leadership{key: k.ElectionKey(0xa), rev: 3}
 	m3 := wireMap3()
