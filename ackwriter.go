@@ -81,7 +81,7 @@ func (w *ackWriter) changed(resp clientv3.WatchResponse, ok bool) {
 	if ok && resp.Err() == nil && foreign == nil {
 		return
 	}
-	if w.written.inc.ctx.Err() != nil {
+	if w.written.inc.Ended() {
 		w.watchRev = 0
 		return
 	}
@@ -108,7 +108,7 @@ func (w *ackWriter) next(now time.Time) (txn *etcdserverpb.TxnRequest, wait time
 		if w.cur == nil {
 			return nil, time.Time{}
 		}
-		if w.cur.inc.ctx.Err() != nil {
+		if w.cur.inc.Ended() {
 			w.cur, w.retryAt = nil, time.Time{}
 			continue
 		}
@@ -180,7 +180,7 @@ func (w *ackWriter) replied(resp *etcdserverpb.TxnResponse, err error, now time.
 			w.last = &v
 		}
 		return
-	case cur.inc.ctx.Err() != nil:
+	case cur.inc.Ended():
 		return // (next drops it)
 	}
 	wait := w.b.Next()

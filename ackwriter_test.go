@@ -21,7 +21,7 @@ import (
 func TestAckWriterSteps(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	inc := &incarnation{Inc: core.Inc{Lease: 7, CreateRev: 3}, ctx: ctx}
+	inc := &incarnation{Inc: core.Inc{Lease: 7, CreateRev: 3, Done: ctx.Done()}, ctx: ctx}
 	w := newAckWriter(newKeys("r"), "m", zap.NewNop())
 	now := time.Unix(100, 0)
 	ok := func(rev int64) *etcdserverpb.TxnResponse {

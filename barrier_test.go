@@ -62,6 +62,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	inc.Done = inc.ctx.Done()
 	r.st.inc = inc
 	return &bare{t: t, r: r, sim: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}}
 }
@@ -274,6 +275,7 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
+	inc.Done = inc.ctx.Done()
 	st.inc = inc
 }
 

@@ -170,7 +170,7 @@ func (c *campaigner) changed(err error, now time.Time) {
 
 // fail starts the campaign again after a backoff.
 func (c *campaigner) fail(err error, now time.Time) {
-	if c.inc.ctx.Err() != nil {
+	if c.inc.Ended() {
 		return
 	}
 	wait := c.b.Next()

@@ -450,6 +450,7 @@ func (m *simMember) begin(lease clientv3.LeaseID, createRev, boundRev, sent, dea
 	inc := &incarnation{Inc: core.Inc{Lease: int64(lease), CreateRev: createRev, BoundRev: boundRev}, lost: make(chan struct{}), clock: m.env.Clock}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(m.r.ctx)
+	inc.Done = inc.ctx.Done()
 	m.keep, m.keepInc = core.NewKeeper(m.r.opts.ttl, sent, deadline), inc
 	m.keepGen++
 	m.pumpKeeper()

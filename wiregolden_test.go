@@ -166,6 +166,7 @@ func wireCases(t *testing.T) []wireCase {
 	defer r.cancel()
 	inc := &incarnation{Inc: core.Inc{Lease: 0x1a, CreateRev: 9, BoundRev: 9}}
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
+	inc.Done = inc.ctx.Done()
 	k := r.keys
 	send := func(built *etcdserverpb.TxnRequest) *etcdserverpb.TxnRequest {
 		t.Helper()

@@ -19,6 +19,20 @@ type Inc struct {
 	// the member key read it (zero: none, as after a resume; see
 	// CandidacyHint).
 	Hint CandidacyHint
+	// Done is closed when the incarnation ends (its context's Done; nil:
+	// it never ends, as in tests).
+	Done <-chan struct{}
+}
+
+// Ended reports whether the incarnation has ended: its lease is not
+// trusted any more, or the member stops.
+func (i *Inc) Ended() bool {
+	select {
+	case <-i.Done:
+		return true
+	default:
+		return false
+	}
 }
 
 // CandidacyHint names the newest election key the join saw before its own
