@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"github.com/rink-go/rink/internal/core"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -33,21 +34,6 @@ import (
 // is the only sender, so after draining the buffer there is room.
 func (r *Rink) sendAck() { r.sendAckLazily(false) }
 
-// ackPause is how long a member waits before it acknowledges a map that
-// changes nothing it owns and announces nothing to it (a lazy
-// acknowledgement). Such an acknowledgement is on nobody's way: the heirs
-// of a map wait for the members that lose slots in it, and for the others
-// they find in the maps they have applied that those never held the slots
-// (see free). Written at once, the acknowledgements of every member not
-// concerned would reach etcd together, right when the members concerned
-// act on the map: with a graceful departure, while etcd is still sending
-// the map to the heir. A moment later they go out behind the writes that
-// matter, and a map that follows within the pause (an announcement and its
-// move, a rolling deploy's next step) costs one write for both. An
-// acknowledgement only ever comes late, never early, so the pause cannot
-// let anybody start a slot sooner than before.
-const ackPause = 3 * time.Millisecond
-
 // sendAckLazily is sendAck; lazy marks an acknowledgement that may wait
 // ackPause. An acknowledgement that replaces one not yet written is lazy
 // only if that one was too.
@@ -57,16 +43,7 @@ func (r *Rink) sendAckLazily(lazy bool) {
 		return // a quiet time (see hush) and a drain (see drain.go) withhold acknowledgements
 	}
 	st.acked = ackState{inc: st.inc, lineage: st.lineage, seq: st.curSeq, warm: st.warmed}
-	r.fx().ack(ackReq{inc: st.inc, lineage: st.lineage, version: st.cur.Version, seq: st.curSeq, warm: st.warmed, lazy: lazy})
-}
-
-type ackReq struct {
-	inc     *incarnation
-	lineage int64
-	version int64
-	seq     int64
-	warm    int64
-	lazy    bool // may wait ackPause (see sendAckLazily)
+	r.fx().ack(core.AckReq{Inc: &st.inc.Inc, Lineage: st.lineage, Version: st.cur.Version, Seq: st.curSeq, Warm: st.warmed, Lazy: lazy})
 }
 
 // writeAcks writes this member's acknowledgements, newest first, retrying
@@ -84,7 +61,7 @@ type ackReq struct {
 // again: nothing else would until the next map, and until then the
 // leader's floor would not know this member's.
 func (r *Rink) writeAcks() {
-	w := newAckWriter(r.keys, r.opts.member, r.log)
+	w := core.NewAckWriter(r.keys, r.opts.member, r.log, newBackoff())
 	var (
 		gone     clientv3.WatchChan // the ack key's changes (see ackWriter.watchRev)
 		watched  int64              // the revision gone watches from (0: none)
@@ -100,23 +77,23 @@ func (r *Rink) writeAcks() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		txn, wait := w.next(r.now())
-		if w.watchRev != watched {
+		txn, wait := w.Next(r.now())
+		if w.WatchRev != watched {
 			unwatch()
-			if w.watchRev != 0 {
-				gone, stopGone = watchKey(w.written.inc.ctx, r.cli, w.key, w.watchRev)
-				watched = w.watchRev
+			if w.WatchRev != 0 {
+				gone, stopGone = watchKey(incOf(w.Written.Inc).ctx, r.cli, w.Key, w.WatchRev)
+				watched = w.WatchRev
 			}
 		}
 		if txn != nil {
-			ctx, cancel := context.WithTimeout(w.cur.inc.ctx, r.opts.ttl)
+			ctx, cancel := context.WithTimeout(incOf(w.Cur.Inc).ctx, r.opts.ttl)
 			resp, err := execTxn(ctx, r.cli, txn)
 			cancel()
-			w.replied(resp, err, r.now())
+			w.Replied(resp, err, r.now())
 			continue
 		}
 		var changes clientv3.WatchChan
-		if w.idle() {
+		if w.Idle() {
 			changes = gone
 		}
 		var due <-chan time.Time
@@ -126,9 +103,9 @@ func (r *Rink) writeAcks() {
 		}
 		select {
 		case req := <-r.ackCh:
-			w.take(req)
+			w.Take(req)
 		case resp, ok := <-changes:
-			w.changed(resp, ok)
+			w.Changed(resp.Events, resp.Err(), ok)
 		case <-due:
 		case <-r.ctx.Done():
 			return
@@ -142,3 +119,6 @@ func watchKey(ctx context.Context, cli *clientv3.Client, key string, rev int64) 
 	ctx, stop = context.WithCancel(ctx)
 	return cli.Watch(ctx, key, clientv3.WithRev(rev)), stop
 }
+
+// incOf returns the incarnation whose core part inc is.
+func incOf(inc *core.Inc) *incarnation { return inc.Owner.(*incarnation) }

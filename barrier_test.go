@@ -51,7 +51,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 		log:   zap.NewNop(),
 		keys:  newKeys("bare"),
 		slots: newSlotStates(S),
-		ackCh: make(chan ackReq, 1),
+		ackCh: make(chan core.AckReq, 1),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	t.Cleanup(r.cancel)
@@ -62,7 +62,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	r.st.inc = inc
 	return &bare{t: t, r: r, sim: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}}
 }
@@ -275,7 +275,7 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	st.inc = inc
 }
 

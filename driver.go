@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"errors"
+	"github.com/rink-go/rink/internal/core"
 	"time"
 
 	"github.com/rink-go/rink/internal/wire"
@@ -17,7 +18,7 @@ import (
 // effects out with clientv3 and goroutines, each owned by the Rink's wait
 // group; a simulator can carry them out in virtual time.
 type effects interface {
-	ack(req ackReq)                                                               // to the ack writer
+	ack(req core.AckReq)                                                          // to the ack writer
 	relist()                                                                      // the watch lists anew, in the view r.wideView says (→ inBatch)
 	campaign(inc *incarnation)                                                    // → inElected
 	aggregate(el elected, box *restBox) (stop context.CancelFunc)                 // the leader's aggregator, until stop
@@ -279,11 +280,11 @@ func (fx netEffects) revokeLease(lease int64) {
 
 // ack hands req to the ack writer (see writeAcks), replacing one not yet
 // taken: req is lazy only if that one was too.
-func (fx netEffects) ack(req ackReq) {
+func (fx netEffects) ack(req core.AckReq) {
 	r := fx.r
 	select {
 	case old := <-r.ackCh:
-		req.lazy = req.lazy && old.lazy
+		req.Lazy = req.Lazy && old.Lazy
 	default:
 	}
 	r.ackCh <- req

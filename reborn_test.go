@@ -182,7 +182,7 @@ func (b *bare) rejoin(createRev, boundRev int64, lease clientv3.LeaseID) *incarn
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: boundRev, Lease: int64(lease)}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(b.r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	b.r.startIncarnation(inc)
 	return inc
 }

@@ -2,6 +2,7 @@ package rink
 
 import (
 	"context"
+	"github.com/rink-go/rink/internal/core"
 	"slices"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ func TestRedteam2FirstAckOfNewLineageIsLazy(t *testing.T) {
 	b.wantHeld(1, true, "ours, c acknowledged seq 1")
 	drainAck(b)
 	b.put(mapKVSeq(twoSlots(2, []string{"c", "b"}, 0, 1), 10, 22, 2))
-	if req, ok := drainAck(b); !ok || !req.lazy {
+	if req, ok := drainAck(b); !ok || !req.Lazy {
 		t.Fatalf("seq 2 changes nothing for b: want a lazy ack (the change's own case), got %+v (sent %v)", req, ok)
 	}
 	// The map key is deleted and created again: lineage 40, seq 1, same table.
@@ -48,22 +49,22 @@ func TestRedteam2FirstAckOfNewLineageIsLazy(t *testing.T) {
 	if !ok {
 		t.Fatal("no acknowledgement of the new lineage's first map")
 	}
-	if req.lineage != 40 || req.seq != 1 {
+	if req.Lineage != 40 || req.Seq != 1 {
 		t.Fatalf("ack %+v, want lineage 40 seq 1", req)
 	}
-	if req.lazy {
+	if req.Lazy {
 		t.Errorf("the first acknowledgement of lineage 40 is lazy (prevSeq %d, curSeq %d): it waits ackPause, and until it is known nobody in the rink starts anything", b.r.st.prevSeq, b.r.st.curSeq)
 	}
 }
 
 // drainAck takes the acknowledgement the member handed to its (absent)
 // writer, if any.
-func drainAck(b *bare) (ackReq, bool) {
+func drainAck(b *bare) (core.AckReq, bool) {
 	select {
 	case req := <-b.r.ackCh:
 		return req, true
 	default:
-		return ackReq{}, false
+		return core.AckReq{}, false
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -115,7 +116,7 @@ type Rink struct {
 	relistCh  chan struct{} // asks the watcher for a new listing (see relist)
 	wideView  atomic.Bool   // the watcher follows the wide view (see view.go)
 	// ackCh carries the newest acknowledgement to the ack writer.
-	ackCh chan ackReq
+	ackCh chan core.AckReq
 
 	// load is what AddLoad and AwaitRole record for the load reporter, and
 	// loadInc the incarnation whose lease its key is bound to (set by the
@@ -254,7 +255,7 @@ func newRink(name string, o options) *Rink {
 		done:      make(chan struct{}),
 		handoffCh: make(chan input),
 		relistCh:  make(chan struct{}, 1),
-		ackCh:     make(chan ackReq, 1),
+		ackCh:     make(chan core.AckReq, 1),
 		inbox:     newInbox(),
 		load:      newLoadAcc(o.slots),
 	}

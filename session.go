@@ -224,7 +224,7 @@ func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline
 	inc := &incarnation{Inc: core.Inc{Lease: int64(lease), CreateRev: createRev, BoundRev: boundRev}, lost: make(chan struct{})}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

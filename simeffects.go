@@ -17,10 +17,10 @@ type simEffects struct{ m *simMember }
 // ack leaves req for the ack writer, replacing one it has not taken, as
 // netEffects.ack does with its channel: the writer takes it between
 // writes (pumped as the step settles).
-func (fx simEffects) ack(req ackReq) {
+func (fx simEffects) ack(req core.AckReq) {
 	m := fx.m
 	if old := m.acksMail; old != nil {
-		req.lazy = req.lazy && old.lazy
+		req.Lazy = req.Lazy && old.Lazy
 	}
 	m.acksMail = &req
 }

@@ -50,13 +50,13 @@ type simMember struct {
 	keepInc *incarnation
 	keepGen int // the renewal in flight, or the wake-up scheduled last
 
-	acks      *ackWriter
+	acks      *core.AckWriter
 	acksBusy  bool
 	acksWake  time.Time
 	acksWatch func() // cancels the ack key's watch (nil: none)
 	acksRev   int64  // the revision it watches from
 	acksQueue []*etcdserverpb.WatchResponse
-	acksMail  *ackReq // handed to the writer, not taken yet (see simEffects.ack)
+	acksMail  *core.AckReq // handed to the writer, not taken yet (see simEffects.ack)
 
 	camp     *campaigner
 	campBusy bool
@@ -93,8 +93,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	r.nowFn, r.clockFn, r.simRand, r.plant = cfg.Env.Now, cfg.Env.Clock, cfg.Env.Rand(), cfg.Plant
 	r.simFx = simEffects{m}
 	m.r = r
-	m.acks = newAckWriter(r.keys, o.member, r.log)
-	m.acks.b.Rnd = r.simRand
+	m.acks = core.NewAckWriter(r.keys, o.member, r.log, core.NewBackoff(r.simRand))
 	return m, nil
 }
 
@@ -450,7 +449,7 @@ func (m *simMember) begin(lease clientv3.LeaseID, createRev, boundRev, sent, dea
 	inc := &incarnation{Inc: core.Inc{Lease: int64(lease), CreateRev: createRev, BoundRev: boundRev}, lost: make(chan struct{}), clock: m.env.Clock}
 	inc.deadline.Store(deadline)
 	inc.ctx, inc.cancel = context.WithCancelCause(m.r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	m.keep, m.keepInc = core.NewKeeper(m.r.opts.ttl, sent, deadline), inc
 	m.keepGen++
 	m.pumpKeeper()

@@ -71,24 +71,25 @@ func (m *simMember) pumpAcks() {
 	w := m.acks
 	for !m.dead && !m.acksBusy {
 		if m.acksMail != nil {
-			w.take(*m.acksMail)
+			w.Take(*m.acksMail)
 			m.acksMail = nil
 		}
-		if w.idle() && len(m.acksQueue) > 0 {
+		if w.Idle() && len(m.acksQueue) > 0 {
 			resp := m.acksQueue[0]
 			m.acksQueue = m.acksQueue[1:]
-			w.changed(watchResponseOf(resp), !resp.Canceled)
+			wr := watchResponseOf(resp)
+			w.Changed(wr.Events, wr.Err(), !resp.Canceled)
 			continue
 		}
-		txn, wait := w.next(m.env.Now())
-		if w.watchRev != m.acksRev {
+		txn, wait := w.Next(m.env.Now())
+		if w.WatchRev != m.acksRev {
 			if m.acksWatch != nil {
 				m.acksWatch()
 				m.acksWatch, m.acksQueue = nil, nil
 			}
-			m.acksRev = w.watchRev
-			if w.watchRev != 0 {
-				m.acksWatch = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(w.key), StartRevision: w.watchRev}, func(resp *etcdserverpb.WatchResponse) {
+			m.acksRev = w.WatchRev
+			if w.WatchRev != 0 {
+				m.acksWatch = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(w.Key), StartRevision: w.WatchRev}, func(resp *etcdserverpb.WatchResponse) {
 					if m.dead {
 						return
 					}
@@ -105,8 +106,8 @@ func (m *simMember) pumpAcks() {
 					return
 				}
 				m.acksBusy = false
-				m.trace("ack seq %d: written %v, err %v", w.cur.seq, err == nil && resp.Succeeded, err)
-				w.replied(resp, err, m.env.Now())
+				m.trace("ack seq %d: written %v, err %v", w.Cur.Seq, err == nil && resp.Succeeded, err)
+				w.Replied(resp, err, m.env.Now())
 				m.pumpAcks()
 			})
 			return

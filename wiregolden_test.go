@@ -166,7 +166,7 @@ func wireCases(t *testing.T) []wireCase {
 	defer r.cancel()
 	inc := &incarnation{Inc: core.Inc{Lease: 0x1a, CreateRev: 9, BoundRev: 9}}
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
-	inc.Done = inc.ctx.Done()
+	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	k := r.keys
 	send := func(built *etcdserverpb.TxnRequest) *etcdserverpb.TxnRequest {
 		t.Helper()
@@ -219,14 +219,14 @@ func wireCases(t *testing.T) []wireCase {
 	}
 	coreTxn("txn-handover", hand)
 
-	aw := newAckWriter(k, "m1", zap.NewNop())
-	aw.take(ackReq{inc: inc, lineage: 5, version: 9, seq: 12, warm: 8})
-	first, _ := aw.next(time.Unix(100, 0))
-	enc("ack-value", []byte(aw.val))
+	aw := core.NewAckWriter(k, "m1", zap.NewNop(), newBackoff())
+	aw.Take(core.AckReq{Inc: &inc.Inc, Lineage: 5, Version: 9, Seq: 12, Warm: 8})
+	first, _ := aw.Next(time.Unix(100, 0))
+	enc("ack-value", first.Success[0].GetRequestPut().Value)
 	coreTxn("txn-ack-first", first)
-	aw.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 70}}, nil, time.Unix(100, 0))
-	aw.take(ackReq{inc: inc, lineage: 5, version: 10, seq: 13})
-	second, _ := aw.next(time.Unix(101, 0))
+	aw.Replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: &etcdserverpb.ResponseHeader{Revision: 70}}, nil, time.Unix(100, 0))
+	aw.Take(core.AckReq{Inc: &inc.Inc, Lineage: 5, Version: 10, Seq: 13})
+	second, _ := aw.Next(time.Unix(101, 0))
 	coreTxn("txn-ack-next", second)
 
 	fw := core.NewFloorWriter(k, k.ElectionKey(0xa), 3, zap.NewNop(), newBackoff())

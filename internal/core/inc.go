@@ -22,6 +22,9 @@ type Inc struct {
 	// Done is closed when the incarnation ends (its context's Done; nil:
 	// it never ends, as in tests).
 	Done <-chan struct{}
+	// Owner is what the driver keeps beside the incarnation (its context
+	// and fence state); the core never reads it.
+	Owner any
 }
 
 // Ended reports whether the incarnation has ended: its lease is not
