@@ -38,7 +38,7 @@ type campaigner struct {
 	below    *mvccpb.KeyValue // the key just below ours (campaignPeek: its key and create revision only; campaignDelete, campaignWait)
 	belowRev int64            // the revision it was seen at
 	retryAt  time.Time        // a request failed: start again then (zero: none)
-	b        *backoff
+	Retry    *backoff
 }
 
 type campaignStage uint8
@@ -52,7 +52,7 @@ const (
 )
 
 func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *campaigner {
-	return &campaigner{inc: inc, hint: inc.Hint, key: k.ElectionKey(int64(inc.Lease)), member: member, k: k, log: log, b: newBackoff()}
+	return &campaigner{inc: inc, hint: inc.Hint, key: k.ElectionKey(int64(inc.Lease)), member: member, k: k, log: log, Retry: newBackoff()}
 }
 
 // CandidacyHint is the newest candidacy before ours, as our join read it
@@ -73,10 +73,10 @@ func newCampaigner(k keys, member string, inc *incarnation, log *zap.Logger) *ca
 // tail key leave it naming an older candidacy, which is no less safe.
 type CandidacyHint = core.CandidacyHint
 
-// next returns what to do at now: a transaction to send (then replied),
+// Next returns what to do at now: a transaction to send (then replied),
 // a key to watch until it changes after revision after (then changed), or
 // nothing until wait.
-func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey string, after int64, wait time.Time) {
+func (c *campaigner) Next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey string, after int64, wait time.Time) {
 	if now.Before(c.retryAt) {
 		return nil, "", 0, c.retryAt
 	}
@@ -109,11 +109,11 @@ func (c *campaigner) next(now time.Time) (txn *etcdserverpb.TxnRequest, watchKey
 	}
 }
 
-// replied handles the answer to the transaction next returned; it returns
+// Replied handles the answer to the transaction next returned; it returns
 // the election once won.
-func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time.Time) *elected {
+func (c *campaigner) Replied(resp *etcdserverpb.TxnResponse, err error, now time.Time) *Elected {
 	if err != nil {
-		c.fail(err, now)
+		c.Fail(err, now)
 		return nil
 	}
 	switch c.stage {
@@ -122,7 +122,7 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 		if !resp.Succeeded {
 			kvs := resp.Responses[0].GetResponseRange().Kvs
 			if len(kvs) == 0 {
-				c.fail(fmt.Errorf("rink: election key %s went while campaigning", c.key), now)
+				c.Fail(fmt.Errorf("rink: election key %s went while campaigning", c.key), now)
 				return nil
 			}
 			c.rev = kvs[0].CreateRevision
@@ -135,7 +135,7 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 	case campaignList:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
-			return &elected{inc: c.inc, key: c.key, rev: c.rev}
+			return &Elected{Inc: c.inc, Key: c.key, Rev: c.rev}
 		}
 		c.below, c.stage = kvs[0], campaignPeek
 	case campaignPeek:
@@ -158,22 +158,22 @@ func (c *campaigner) replied(resp *etcdserverpb.TxnResponse, err error, now time
 	return nil
 }
 
-// changed handles the end of the wait next asked for: the key below ours
+// Changed handles the end of the wait next asked for: the key below ours
 // was put or deleted, or the watch failed (err).
-func (c *campaigner) changed(err error, now time.Time) {
+func (c *campaigner) Changed(err error, now time.Time) {
 	if err != nil {
-		c.fail(err, now)
+		c.Fail(err, now)
 		return
 	}
 	c.stage = campaignList
 }
 
-// fail starts the campaign again after a backoff.
-func (c *campaigner) fail(err error, now time.Time) {
+// Fail starts the campaign again after a backoff.
+func (c *campaigner) Fail(err error, now time.Time) {
 	if c.inc.Ended() {
 		return
 	}
-	wait := c.b.Next()
+	wait := c.Retry.Next()
 	c.log.Warn("campaign failed, retrying", zap.Error(err), zap.Duration("backoff", wait))
 	c.stage, c.retryAt = campaignWrite, now.Add(wait)
 }
@@ -183,11 +183,11 @@ func (c *campaigner) fail(err error, now time.Time) {
 func (r *Rink) runCampaign(inc *incarnation) {
 	c := newCampaigner(r.keys, r.opts.member, inc, r.log)
 	for inc.ctx.Err() == nil {
-		txn, key, after, wait := c.next(r.now())
+		txn, key, after, wait := c.Next(r.now())
 		switch {
 		case txn != nil:
 			resp, err := execTxn(inc.ctx, r.cli, txn)
-			if e := c.replied(resp, err, r.now()); e != nil {
+			if e := c.Replied(resp, err, r.now()); e != nil {
 				select {
 				case r.handoffCh <- input{kind: inElected, elected: *e}:
 				case <-inc.ctx.Done():
@@ -195,7 +195,7 @@ func (r *Rink) runCampaign(inc *incarnation) {
 				return
 			}
 		case key != "":
-			c.changed(waitChanged(inc.ctx, r.cli, key, after), r.now())
+			c.Changed(waitChanged(inc.ctx, r.cli, key, after), r.now())
 		default:
 			sleep(inc.ctx, wait.Sub(r.now()))
 		}

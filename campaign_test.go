@@ -32,7 +32,7 @@ func TestCampaignerSteps(t *testing.T) {
 	}
 	expectTxn := func(what string) *etcdserverpb.TxnRequest {
 		t.Helper()
-		txn, key, _, _ := c.next(now)
+		txn, key, _, _ := c.Next(now)
 		if txn == nil || key != "" {
 			t.Fatalf("%s: no transaction (watch %q)", what, key)
 		}
@@ -42,7 +42,7 @@ func TestCampaignerSteps(t *testing.T) {
 	if txn := expectTxn("write"); string(txn.Success[0].GetRequestPut().Key) != k.ElectionKey(0x20) {
 		t.Fatalf("writes %s", txn.Success[0].GetRequestPut().Key)
 	}
-	c.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
+	c.Replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
 	if txn := expectTxn("list"); txn.Success[0].GetRequestRange().MaxCreateRevision != 29 || !txn.Success[0].GetRequestRange().KeysOnly {
 		t.Fatalf("lists below %d (keys alone: %v)", txn.Success[0].GetRequestRange().MaxCreateRevision, txn.Success[0].GetRequestRange().KeysOnly)
 	}
@@ -50,11 +50,11 @@ func TestCampaignerSteps(t *testing.T) {
 	// lease), and the read of the key below with kv.
 	peek := func(listRev, readRev int64, kv *mvccpb.KeyValue) {
 		t.Helper()
-		c.replied(rangeResp(listRev, &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}), nil, now)
+		c.Replied(rangeResp(listRev, &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision}), nil, now)
 		if txn := expectTxn("read the key below"); string(txn.Success[0].GetRequestRange().Key) != string(kv.Key) || len(txn.Success[0].GetRequestRange().RangeEnd) != 0 {
 			t.Fatalf("reads %v", txn)
 		}
-		c.replied(rangeResp(readRev, kv), nil, now)
+		c.Replied(rangeResp(readRev, kv), nil, now)
 	}
 	// A stray below (no lease): deleted, guarded by its revision.
 	stray := &mvccpb.KeyValue{Key: []byte(k.Election() + "zz"), CreateRevision: 9, ModRevision: 9}
@@ -62,33 +62,33 @@ func TestCampaignerSteps(t *testing.T) {
 	if txn := expectTxn("delete"); string(txn.Success[0].GetRequestDeleteRange().Key) != string(stray.Key) || txn.Compare[0].GetModRevision() != 9 {
 		t.Fatalf("deletes %v", txn)
 	}
-	c.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(32)}, nil, now)
+	c.Replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(32)}, nil, now)
 	// A candidate below: waited for, from the listing's revision.
 	// (A key below that went, or was made anew, between the listing and
 	// the read: listed again.)
 	cand := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(0x10)), Lease: 0x10, CreateRevision: 8, ModRevision: 8}
 	expectTxn("list again")
-	c.replied(rangeResp(33, &mvccpb.KeyValue{Key: cand.Key, CreateRevision: 7, ModRevision: 7}), nil, now)
+	c.Replied(rangeResp(33, &mvccpb.KeyValue{Key: cand.Key, CreateRevision: 7, ModRevision: 7}), nil, now)
 	expectTxn("read the key below")
-	c.replied(rangeResp(33, cand), nil, now)
+	c.Replied(rangeResp(33, cand), nil, now)
 	if txn := expectTxn("list after the key was made anew"); txn.Success[0].GetRequestRange().MaxCreateRevision != 29 {
 		t.Fatalf("lists below %d", txn.Success[0].GetRequestRange().MaxCreateRevision)
 	}
 	peek(33, 34, cand)
-	if txn, key, after, _ := c.next(now); txn != nil || key != string(cand.Key) || after != 34 {
+	if txn, key, after, _ := c.Next(now); txn != nil || key != string(cand.Key) || after != 34 {
 		t.Fatalf("waits for %q after %d", key, after)
 	}
 	// The watch fails: start again after a backoff.
-	c.changed(errors.New("watch broke"), now)
-	if txn, _, _, wait := c.next(now); txn != nil || !wait.After(now) {
+	c.Changed(errors.New("watch broke"), now)
+	if txn, _, _, wait := c.Next(now); txn != nil || !wait.After(now) {
 		t.Fatal("a failure is retried at once")
 	}
 	now = now.Add(10 * time.Second)
 	expectTxn("write again")
-	c.replied(&etcdserverpb.TxnResponse{Header: hdr(40), Responses: []*etcdserverpb.ResponseOp{
+	c.Replied(&etcdserverpb.TxnResponse{Header: hdr(40), Responses: []*etcdserverpb.ResponseOp{
 		{Response: &etcdserverpb.ResponseOp_ResponseRange{ResponseRange: &etcdserverpb.RangeResponse{Kvs: []*mvccpb.KeyValue{{CreateRevision: 30}}}}}}}, nil, now)
 	expectTxn("list after the retry")
-	if won := c.replied(rangeResp(41), nil, now); won == nil || won.rev != 30 || won.key != k.ElectionKey(0x20) {
+	if won := c.Replied(rangeResp(41), nil, now); won == nil || won.Rev != 30 || won.Key != k.ElectionKey(0x20) {
 		t.Fatalf("won %+v", won)
 	}
 }
@@ -126,12 +126,12 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			inc := &incarnation{Inc: core.Inc{Lease: 0x20, CreateRev: 30, Hint: c.hint}, ctx: context.Background()}
 			cp := newCampaigner(k, "m", inc, zap.NewNop())
-			cp.next(now)
-			cp.replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
+			cp.Next(now)
+			cp.Replied(&etcdserverpb.TxnResponse{Succeeded: true, Header: hdr(30)}, nil, now)
 			isList := func(txn *etcdserverpb.TxnRequest) bool {
 				return txn != nil && txn.Success[0].GetRequestRange().GetSortTarget() == etcdserverpb.RangeRequest_CREATE
 			}
-			txn, _, _, _ := cp.next(now)
+			txn, _, _, _ := cp.Next(now)
 			if !c.peeks {
 				if !isList(txn) {
 					t.Fatalf("does not list: %v", txn)
@@ -142,11 +142,11 @@ func TestCampaignerFollowsTheHint(t *testing.T) {
 				t.Fatalf("%v, want a read of the hinted key", txn)
 			}
 			if c.read == nil {
-				cp.replied(get(31), nil, now)
+				cp.Replied(get(31), nil, now)
 			} else {
-				cp.replied(get(31, c.read), nil, now)
+				cp.Replied(get(31, c.read), nil, now)
 			}
-			txn, key, after, _ := cp.next(now)
+			txn, key, after, _ := cp.Next(now)
 			if c.waits {
 				if txn != nil || key != string(below.Key) || after != 31 {
 					t.Fatalf("waits for %q after %d", key, after)

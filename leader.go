@@ -121,10 +121,10 @@ func (r *Rink) publishGhosts() {
 	}
 }
 
-type elected struct {
-	inc *incarnation
-	key string
-	rev int64
+type Elected struct {
+	Inc *incarnation
+	Key string
+	Rev int64
 }
 
 type proclaimResult struct {
@@ -153,13 +153,13 @@ func (r *Rink) campaign(inc *incarnation) {
 	r.fx().campaign(inc)
 }
 
-func (r *Rink) onElected(e elected) {
+func (r *Rink) onElected(e Elected) {
 	st := &r.st
-	if e.inc != st.inc || st.stopping {
+	if e.Inc != st.inc || st.stopping {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.inc, key: e.key, rev: e.rev, since: map[string]time.Time{}, retry: r.newBackoff(), movedAt: map[int]int{},
+	st.lead = &leadership{inc: e.Inc, key: e.Key, rev: e.Rev, since: map[string]time.Time{}, retry: r.newBackoff(), movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
 		st.SetTimer(core.TimerLoad, r.now().Add(r.opts.loadEvery))

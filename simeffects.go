@@ -34,7 +34,7 @@ func (fx simEffects) relist() {
 func (fx simEffects) campaign(inc *incarnation) {
 	m := fx.m
 	m.camp, m.campBusy = newCampaigner(m.r.keys, m.r.opts.member, inc, m.r.log), false
-	m.camp.b.Rnd = m.r.simRand
+	m.camp.Retry.Rnd = m.r.simRand
 	m.pumpCampaign(m.camp)
 }
 
@@ -43,7 +43,7 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 	if m.dead || m.camp != c || m.campBusy || c.inc.ctx.Err() != nil {
 		return
 	}
-	txn, key, after, wait := c.next(m.env.Now())
+	txn, key, after, wait := c.Next(m.env.Now())
 	m.campGen++
 	gen := m.campGen // (an answer or a watch event of an earlier request is not this one's)
 	switch {
@@ -54,8 +54,8 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 				return
 			}
 			m.campBusy = false
-			if e := c.replied(resp, err, m.env.Now()); e != nil {
-				m.trace("elected: key at %d", e.rev)
+			if e := c.Replied(resp, err, m.env.Now()); e != nil {
+				m.trace("elected: key at %d", e.Rev)
 				m.camp = nil
 				m.step(input{kind: inElected, elected: *e})
 				return
@@ -80,7 +80,7 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 			if cancel != nil {
 				cancel()
 			}
-			c.changed(err, m.env.Now())
+			c.Changed(err, m.env.Now())
 			m.pumpCampaign(c)
 		})
 	default:
@@ -92,7 +92,7 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 	}
 }
 
-func (fx simEffects) aggregate(el elected, box *restBox) context.CancelFunc {
+func (fx simEffects) aggregate(el Elected, box *restBox) context.CancelFunc {
 	a := fx.m.newAggregator(el, box)
 	return a.stop
 }
@@ -263,13 +263,13 @@ type simAggregator struct {
 	done    bool
 }
 
-func (m *simMember) newAggregator(el elected, box *restBox) *simAggregator {
+func (m *simMember) newAggregator(el Elected, box *restBox) *simAggregator {
 	r := m.r
-	ctx, cancel := context.WithCancel(el.inc.ctx)
+	ctx, cancel := context.WithCancel(el.Inc.ctx)
 	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
 		a: &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}},
 			loads: map[string]wire.LoadReport{}, reqs: make(chan []byte, 1), rest: box},
-		w: core.NewFloorWriter(r.keys, el.key, el.rev, r.log, core.NewBackoff(r.simRand))}
+		w: core.NewFloorWriter(r.keys, el.Key, el.Rev, r.log, core.NewBackoff(r.simRand))}
 	m.agg = a
 	a.follow()
 	return a

@@ -16,7 +16,7 @@ type input struct {
 	kind       inputKind
 	batch      watchBatch     // inBatch: what the watch saw
 	joined     *incarnation   // inJoined: a fresh incarnation
-	elected    elected        // inElected: an election won
+	elected    Elected        // inElected: an election won
 	proclaimed proclaimResult // inProclaimed: a proclamation's result
 	now        time.Time      // inTimers: the time the timers were found due
 	mail       mail           // inMail: what the inbox held

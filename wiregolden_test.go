@@ -243,9 +243,9 @@ func wireCases(t *testing.T) []wireCase {
 	cp := newCampaigner(k, "m1", inc, zap.NewNop())
 	step := func(name string, resp *etcdserverpb.TxnResponse) {
 		t.Helper()
-		c, _, _, _ := cp.next(time.Unix(100, 0))
+		c, _, _, _ := cp.Next(time.Unix(100, 0))
 		coreTxn(name, c)
-		if resp != nil && cp.replied(resp, nil, time.Unix(100, 0)) != nil {
+		if resp != nil && cp.Replied(resp, nil, time.Unix(100, 0)) != nil {
 			t.Fatalf("%s: elected", name)
 		}
 	}
