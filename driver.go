@@ -21,7 +21,7 @@ type effects interface {
 	ack(req core.AckReq)                                                          // to the ack writer
 	relist()                                                                      // the watch lists anew, in the view r.wideView says (→ inBatch)
 	campaign(inc *incarnation)                                                    // → inElected
-	aggregate(el Elected, box *restBox) (stop context.CancelFunc)                 // the leader's aggregator, until stop
+	aggregate(el core.Elected, box *restBox) (stop context.CancelFunc)            // the leader's aggregator, until stop
 	proclaim(l *leadership, base, next wire.Map, mapRev int64, t wire.Transition) // → inProclaimed
 	checkOwnName(own int64)                                                       // → mail.selfChecked
 	dropLineage(rev int64)
@@ -59,9 +59,9 @@ func (fx netEffects) campaign(inc *incarnation) {
 
 // aggregate starts the leader's acknowledgement aggregator (see
 // Rink.aggregate) for the leadership won in el; stop stops it.
-func (fx netEffects) aggregate(el Elected, box *restBox) (stop context.CancelFunc) {
+func (fx netEffects) aggregate(el core.Elected, box *restBox) (stop context.CancelFunc) {
 	r := fx.r
-	ctx, stop := context.WithCancel(el.Inc.ctx)
+	ctx, stop := context.WithCancel(incOf(el.Inc).ctx)
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()

@@ -121,12 +121,6 @@ func (r *Rink) publishGhosts() {
 	}
 }
 
-type Elected struct {
-	Inc *incarnation
-	Key string
-	Rev int64
-}
-
 type proclaimResult struct {
 	lead    *leadership
 	version int64
@@ -153,13 +147,13 @@ func (r *Rink) campaign(inc *incarnation) {
 	r.fx().campaign(inc)
 }
 
-func (r *Rink) onElected(e Elected) {
+func (r *Rink) onElected(e core.Elected) {
 	st := &r.st
-	if e.Inc != st.inc || st.stopping {
+	if st.inc == nil || e.Inc != &st.inc.Inc || st.stopping {
 		return
 	}
 	r.log.Info("elected leader", zap.Int64("version", st.cur.Version))
-	st.lead = &leadership{inc: e.Inc, key: e.Key, rev: e.Rev, since: map[string]time.Time{}, retry: r.newBackoff(), movedAt: map[int]int{},
+	st.lead = &leadership{inc: st.inc, key: e.Key, rev: e.Rev, since: map[string]time.Time{}, retry: r.newBackoff(), movedAt: map[int]int{},
 		rest: &restBox{kick: make(chan struct{}, 1)}}
 	if r.opts.byLoad {
 		st.SetTimer(core.TimerLoad, r.now().Add(r.opts.loadEvery))

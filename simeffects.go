@@ -33,14 +33,13 @@ func (fx simEffects) relist() {
 
 func (fx simEffects) campaign(inc *incarnation) {
 	m := fx.m
-	m.camp, m.campBusy = newCampaigner(m.r.keys, m.r.opts.member, inc, m.r.log), false
-	m.camp.Retry.Rnd = m.r.simRand
+	m.camp, m.campBusy = core.NewCampaigner(m.r.keys, m.r.opts.member, &inc.Inc, m.r.log, core.NewBackoff(m.r.simRand)), false
 	m.pumpCampaign(m.camp)
 }
 
 // pumpCampaign carries out what the campaigner c asks (see runCampaign).
-func (m *simMember) pumpCampaign(c *campaigner) {
-	if m.dead || m.camp != c || m.campBusy || c.inc.ctx.Err() != nil {
+func (m *simMember) pumpCampaign(c *core.Campaigner) {
+	if m.dead || m.camp != c || m.campBusy || c.Inc.Ended() {
 		return
 	}
 	txn, key, after, wait := c.Next(m.env.Now())
@@ -92,7 +91,7 @@ func (m *simMember) pumpCampaign(c *campaigner) {
 	}
 }
 
-func (fx simEffects) aggregate(el Elected, box *restBox) context.CancelFunc {
+func (fx simEffects) aggregate(el core.Elected, box *restBox) context.CancelFunc {
 	a := fx.m.newAggregator(el, box)
 	return a.stop
 }
@@ -263,9 +262,9 @@ type simAggregator struct {
 	done    bool
 }
 
-func (m *simMember) newAggregator(el Elected, box *restBox) *simAggregator {
+func (m *simMember) newAggregator(el core.Elected, box *restBox) *simAggregator {
 	r := m.r
-	ctx, cancel := context.WithCancel(el.Inc.ctx)
+	ctx, cancel := context.WithCancel(incOf(el.Inc).ctx)
 	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
 		a: &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}},
 			loads: map[string]wire.LoadReport{}, reqs: make(chan []byte, 1), rest: box},

@@ -58,7 +58,7 @@ type simMember struct {
 	acksQueue []*etcdserverpb.WatchResponse
 	acksMail  *core.AckReq // handed to the writer, not taken yet (see simEffects.ack)
 
-	camp     *campaigner
+	camp     *core.Campaigner
 	campBusy bool
 	campGen  int // the campaign's request in flight (see pumpCampaign)
 

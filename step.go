@@ -1,6 +1,10 @@
 package rink
 
-import "time"
+import (
+	"time"
+
+	"github.com/rink-go/rink/internal/core"
+)
 
 // input is one thing that happened, for the core to act on in one step
 // (see step): the core's only way in. Exactly the field that kind names is
@@ -16,7 +20,7 @@ type input struct {
 	kind       inputKind
 	batch      watchBatch     // inBatch: what the watch saw
 	joined     *incarnation   // inJoined: a fresh incarnation
-	elected    Elected        // inElected: an election won
+	elected    core.Elected   // inElected: an election won
 	proclaimed proclaimResult // inProclaimed: a proclamation's result
 	now        time.Time      // inTimers: the time the timers were found due
 	mail       mail           // inMail: what the inbox held

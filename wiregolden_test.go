@@ -240,7 +240,7 @@ func wireCases(t *testing.T) []wireCase {
 
 	// The campaign, stage by stage: write, list, read the key below, and
 	// delete it (a stray: no lease).
-	cp := newCampaigner(k, "m1", inc, zap.NewNop())
+	cp := core.NewCampaigner(k, "m1", &inc.Inc, zap.NewNop(), newBackoff())
 	step := func(name string, resp *etcdserverpb.TxnResponse) {
 		t.Helper()
 		c, _, _, _ := cp.Next(time.Unix(100, 0))
