@@ -47,36 +47,36 @@ func TestWatchBatchThen(t *testing.T) {
 type floorSteps struct {
 	t *testing.T
 	k keys
-	v *ackView
+	v *AckView
 	a *aggregation
 }
 
 func newFloorSteps(t *testing.T) *floorSteps {
 	k := newKeys("bare")
-	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
+	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
 	a := &aggregation{v: v, reqs: make(chan []byte, 1), rest: &restBox{}}
 	t.Cleanup(a.unhold)
 	return &floorSteps{t: t, k: k, v: v, a: a}
 }
 
 func (s *floorSteps) member(name string, lease, rev int64) {
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
+	s.v.Put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: rev, ModRevision: rev}, false)
 }
 
 func (s *floorSteps) ack(name string, lease, seq int64) {
 	val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack(name)), Value: val, Lease: lease}, false)
+	s.v.Put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack(name)), Value: val, Lease: lease}, false)
 }
 
 func (s *floorSteps) mapAt(seq, rev int64, members []string, table wire.SlotTable) {
 	m := wire.Map{Members: members, Table: table, Version: seq, Slots: len(table), Schema: wire.SchemaVersion}
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
+	s.v.Put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 }
 
 // offer returns whether the floor was asked for at once, and else how
 // long it is held (0: it says what was asked for already).
 func (s *floorSteps) offer() (now bool, held time.Duration) {
-	f := s.v.compute()
+	f := s.v.Compute()
 	f.Leader = "a"
 	val, _ := json.Marshal(f)
 	if bytes.Equal(val, s.a.last) {
@@ -144,9 +144,9 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	step("n, which only gained, acknowledged", false, short)
 
 	// A departure: a leaves, slots 0 and 3 go to b and c.
-	delete(s.v.members, "a")
-	s.v.changes.Forget("a")
-	delete(s.v.acks, "a")
+	delete(s.v.Members, "a")
+	s.v.Changes.Forget("a")
+	delete(s.v.Acks, "a")
 	s.mapAt(3, 30, []string{"n", "b", "c"}, wire.SlotTable{1, 0, 2, 2})
 	step("the map without a", false, long)
 	s.ack("b", 2, 3)
@@ -169,7 +169,7 @@ func TestFloorWrittenAtOnce(t *testing.T) {
 	s.mapAt(6, 50, []string{"n", "b", "c"}, wire.SlotTable{1, 1, 1, 0}) // c -> b, n -> b
 	step("the map", false, long)
 	val, _ := json.Marshal(wire.AckValue{Ack: 6, Lineage: 10})
-	s.v.put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack("b")), Value: val, Lease: 2}, false)
+	s.v.Put(s.k, &mvccpb.KeyValue{Key: []byte(s.k.Ack("b")), Value: val, Lease: 2}, false)
 	step("b acknowledged in versions only", true, 0)
 }
 
@@ -315,12 +315,12 @@ func TestFloorRestDroppedHeldLongest(t *testing.T) {
 	s.member("a", 1, 11)
 	s.mapAt(1, 14, []string{"a"}, wire.SlotTable{0, 0})
 	s.ack("a", 1, 1)
-	f := s.v.compute()
+	f := s.v.Compute()
 	f.Rest = 1
 	val, _ := json.Marshal(f)
 	s.a.offer(f, val, time.Now())
 	<-s.a.reqs
-	g := s.v.compute() // the same bounds, no rest
+	g := s.v.Compute() // the same bounds, no rest
 	if !s.a.idle(g) {
 		t.Fatal("a floor that changes no bound is not idle")
 	}
@@ -328,7 +328,7 @@ func TestFloorRestDroppedHeldLongest(t *testing.T) {
 		t.Fatalf("rest dropped: held %v, want %v", p, floorPause<<maxHolds)
 	}
 	s.a.lastF = g
-	h := s.v.compute()
+	h := s.v.Compute()
 	h.Rest = 1
 	if p := s.a.pause(h); p != floorPause<<s.a.holds {
 		t.Fatalf("at rest again: held %v, want %v", p, floorPause<<s.a.holds)

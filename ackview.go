@@ -11,48 +11,48 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// ackView is the leader's view of the members, their acknowledgements and
+// AckView is the leader's view of the members, their acknowledgements and
 // the map, as of one revision, for computing the floor.
-type ackView struct {
-	members map[string]ackMember // live member keys
-	acks    map[string]ackKey
-	lineage int64 // the map key's create revision; 0 while it is absent
-	version int64
-	seq     int64            // the map key's etcd version
-	ranked  map[string]bool  // the members the map ranks
-	marks   []mapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
-	changes core.ChangeLog   // which map put last changed each member (see still.go)
-	mapRev  int64            // the map key's mod revision
-	whole   *wire.Map        // the map of seq, when the view knows it (see records.go)
-	snap    *mvccpb.KeyValue // the snapshot key as last seen
-	floor   []byte           // the floor key's value; nil while it is absent
+type AckView struct {
+	Members map[string]AckMember // live member keys
+	Acks    map[string]AckKey
+	Lineage int64 // the map key's create revision; 0 while it is absent
+	Version int64
+	Seq     int64            // the map key's etcd version
+	Ranked  map[string]bool  // the members the map ranks
+	Marks   []MapMark        // the map's puts seen in this lineage, oldest first (see seqAt)
+	Changes core.ChangeLog   // which map put last changed each member (see still.go)
+	MapRev  int64            // the map key's mod revision
+	Whole   *wire.Map        // the map of seq, when the view knows it (see records.go)
+	Snap    *mvccpb.KeyValue // the snapshot key as last seen
+	Floor   []byte           // the floor key's value; nil while it is absent
 }
 
-// ackMember is a live member key in the leader's view.
-type ackMember struct {
-	lease     int64
-	createRev int64
-	// carried is the acknowledgement the member wrote under an earlier
+// AckMember is a live member key in the leader's view.
+type AckMember struct {
+	Lease     int64
+	CreateRev int64
+	// Carried is the acknowledgement the member wrote under an earlier
 	// lease of the same key (a resume rebinds the key to a new lease, and
 	// the old lease takes the old ack key with it), if the view saw it.
 	// An acknowledgement speaks of the process, whose view never goes
 	// back, whatever its lease: it stays a bound until the member writes
 	// one under its new lease.
-	carried wire.AckValue
+	Carried wire.AckValue
 }
 
-// mapMark is one put of the map key: its mod revision and seq.
-type mapMark struct{ rev, seq int64 }
+// MapMark is one put of the map key: its mod revision and seq.
+type MapMark struct{ rev, seq int64 }
 
 // maxMarks bounds how many map puts the view remembers.
 const maxMarks = 1024
 
-type ackKey struct {
-	lease int64
+type AckKey struct {
+	Lease int64
 	wire.AckValue
 }
 
-func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
+func (v *AckView) Put(k keys, kv *mvccpb.KeyValue, listed bool) {
 	key := string(kv.Key)
 	switch {
 	case k.IsMember(key):
@@ -61,33 +61,33 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 		// key stray takes its member out.
 		name, ok := k.LiveMember(kv)
 		if !ok {
-			delete(v.members, name)
-			v.changes.Forget(name)
+			delete(v.Members, name)
+			v.Changes.Forget(name)
 			return
 		}
-		m := ackMember{lease: kv.Lease, createRev: kv.CreateRevision}
-		if old, ok := v.members[name]; ok && old.createRev == m.createRev {
-			m.carried = old.carried
-			if a, ok := v.acks[name]; ok && old.lease != m.lease && a.lease == old.lease && a.Seq > 0 {
-				m.carried = a.AckValue // a resume: the old lease's ack key goes next
+		m := AckMember{Lease: kv.Lease, CreateRev: kv.CreateRevision}
+		if old, ok := v.Members[name]; ok && old.CreateRev == m.CreateRev {
+			m.Carried = old.Carried
+			if a, ok := v.Acks[name]; ok && old.Lease != m.Lease && a.Lease == old.Lease && a.Seq > 0 {
+				m.Carried = a.AckValue // a resume: the old lease's ack key goes next
 			}
 		}
-		v.members[name] = m
+		v.Members[name] = m
 	case k.IsAck(key):
-		a := ackKey{lease: kv.Lease}
+		a := AckKey{Lease: kv.Lease}
 		_ = json.Unmarshal(kv.Value, &a.AckValue) // an unreadable value acknowledges nothing
-		v.acks[k.AckName(key)] = a
+		v.Acks[k.AckName(key)] = a
 	case k.IsMap(key):
 		var version int64
 		var shape *core.MapShape // nil: unknown (a change record this view cannot apply)
 		if c, ok := wire.DecodeRecord(kv.Value); ok {
 			version = c.Version
 			switch {
-			case v.snap != nil && v.snap.ModRevision == kv.ModRevision:
-				shape = v.shapeOf(v.snap.Value)
-			case v.whole != nil && !listed && kv.CreateRevision == v.lineage && kv.Version == v.seq+1:
-				if m, err := wire.Apply(v.whole, &c); err == nil {
-					v.whole, shape = &m, &core.MapShape{Members: m.Members, Table: m.Table}
+			case v.Snap != nil && v.Snap.ModRevision == kv.ModRevision:
+				shape = v.ShapeOf(v.Snap.Value)
+			case v.Whole != nil && !listed && kv.CreateRevision == v.Lineage && kv.Version == v.Seq+1:
+				if m, err := wire.Apply(v.Whole, &c); err == nil {
+					v.Whole, shape = &m, &core.MapShape{Members: m.Members, Table: m.Table}
 				}
 			}
 		} else {
@@ -95,72 +95,72 @@ func (v *ackView) put(k keys, kv *mvccpb.KeyValue, listed bool) {
 				Version int64 `json:"version"`
 			}
 			_ = json.Unmarshal(kv.Value, &m) // an unusable map: members refuse it, the floor follows its version
-			version, shape = m.Version, v.shapeOf(kv.Value)
+			version, shape = m.Version, v.ShapeOf(kv.Value)
 		}
-		if kv.CreateRevision != v.lineage || listed || shape == nil {
-			v.marks = v.marks[:0]
-			v.changes.Reset()
+		if kv.CreateRevision != v.Lineage || listed || shape == nil {
+			v.Marks = v.Marks[:0]
+			v.Changes.Reset()
 		}
-		if len(v.marks) == maxMarks {
-			v.marks = append(v.marks[:0], v.marks[maxMarks/2:]...)
+		if len(v.Marks) == maxMarks {
+			v.Marks = append(v.Marks[:0], v.Marks[maxMarks/2:]...)
 		}
-		v.marks = append(v.marks, mapMark{kv.ModRevision, kv.Version})
-		v.lineage, v.version, v.seq, v.mapRev = kv.CreateRevision, version, kv.Version, kv.ModRevision
+		v.Marks = append(v.Marks, MapMark{kv.ModRevision, kv.Version})
+		v.Lineage, v.Version, v.Seq, v.MapRev = kv.CreateRevision, version, kv.Version, kv.ModRevision
 		if shape == nil {
-			v.whole = nil // (ranked stays as it was: it only says when the rink is at rest)
+			v.Whole = nil // (ranked stays as it was: it only says when the rink is at rest)
 			return
 		}
-		v.seeShape(*shape)
+		v.SeeShape(*shape)
 	case k.IsSnapshot(key):
-		v.snap = kv
-		if v.whole == nil && v.mapRev == kv.ModRevision && v.seq > 0 {
+		v.Snap = kv
+		if v.Whole == nil && v.MapRev == kv.ModRevision && v.Seq > 0 {
 			// The whole map written with a record this view could not apply.
-			if shape := v.shapeOf(kv.Value); shape != nil {
-				v.changes.Reset()
-				v.seeShape(*shape)
+			if shape := v.ShapeOf(kv.Value); shape != nil {
+				v.Changes.Reset()
+				v.SeeShape(*shape)
 			}
 		}
 	case k.IsFloor(key):
-		v.floor = kv.Value
+		v.Floor = kv.Value
 	}
 }
 
-// shapeOf decodes a whole map for the view, keeping it (whole) for the
+// ShapeOf decodes a whole map for the view, keeping it (whole) for the
 // change records that follow; nil when it does not decode.
-func (v *ackView) shapeOf(value []byte) *core.MapShape {
+func (v *AckView) ShapeOf(value []byte) *core.MapShape {
 	m, err := wire.DecodeMap(value, wire.PeekSlots(value))
 	if err != nil {
-		v.whole = nil
+		v.Whole = nil
 		return nil
 	}
-	v.whole = &m
+	v.Whole = &m
 	return &core.MapShape{Members: m.Members, Table: m.Table}
 }
 
-// seeShape records the shape of the map of the view's seq.
-func (v *ackView) seeShape(shape core.MapShape) {
-	v.changes.See(v.seq, shape)
-	clear(v.ranked)
+// SeeShape records the shape of the map of the view's seq.
+func (v *AckView) SeeShape(shape core.MapShape) {
+	v.Changes.See(v.Seq, shape)
+	clear(v.Ranked)
 	for _, name := range shape.Members {
-		v.ranked[name] = true
+		v.Ranked[name] = true
 	}
 }
 
-// present reports whether a member may still hold slots: its key, or its
+// Present reports whether a member may still hold slots: its key, or its
 // acknowledgement key (bound to its lease), is in the view.
-func (v *ackView) present(name string) bool {
-	_, member := v.members[name]
-	_, acked := v.acks[name]
+func (v *AckView) Present(name string) bool {
+	_, member := v.Members[name]
+	_, acked := v.Acks[name]
 	return member || acked
 }
 
-// unkeyed counts the members the map ranks that have no member key in
+// Unkeyed counts the members the map ranks that have no member key in
 // the view, other than covered (see aggregation's floor: they count as
 // ghosts whose bounds it does not know).
-func (v *ackView) unkeyed(covered map[string]bool) int {
+func (v *AckView) Unkeyed(covered map[string]bool) int {
 	n := 0
-	for name := range v.ranked {
-		if _, ok := v.members[name]; !ok && !covered[name] {
+	for name := range v.Ranked {
+		if _, ok := v.Members[name]; !ok && !covered[name] {
 			n++
 		}
 	}
@@ -175,22 +175,22 @@ func (v *ackView) unkeyed(covered map[string]bool) int {
 // leases in f.Covered and returns how many ghosts it could not cover (their
 // bound is unknown: every acquisition waits for them) and the names it
 // covered.
-func coverGhosts(f *wire.AckFloor, v *ackView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
+func coverGhosts(f *wire.AckFloor, v *AckView, ghosts map[int64]string) (uncovered int, names map[string]bool) {
 	for _, lease := range slices.Sorted(maps.Keys(ghosts)) {
 		name := ghosts[lease]
-		a, ok := v.acks[name]
-		if !ok || a.lease != lease || a.Lineage != v.lineage || a.Seq < 1 || a.Seq > v.seq {
+		a, ok := v.Acks[name]
+		if !ok || a.Lease != lease || a.Lineage != v.Lineage || a.Seq < 1 || a.Seq > v.Seq {
 			uncovered++
 			continue
 		}
 		ack := a.Ack
-		if ack > v.version {
+		if ack > v.Version {
 			ack = 0
 		}
 		f.Floor = min(f.Floor, ack)
-		f.Complete, f.Lagging = lowerLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.Complete, f.Lagging = lowerLagging(f.Complete, f.Lagging, name, ack, v.Version)
 		f.SeqFloor = min(f.SeqFloor, a.Seq)
-		f.SeqComplete, f.SeqLagging = lowerLagging(f.SeqComplete, f.SeqLagging, name, a.Seq, v.seq)
+		f.SeqComplete, f.SeqLagging = lowerLagging(f.SeqComplete, f.SeqLagging, name, a.Seq, v.Seq)
 		f.Covered = append(f.Covered, lease)
 		if names == nil {
 			names = map[string]bool{}
@@ -210,32 +210,32 @@ func lowerLagging(complete bool, lagging map[string]int64, name string, ack, top
 	return addLagging(complete, lagging, name, ack, top)
 }
 
-func (v *ackView) del(k keys, key string) {
+func (v *AckView) Del(k keys, key string) {
 	switch {
 	case k.IsMember(key):
-		delete(v.members, k.MemberName(key))
-		v.changes.Forget(k.MemberName(key))
+		delete(v.Members, k.MemberName(key))
+		v.Changes.Forget(k.MemberName(key))
 	case k.IsAck(key):
-		delete(v.acks, k.AckName(key))
+		delete(v.Acks, k.AckName(key))
 	case k.IsMap(key):
-		v.lineage, v.version, v.seq, v.marks = 0, 0, 0, v.marks[:0]
-		v.mapRev, v.whole = 0, nil
-		v.changes.Reset()
-		clear(v.ranked)
+		v.Lineage, v.Version, v.Seq, v.Marks = 0, 0, 0, v.Marks[:0]
+		v.MapRev, v.Whole = 0, nil
+		v.Changes.Reset()
+		clear(v.Ranked)
 	case k.IsFloor(key):
-		v.floor = nil
+		v.Floor = nil
 	}
 }
 
-// seqAt returns the seq of the map that was current at revision rev, or 0
+// SeqAt returns the seq of the map that was current at revision rev, or 0
 // when the view cannot tell (the map changed since, and the put that made
 // that map current came before the view's first sight of the lineage).
-func (v *ackView) seqAt(rev int64) int64 {
-	i := sort.Search(len(v.marks), func(i int) bool { return v.marks[i].rev > rev })
+func (v *AckView) SeqAt(rev int64) int64 {
+	i := sort.Search(len(v.Marks), func(i int) bool { return v.Marks[i].rev > rev })
 	if i == 0 {
 		return 0
 	}
-	return v.marks[i-1].seq
+	return v.Marks[i-1].seq
 }
 
 // noteLoad folds a load key's put or deletion into loads, and reports
@@ -254,7 +254,7 @@ func (r *Rink) noteLoad(loads map[string]wire.LoadReport, kv *mvccpb.KeyValue, d
 	return true
 }
 
-// compute computes the floor of the view, or nil while there is no map.
+// Compute computes the floor of the view, or nil while there is no map.
 //
 // An acknowledgement beyond the view's map (a version above the map's: an
 // older map was written by hand; a seq above the map's: a map the leader
@@ -277,50 +277,50 @@ func (r *Rink) noteLoad(loads map[string]wire.LoadReport, kv *mvccpb.KeyValue, d
 // still act on. Such a bound counts in SeqFloor only for members that the
 // map does not rank: the rink is not at rest until every ranked member has
 // acknowledged the map.
-func (v *ackView) compute() *wire.AckFloor {
-	if v.lineage == 0 || v.version < 1 || v.seq < 1 {
+func (v *AckView) Compute() *wire.AckFloor {
+	if v.Lineage == 0 || v.Version < 1 || v.Seq < 1 {
 		return nil
 	}
-	f := &wire.AckFloor{Lineage: v.lineage, Version: v.version, Floor: v.version, Complete: true, Lagging: map[string]int64{},
-		Seq: v.seq, SeqFloor: v.seq, SeqComplete: true, SeqLagging: map[string]int64{},
-		Still: true, Base: v.changes.Base}
-	for name, m := range v.members {
+	f := &wire.AckFloor{Lineage: v.Lineage, Version: v.Version, Floor: v.Version, Complete: true, Lagging: map[string]int64{},
+		Seq: v.Seq, SeqFloor: v.Seq, SeqComplete: true, SeqLagging: map[string]int64{},
+		Still: true, Base: v.Changes.Base}
+	for name, m := range v.Members {
 		var ack, seq int64 // unknown: no ack key yet, another lineage, or an ended incarnation's
-		if a, ok := v.acks[name]; ok && a.lease == m.lease && a.Lineage == v.lineage {
+		if a, ok := v.Acks[name]; ok && a.Lease == m.Lease && a.Lineage == v.Lineage {
 			ack, seq = a.Ack, a.Seq
 		}
-		if ack > v.version {
+		if ack > v.Version {
 			ack = 0
 		}
-		if seq > v.seq {
+		if seq > v.Seq {
 			seq = 0
 		}
 		if seq >= 1 {
-			if seq = v.changes.Still(name, seq); seq == v.seq && ack >= 1 {
-				ack = v.version // nothing changed it since: see still.go
+			if seq = v.Changes.Still(name, seq); seq == v.Seq && ack >= 1 {
+				ack = v.Version // nothing changed it since: see still.go
 			}
 		}
 		bound, verBound := seq, ack
 		if ack < 1 && seq < 1 {
-			if c := m.carried; c.Lineage == v.lineage && c.Seq > 0 && c.Seq <= v.seq {
+			if c := m.Carried; c.Lineage == v.Lineage && c.Seq > 0 && c.Seq <= v.Seq {
 				bound = c.Seq
 			} else {
-				bound = v.seqAt(m.createRev)
+				bound = v.SeqAt(m.CreateRev)
 			}
-			bound = v.changes.Still(name, bound)
-			if bound == v.seq {
-				verBound = v.version // (the one map version the seq names)
+			bound = v.Changes.Still(name, bound)
+			if bound == v.Seq {
+				verBound = v.Version // (the one map version the seq names)
 			}
-			if !v.ranked[name] {
+			if !v.Ranked[name] {
 				seq, ack = bound, verBound
 			}
 		}
 		f.Floor = min(f.Floor, ack)
-		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, verBound, v.version)
+		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, verBound, v.Version)
 		f.SeqFloor = min(f.SeqFloor, seq)
-		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, bound, v.seq)
+		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, bound, v.Seq)
 	}
-	for name, a := range v.acks {
+	for name, a := range v.Acks {
 		// An ack key without a member key: its lease lives (ack keys are
 		// bound to it), and so may its member, whose key an operator
 		// deleted (a ghost), or which departed a moment ago. Members that
@@ -328,20 +328,20 @@ func (v *ackView) compute() *wire.AckFloor {
 		// acknowledgement, as written, stays its bound until the lease
 		// goes. (Not raised by still: the log forgot its changes with
 		// its key.)
-		if _, ok := v.members[name]; ok || a.Lineage != v.lineage {
+		if _, ok := v.Members[name]; ok || a.Lineage != v.Lineage {
 			continue
 		}
 		ack, seq := a.Ack, a.Seq
-		if ack > v.version {
+		if ack > v.Version {
 			ack = 0
 		}
-		if seq > v.seq {
+		if seq > v.Seq {
 			seq = 0
 		}
 		f.Floor = min(f.Floor, ack)
-		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.version)
+		f.Complete, f.Lagging = addLagging(f.Complete, f.Lagging, name, ack, v.Version)
 		f.SeqFloor = min(f.SeqFloor, seq)
-		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, seq, v.seq)
+		f.SeqComplete, f.SeqLagging = addLagging(f.SeqComplete, f.SeqLagging, name, seq, v.Seq)
 	}
 	return f
 }

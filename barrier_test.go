@@ -23,7 +23,7 @@ import (
 type bare struct {
 	t   testing.TB
 	r   *Rink
-	sim *ackView // what a leader would see: every member's acknowledgement
+	sim *AckView // what a leader would see: every member's acknowledgement
 	// manual: the test writes the floor itself (floorKV); the harness
 	// computes none.
 	manual bool
@@ -64,7 +64,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	r.st.inc = inc
-	return &bare{t: t, r: r, sim: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}}
+	return &bare{t: t, r: r, sim: &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}}
 }
 
 // memberKV stands for a member key created at createRev (its lease is
@@ -85,16 +85,16 @@ func (b *bare) seen(kvs []*mvccpb.KeyValue) []*mvccpb.KeyValue {
 	for _, kv := range kvs {
 		rev = max(rev, kv.ModRevision)
 		if !k.IsMember(string(kv.Key)) {
-			b.sim.put(k, kv, false)
+			b.sim.Put(k, kv, false)
 			out = append(out, kv)
 			continue
 		}
 		name := k.MemberName(string(kv.Key))
-		b.sim.put(k, kv, false)
-		b.sim.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
+		b.sim.Put(k, kv, false)
+		b.sim.Put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: kv.Value, Lease: kv.Lease}, false)
 		out = append(out, &mvccpb.KeyValue{Key: kv.Key, Value: []byte(wire.MemberValue(1)), CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Lease: kv.Lease})
 	}
-	if f := b.sim.compute(); f != nil && !b.manual {
+	if f := b.sim.Compute(); f != nil && !b.manual {
 		if b.noStill {
 			f.Still, f.Base = false, 0
 		}
@@ -128,7 +128,7 @@ func (b *bare) put(kvs ...*mvccpb.KeyValue) {
 }
 
 func (b *bare) del(key string, rev int64) {
-	b.sim.del(newKeys("bare"), key)
+	b.sim.Del(newKeys("bare"), key)
 	ev := &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}
 	b.r.onWatch(watchBatch{wide: !b.narrow, events: []*clientv3.Event{ev}, rev: rev})
 	b.r.tryAcquire()
@@ -244,7 +244,7 @@ func TestNewLineageWaitsOutMembersARestoreErased(t *testing.T) {
 	b.put(mapKV(twoSlots(2, []string{"x", "b", "c"}, 0), L, 12))
 	b.wantHeld(0, false, "x's since 12")
 	// The restore; the listing after it.
-	b.sim.del(newKeys("bare"), newKeys("bare").Member("x"))
+	b.sim.Del(newKeys("bare"), newKeys("bare").Member("x"))
 	b.snapshot(1000115, memberKV("b", 5, 5, 0, 0), memberKV("c", 6, 1000110, 1, 1000105),
 		mapKV(twoSlots(1, []string{"b", "c"}, 0), 1000105, 1000105))
 	b.wantHeld(0, false, "a new lineage: x, whom nobody sees, may still act")
@@ -280,9 +280,9 @@ func (b *bare) fenceAndRejoin(createRev int64) {
 }
 
 func (b *bare) snapshot(rev int64, kvs ...*mvccpb.KeyValue) {
-	clear(b.sim.members)
-	clear(b.sim.acks)
-	b.sim.lineage, b.sim.version = 0, 0
+	clear(b.sim.Members)
+	clear(b.sim.Acks)
+	b.sim.Lineage, b.sim.Version = 0, 0
 	b.r.onWatch(watchBatch{snapshot: true, wide: !b.narrow, kvs: b.seen(kvs), rev: rev})
 	b.r.tryAcquire()
 }
@@ -471,18 +471,18 @@ func TestBarrierFloorBounds(t *testing.T) {
 // maxLagging members.
 func TestFloorFromView(t *testing.T) {
 	k := newKeys("bare")
-	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
-	if v.compute() != nil {
+	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+	if v.Compute() != nil {
 		t.Fatal("a floor without a map")
 	}
 	member := func(name string, lease int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease}, false)
 	}
 	ack := func(name string, lease, lineage, version int64) {
 		val, _ := json.Marshal(wire.AckValue{Ack: version, Lineage: lineage, Seq: version})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
-	v.put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20), false)
+	v.Put(k, mapKV(twoSlots(5, []string{"a"}, 0), 10, 20), false)
 	member("a", 1)
 	member("b", 2)
 	member("c", 3)
@@ -491,7 +491,7 @@ func TestFloorFromView(t *testing.T) {
 	ack("b", 2, 10, 4)
 	ack("c", 99, 10, 5) // another lease: an ended incarnation's
 	ack("d", 4, 9, 5)   // another lineage
-	f := v.compute()
+	f := v.Compute()
 	want := &wire.AckFloor{Lineage: 10, Version: 5, Floor: 0, Complete: true, Lagging: map[string]int64{"b": 4, "c": 0, "d": 0},
 		Seq: 5, SeqFloor: 0, SeqComplete: true, SeqLagging: map[string]int64{"b": 4, "c": 0, "d": 0}, Still: true, Base: 5}
 	if !reflect.DeepEqual(f, want) {
@@ -499,26 +499,26 @@ func TestFloorFromView(t *testing.T) {
 	}
 	// A member that predates seqs: known in versions, unknown in seqs.
 	val, _ := json.Marshal(wire.AckValue{Ack: 5, Lineage: 10})
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack("a")), Value: val, Lease: 1}, false)
-	if f := v.compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
+	v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Ack("a")), Value: val, Lease: 1}, false)
+	if f := v.Compute(); f.Lagging["a"] != 0 && f.SeqLagging["a"] != 0 {
 		t.Fatalf("an ack without seq: %+v", f)
 	} else if _, ok := f.Lagging["a"]; ok {
 		t.Fatalf("an ack without seq lags in versions: %+v", f)
 	}
 	ack("a", 1, 10, 7) // beyond the map (an older map written by hand)
-	if f := v.compute(); f.Lagging["a"] != 0 || f.SeqLagging["a"] != 0 {
+	if f := v.Compute(); f.Lagging["a"] != 0 || f.SeqLagging["a"] != 0 {
 		t.Fatalf("with an acknowledgement beyond the map: %+v, want it unknown", f)
 	}
 	ack("a", 1, 10, 5)
 	for i := range wire.MaxLagging + 1 {
 		member(fmt.Sprint("x", i), int64(100+i))
 	}
-	f = v.compute()
+	f = v.Compute()
 	if f.Complete || f.Lagging != nil || f.Floor != 0 {
 		t.Fatalf("with %d members lagging: %+v, want an incomplete floor 0", wire.MaxLagging+4, f)
 	}
-	v.del(k, k.Map())
-	if v.compute() != nil {
+	v.Del(k, k.Map())
+	if v.Compute() != nil {
 		t.Fatal("a floor after the map was deleted")
 	}
 }
@@ -532,56 +532,56 @@ func TestFloorFromView(t *testing.T) {
 // ranked member has acknowledged.
 func TestFloorBoundsUnknownAcks(t *testing.T) {
 	k := newKeys("bare")
-	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
+	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
 	member := func(name string, lease, createRev, modRev int64, listed bool) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
 	}
 	ack := func(name string, lease, seq int64) {
 		val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	check := func(what string, seqFloor int64, lagging map[string]int64) {
 		t.Helper()
-		f := v.compute()
+		f := v.Compute()
 		if f.SeqFloor != seqFloor || !reflect.DeepEqual(f.SeqLagging, lagging) {
 			t.Fatalf("%s: floor = %+v, want seq floor %d, seq lagging %v", what, f, seqFloor, lagging)
 		}
 	}
-	v.put(k, mapKV(twoSlots(5, []string{"a", "b"}, 0, 1), 10, 20), false) // seq 5 at revision 20
+	v.Put(k, mapKV(twoSlots(5, []string{"a", "b"}, 0, 1), 10, 20), false) // seq 5 at revision 20
 	member("a", 1, 15, 15, false)                                         // ranked, created before the map
 	member("b", 2, 16, 16, false)                                         // ranked, acknowledges
 	member("n", 3, 26, 26, false)                                         // a newcomer, not ranked
 	ack("b", 2, 5)
 	check("one map", 0, map[string]int64{"a": 0})
-	v.put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), false)
+	v.Put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), false)
 	// (n's bound, seq 5, rises to 6: map 6 changes nothing of n's, see
 	// still.go.)
 	check("the next map", 0, map[string]int64{"a": 0, "b": 5})
 	member("b", 4, 16, 31, false) // a resume: rebound to lease 4, its old ack key still there
-	v.del(k, k.Ack("b"))          // and gone with the old lease
+	v.Del(k, k.Ack("b"))          // and gone with the old lease
 	check("b resumed", 0, map[string]int64{"a": 0, "b": 5})
 	member("b", 4, 16, 32, false) // a rewrite under the same lease keeps what was carried
 	check("b rewritten", 0, map[string]int64{"a": 0, "b": 5})
 	ack("b", 4, 6)
 	check("b acknowledges under its new lease", 0, map[string]int64{"a": 0})
-	v.put(k, mapKV(twoSlots(7, []string{"a", "b", "n"}, 1, 2), 10, 40), false) // slot 1 to n
+	v.Put(k, mapKV(twoSlots(7, []string{"a", "b", "n"}, 1, 2), 10, 40), false) // slot 1 to n
 	// (n's bound rises to 6, the map before its gain.)
 	check("n gains a slot from a", 0, map[string]int64{"a": 0, "n": 6})
-	v.ranked["n"] = true
+	v.Ranked["n"] = true
 	check("n ranked", 0, map[string]int64{"a": 0, "n": 6})
 	// A listing tells nothing carried, and no map put before it.
-	clear(v.members) // (as fold does for a listing)
-	v.del(k, k.Ack("b"))
-	v.put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), true)
+	clear(v.Members) // (as fold does for a listing)
+	v.Del(k, k.Ack("b"))
+	v.Put(k, mapKV(twoSlots(6, []string{"a", "b"}, 1, 0), 10, 30), true)
 	member("a", 1, 15, 15, true)
 	member("b", 4, 16, 32, true)
 	member("n", 3, 26, 26, true)
 	check("listed", 0, map[string]int64{"a": 0, "b": 0, "n": 0})
-	v.ranked = map[string]bool{}
+	v.Ranked = map[string]bool{}
 	for name, lease := range map[string]int64{"a": 1, "b": 4, "n": 3} {
 		ack(name, lease, 6)
 	}
-	if f := v.compute(); f.SeqFloor != 6 || len(f.SeqLagging) != 0 || f.Floor != 6 {
+	if f := v.Compute(); f.SeqFloor != 6 || len(f.SeqLagging) != 0 || f.Floor != 6 {
 		t.Fatalf("every acknowledgement in: %+v", f)
 	}
 }

@@ -27,7 +27,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	a := &aggregation{v: &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}, loads: map[string]wire.LoadReport{}, reqs: reqs, rest: rest}
+	a := &aggregation{v: &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}, loads: map[string]wire.LoadReport{}, reqs: reqs, rest: rest}
 	// (Buffered: the follower reads ahead while a floor is computed, and
 	// the loop below folds what piled up with one computation.)
 	batches := make(chan watchBatch, maxMerged)
@@ -190,7 +190,7 @@ func (a *aggregation) idle(f *wire.AckFloor) bool {
 			lo = min(lo, b)
 		}
 	}
-	losses, known := a.v.changes.LossesAfter(lo)
+	losses, known := a.v.Changes.LossesAfter(lo)
 	if !known {
 		// (Which maps took what is not known: idle only when no bound
 		// changed at all, only what the leader plans.)
@@ -200,7 +200,7 @@ func (a *aggregation) idle(f *wire.AckFloor) bool {
 		if x.Seq > f.Seq {
 			break
 		}
-		if a.v.present(x.Name) && l.SeqOf(x.Name) < x.Seq && f.SeqOf(x.Name) >= x.Seq {
+		if a.v.Present(x.Name) && l.SeqOf(x.Name) < x.Seq && f.SeqOf(x.Name) >= x.Seq {
 			return false
 		}
 	}
@@ -211,7 +211,7 @@ func (a *aggregation) idle(f *wire.AckFloor) bool {
 		return f.Floor <= l.Floor
 	}
 	for name, b := range l.Lagging {
-		if fb, ok := f.Lagging[name]; (!ok || fb > b) && a.v.acks[name].Seq < 1 {
+		if fb, ok := f.Lagging[name]; (!ok || fb > b) && a.v.Acks[name].Seq < 1 {
 			return false
 		}
 	}
@@ -238,8 +238,8 @@ func sameBounds(l, f *wire.AckFloor) bool {
 // newer map than the last: that one is written at once too.)
 func (a *aggregation) raisesPastStart(l, f *wire.AckFloor, lo int64) bool {
 	var starts []int64
-	for _, m := range a.v.members {
-		if h := a.v.seqAt(m.createRev); h > lo {
+	for _, m := range a.v.Members {
+		if h := a.v.SeqAt(m.CreateRev); h > lo {
 			starts = append(starts, h)
 		}
 	}
@@ -252,12 +252,12 @@ func (a *aggregation) raisesPastStart(l, f *wire.AckFloor, lo int64) bool {
 		i := sort.Search(len(starts), func(i int) bool { return starts[i] > bl })
 		return i < len(starts) && starts[i] <= bf
 	}
-	for name := range a.v.members {
+	for name := range a.v.Members {
 		if crosses(name) {
 			return true
 		}
 	}
-	for name := range a.v.acks {
+	for name := range a.v.Acks {
 		if crosses(name) {
 			return true
 		}
@@ -284,11 +284,11 @@ func (a *aggregation) pause(f *wire.AckFloor) time.Duration {
 		if !owed {
 			break
 		}
-		_, member := a.v.members[name]
+		_, member := a.v.Members[name]
 		// (One with an ack key and no member key has departed, its lease
 		// about to go, or is a ghost, which the floor counts apart: its
 		// bound raises nothing anybody waits for.)
-		owed = !member || a.v.changes.ChangedAfter(name, b)
+		owed = !member || a.v.Changes.ChangedAfter(name, b)
 	}
 	for name := range f.Lagging {
 		if _, ok := f.SeqLagging[name]; !ok {
@@ -303,7 +303,7 @@ func (a *aggregation) pause(f *wire.AckFloor) time.Duration {
 
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
-	v         *ackView
+	v         *AckView
 	last      []byte         // the floor we last asked to be written
 	lastF     *wire.AckFloor // and what it says
 	held      heldFloor      // a floor held back (see floorPause); val nil: none
@@ -368,7 +368,7 @@ func (a *aggregation) pendingGhosts(rev int64) int {
 // its member out of the map in the transaction that deletes its key,
 // before the deletion: it records nothing.
 func (a *aggregation) vanish(name string, rev int64) {
-	if !a.v.ranked[name] {
+	if !a.v.Ranked[name] {
 		return
 	}
 	if a.vanished == nil {
@@ -394,22 +394,22 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	v, loads := a.v, a.loads
 	loadsChanged := false
 	if b.snapshot {
-		clear(v.members)
-		clear(v.acks)
+		clear(v.Members)
+		clear(v.Acks)
 		clear(loads)
 		loadsChanged = true
-		v.lineage, v.version, v.floor = 0, 0, nil
-		v.mapRev, v.whole, v.snap = 0, nil, nil
-		v.marks = v.marks[:0]
-		clear(v.ranked)
+		v.Lineage, v.Version, v.Floor = 0, 0, nil
+		v.MapRev, v.Whole, v.Snap = 0, nil, nil
+		v.Marks = v.Marks[:0]
+		clear(v.Ranked)
 		for _, kv := range b.kvs {
-			v.put(r.keys, kv, true)
+			v.Put(r.keys, kv, true)
 			loadsChanged = r.noteLoad(loads, kv, false) || loadsChanged
 		}
 		// (A listing keeps the deletions still waited for: a name
 		// deleted and joined again is not one this loop finds.)
-		for name := range v.ranked {
-			if _, ok := v.members[name]; !ok {
+		for name := range v.Ranked {
+			if _, ok := v.Members[name]; !ok {
 				a.vanish(name, b.rev)
 			}
 		}
@@ -418,17 +418,17 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		if ev.Type == clientv3.EventTypePut {
 			if key := string(ev.Kv.Key); r.keys.IsMember(key) {
 				if name, ok := r.keys.LiveMember(ev.Kv); !ok {
-					if _, was := v.members[name]; was {
+					if _, was := v.Members[name]; was {
 						a.vanish(name, ev.Kv.ModRevision) // a live member's key put without a lease: it goes
 					}
 				}
 			}
-			v.put(r.keys, ev.Kv, false)
+			v.Put(r.keys, ev.Kv, false)
 		} else {
 			if key := string(ev.Kv.Key); r.keys.IsMember(key) {
 				a.vanish(r.keys.MemberName(key), ev.Kv.ModRevision)
 			}
-			v.del(r.keys, string(ev.Kv.Key))
+			v.Del(r.keys, string(ev.Kv.Key))
 		}
 		loadsChanged = r.noteLoad(loads, ev.Kv, ev.Type != clientv3.EventTypePut) || loadsChanged
 	}
@@ -440,7 +440,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	}
 	if r.opts.warmup > 0 {
 		warm := map[string]int64{}
-		for name, a := range v.acks {
+		for name, a := range v.Acks {
 			if a.Warm > 0 {
 				warm[name] = a.Warm
 			}
@@ -450,7 +450,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 			r.inbox.send(func(m *mail) { m.warm, m.warmSet = warm, true })
 		}
 	}
-	f := v.compute()
+	f := v.Compute()
 	if f == nil {
 		return
 	}
@@ -466,8 +466,8 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		ghosts = *p
 	}
 	uncovered, coveredNames := coverGhosts(f, v, ghosts)
-	f.Ghosts, f.Leader = uncovered+max(pending, v.unkeyed(coveredNames)), r.opts.member
-	if info := a.rest.info.Load(); info != nil && info.lineage == v.lineage && info.seq == v.seq {
+	f.Ghosts, f.Leader = uncovered+max(pending, v.Unkeyed(coveredNames)), r.opts.member
+	if info := a.rest.info.Load(); info != nil && info.lineage == v.Lineage && info.seq == v.Seq {
 		// (Said of this very map: one written by hand with the same
 		// version is another seq.)
 		if info.rest == f.Version {
@@ -476,13 +476,13 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		f.Round, f.Imbalance, f.Tolerance = info.round, info.imbalance, info.tolerance
 	}
 	foreign := a.foreignFloor(r.keys, b.events) // (first: it notes our newest floor landing)
-	if !bytes.Equal(v.floor, a.last) && (b.snapshot || foreign) {
+	if !bytes.Equal(v.Floor, a.last) && (b.snapshot || foreign) {
 		// Somebody else changed the floor (deleted it, or an earlier
 		// leader's write landed): write ours again.
 		a.last = nil
 	}
 	val, _ := json.Marshal(f)
-	if bytes.Equal(val, a.last) || bytes.Equal(val, v.floor) {
+	if bytes.Equal(val, a.last) || bytes.Equal(val, v.Floor) {
 		a.unhold() // (what is written, or asked for, already says it)
 		return
 	}

@@ -141,7 +141,7 @@ func TestListingFindsAGhostAnOlderMapForgot(t *testing.T) {
 	k := newKeys("bare")
 	elect := &mvccpb.KeyValue{Key: []byte(k.ElectionKey(3)), Value: []byte("x"), CreateRevision: 4, ModRevision: 4, Lease: 3}
 	// The listing after the deletion and the older map (seq 2, lineage L).
-	b.sim.del(k, k.Member("x"))
+	b.sim.Del(k, k.Member("x"))
 	b.snapshot(20, memberKV("b", 5, 5, 0, 0), elect, mapKV(twoSlots(2, []string{"b"}, 0, 0), L, 19))
 	b.wantHeld(0, false, "x, whose lease lives, held slot 0 in the map before")
 	if len(fx.asked) != 1 || fx.asked[0] != 3 {

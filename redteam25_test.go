@@ -153,9 +153,9 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 	// The aggregator's path (acks.go ackView.put): shapeOf keeps v.whole,
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {
-		v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: whole, CreateRevision: 5, ModRevision: 11, Version: 2}, false)
-		v.put(k, kv, false)
+		v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: whole, CreateRevision: 5, ModRevision: 11, Version: 2}, false)
+		v.Put(k, kv, false)
 	})
 }
 

@@ -15,17 +15,17 @@ import (
 // map, in seqs and in versions; the others keep their own.
 func TestFloorStill(t *testing.T) {
 	k := newKeys("bare")
-	v := &ackView{members: map[string]ackMember{}, acks: map[string]ackKey{}, ranked: map[string]bool{}}
+	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
 	member := func(name string, lease, createRev int64) {
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
 	}
 	ack := func(name string, lease, seq int64) {
 		val, _ := json.Marshal(wire.AckValue{Ack: seq, Lineage: 10, Seq: seq})
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Ack(name)), Value: val, Lease: lease}, false)
 	}
 	mapAt := func(seq, rev int64, m wire.Map) {
 		m.Version, m.Slots, m.Schema = seq, len(m.Table), wire.SchemaVersion
-		v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
+		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: m.Encode(), CreateRevision: 10, ModRevision: rev, Version: seq}, false)
 	}
 	member("a", 1, 11)
 	member("b", 2, 12)
@@ -36,7 +36,7 @@ func TestFloorStill(t *testing.T) {
 	ack("c", 3, 1)
 	mapAt(2, 20, wire.Map{Members: []string{"a", "b", "c"}, Table: wire.SlotTable{0, 1, 2}, Waiting: []wire.Waiter{{Name: "n"}}})
 	member("n", 4, 19)
-	f := v.compute()
+	f := v.Compute()
 	// (n's acknowledgement is unknown: its bound, the map current when
 	// it joined, rises to seq 2 and counts, in seqs and versions, as n is
 	// not ranked: a join alone changes no floor.)
@@ -44,7 +44,7 @@ func TestFloorStill(t *testing.T) {
 		t.Fatalf("a map that moves nothing: %+v, want everyone at seq and version 2", f)
 	}
 	mapAt(3, 30, wire.Map{Members: []string{"a", "b", "c", "n"}, Table: wire.SlotTable{0, 3, 2}}) // b -> n
-	f = v.compute()
+	f = v.Compute()
 	// b acknowledged 1 and n joined while map 1 was current: both are
 	// raised to 2, the map before the change. (n, ranked now and its
 	// acknowledgement unknown, holds the seq floor at 0.)
@@ -54,12 +54,12 @@ func TestFloorStill(t *testing.T) {
 	}
 	ack("b", 2, 3)
 	ack("n", 4, 3)
-	if f = v.compute(); f.SeqFloor != 3 || f.Floor != 3 || len(f.SeqLagging) != 0 {
+	if f = v.Compute(); f.SeqFloor != 3 || f.Floor != 3 || len(f.SeqLagging) != 0 {
 		t.Fatalf("b and n acknowledged: %+v", f)
 	}
 	// A listing: nothing is known of the changes before it.
-	v.put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: (&wire.Map{Schema: wire.SchemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: wire.SlotTable{0, 3, 2}}).Encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
-	if f = v.compute(); f.Base != 3 || !reflect.DeepEqual(f.SeqLagging, map[string]int64{"a": 1, "c": 1}) {
+	v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: (&wire.Map{Schema: wire.SchemaVersion, Version: 3, Slots: 3, Members: []string{"a", "b", "c", "n"}, Table: wire.SlotTable{0, 3, 2}}).Encode(), CreateRevision: 10, ModRevision: 30, Version: 3}, true)
+	if f = v.Compute(); f.Base != 3 || !reflect.DeepEqual(f.SeqLagging, map[string]int64{"a": 1, "c": 1}) {
 		t.Fatalf("after a listing: %+v, want a and c lagging at 1", f)
 	}
 	if !slices.Contains([]int64{3}, f.Seq) {
