@@ -42,7 +42,7 @@ type AckMember struct {
 }
 
 // MapMark is one put of the map key: its mod revision and seq.
-type MapMark struct{ rev, seq int64 }
+type MapMark struct{ Rev, Seq int64 }
 
 // maxMarks bounds how many map puts the view remembers.
 const maxMarks = 1024
@@ -231,11 +231,11 @@ func (v *AckView) Del(k keys, key string) {
 // when the view cannot tell (the map changed since, and the put that made
 // that map current came before the view's first sight of the lineage).
 func (v *AckView) SeqAt(rev int64) int64 {
-	i := sort.Search(len(v.Marks), func(i int) bool { return v.Marks[i].rev > rev })
+	i := sort.Search(len(v.Marks), func(i int) bool { return v.Marks[i].Rev > rev })
 	if i == 0 {
 		return 0
 	}
-	return v.Marks[i-1].seq
+	return v.Marks[i-1].Seq
 }
 
 // noteLoad folds a load key's put or deletion into loads, and reports
