@@ -3,6 +3,7 @@ package rink
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/rink-go/rink/internal/core"
 	"testing"
 	"time"
 
@@ -47,13 +48,13 @@ func TestWatchBatchThen(t *testing.T) {
 type floorSteps struct {
 	t *testing.T
 	k keys
-	v *AckView
+	v *core.AckView
 	a *aggregation
 }
 
 func newFloorSteps(t *testing.T) *floorSteps {
 	k := newKeys("bare")
-	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+	v := &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}
 	a := &aggregation{v: v, reqs: make(chan []byte, 1), rest: &restBox{}}
 	t.Cleanup(a.unhold)
 	return &floorSteps{t: t, k: k, v: v, a: a}

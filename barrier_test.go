@@ -23,7 +23,7 @@ import (
 type bare struct {
 	t   testing.TB
 	r   *Rink
-	sim *AckView // what a leader would see: every member's acknowledgement
+	sim *core.AckView // what a leader would see: every member's acknowledgement
 	// manual: the test writes the floor itself (floorKV); the harness
 	// computes none.
 	manual bool
@@ -64,7 +64,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
 	inc.Done, inc.Owner = inc.ctx.Done(), inc
 	r.st.inc = inc
-	return &bare{t: t, r: r, sim: &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}}
+	return &bare{t: t, r: r, sim: &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}}
 }
 
 // memberKV stands for a member key created at createRev (its lease is
@@ -471,7 +471,7 @@ func TestBarrierFloorBounds(t *testing.T) {
 // maxLagging members.
 func TestFloorFromView(t *testing.T) {
 	k := newKeys("bare")
-	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+	v := &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}
 	if v.Compute() != nil {
 		t.Fatal("a floor without a map")
 	}
@@ -532,7 +532,7 @@ func TestFloorFromView(t *testing.T) {
 // ranked member has acknowledged.
 func TestFloorBoundsUnknownAcks(t *testing.T) {
 	k := newKeys("bare")
-	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+	v := &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}
 	member := func(name string, lease, createRev, modRev int64, listed bool) {
 		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: modRev}, listed)
 	}

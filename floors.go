@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/rink-go/rink/internal/core"
 	"maps"
 	"slices"
 	"sort"
@@ -27,7 +28,7 @@ func (r *Rink) aggregate(ctx context.Context, electKey string, electRev int64, r
 		r.writeFloors(ctx, electKey, electRev, reqs)
 	}()
 	defer wg.Wait()
-	a := &aggregation{v: &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}, loads: map[string]wire.LoadReport{}, reqs: reqs, rest: rest}
+	a := &aggregation{v: &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}, loads: map[string]wire.LoadReport{}, reqs: reqs, rest: rest}
 	// (Buffered: the follower reads ahead while a floor is computed, and
 	// the loop below folds what piled up with one computation.)
 	batches := make(chan watchBatch, maxMerged)
@@ -303,7 +304,7 @@ func (a *aggregation) pause(f *wire.AckFloor) time.Duration {
 
 // aggregation is the aggregator's state (see aggregate).
 type aggregation struct {
-	v         *AckView
+	v         *core.AckView
 	last      []byte         // the floor we last asked to be written
 	lastF     *wire.AckFloor // and what it says
 	held      heldFloor      // a floor held back (see floorPause); val nil: none
@@ -465,7 +466,7 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if p := a.rest.ghostSet.Load(); p != nil {
 		ghosts = *p
 	}
-	uncovered, coveredNames := coverGhosts(f, v, ghosts)
+	uncovered, coveredNames := core.CoverGhosts(f, v, ghosts)
 	f.Ghosts, f.Leader = uncovered+max(pending, v.Unkeyed(coveredNames)), r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.Lineage && info.seq == v.Seq {
 		// (Said of this very map: one written by hand with the same

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"maps"
 	"slices"
 	"sync"
@@ -273,7 +274,7 @@ func NewObserverContext(ctx context.Context, cli *clientv3.Client, name string, 
 func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 	members := map[string]memberInfo{}
 	elect := map[string]electInfo{}
-	acks := map[string]AckKey{}
+	acks := map[string]core.AckKey{}
 	loads := map[string]memberLoad{}
 	var cur wire.Map
 	var floor wire.AckFloor
@@ -317,7 +318,7 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 					delete(acks, name)
 					return
 				}
-				a := AckKey{Lease: kv.Lease}
+				a := core.AckKey{Lease: kv.Lease}
 				_ = json.Unmarshal(kvVal, &a.AckValue)
 				acks[name] = a
 			case ob.keys.IsLoad(key):
@@ -412,7 +413,7 @@ type memberLoad struct {
 	report wire.LoadReport
 }
 
-func (ob *Observer) publish(cur wire.Map, lineage, seq, rev int64, floor *wire.AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]AckKey, loads map[string]memberLoad) {
+func (ob *Observer) publish(cur wire.Map, lineage, seq, rev int64, floor *wire.AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]core.AckKey, loads map[string]memberLoad) {
 	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, names: cur.Members, changed: make(chan struct{})}
 	if cur.Version > 0 {
 		s.Protocol, s.Replicas = cur.Schema, cur.ReplicaCount()

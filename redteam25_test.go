@@ -2,6 +2,7 @@ package rink
 
 import (
 	"fmt"
+	"github.com/rink-go/rink/internal/core"
 	"testing"
 	"time"
 
@@ -153,7 +154,7 @@ func TestRedteam25ApplyPanicsOnAnySlotCountPrev(t *testing.T) {
 	// The aggregator's path (acks.go ackView.put): shapeOf keeps v.whole,
 	// and the next record is applied to it.
 	noPanic("the leader's ack aggregator (ackView.put)", func() {
-		v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+		v := &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}
 		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Map()), Value: whole, CreateRevision: 5, ModRevision: 11, Version: 2}, false)
 		v.Put(k, kv, false)
 	})

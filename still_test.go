@@ -2,6 +2,7 @@ package rink
 
 import (
 	"encoding/json"
+	"github.com/rink-go/rink/internal/core"
 	"reflect"
 	"slices"
 	"testing"
@@ -15,7 +16,7 @@ import (
 // map, in seqs and in versions; the others keep their own.
 func TestFloorStill(t *testing.T) {
 	k := newKeys("bare")
-	v := &AckView{Members: map[string]AckMember{}, Acks: map[string]AckKey{}, Ranked: map[string]bool{}}
+	v := &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}
 	member := func(name string, lease, createRev int64) {
 		v.Put(k, &mvccpb.KeyValue{Key: []byte(k.Member(name)), Value: []byte(wire.MemberValue(1)), Lease: lease, CreateRevision: createRev, ModRevision: createRev}, false)
 	}
