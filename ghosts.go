@@ -6,8 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // ghostState: leases of members whose key went while the applied map still
@@ -229,61 +229,49 @@ func (r *Rink) addGhost(name string, lease int64) {
 	r.fx().awaitLeaseGone(name, lease)
 }
 
-// ghostPoll returns how long to wait before asking etcd again about a
-// ghost's lease, after asked answers that it lives with ttlLeft seconds
-// (a session's TTL is ttl): 50 ms, doubling, up to a quarter of the TTL
-// and the lease's time left. A member that fenced and came back revokes
-// its old lease a round trip after the others see its key rebound (see
-// resume): most ghosts end within a few questions.
-func ghostPoll(asked int, ttlLeft int64, ttl time.Duration) time.Duration {
-	wait := 50 * time.Millisecond << min(asked, 8)
-	return max(min(wait, time.Duration(ttlLeft)*time.Second, ttl/4), 50*time.Millisecond)
-}
-
 // awaitLeaseGone asks etcd until lease is gone, then (when tell) tells the
 // run goroutine, with the map key read right after the answer (see
-// endGhost). checkOwnName waits on it without telling.
+// endGhost): it carries out what a core.GhostAsk decides. checkOwnName
+// waits on it without telling.
 func (r *Rink) awaitLeaseGone(name string, lease int64, tell bool) {
 	b := newBackoff()
-	logged, began, asked := false, time.Now(), 0
-	for r.ctx.Err() == nil {
+	g, step := core.NewGhostAsk(name, lease, tell, r.opts.ttl, r.now(), b.Next, r.log)
+	for !step.Done {
+		if step.After > 0 {
+			t := time.NewTimer(step.After)
+			select {
+			case <-t.C:
+			case <-r.ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		if r.ctx.Err() != nil {
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-		resp, err := r.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+		if step.AskTTL {
+			resp, err := r.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+			ttl := int64(0)
+			if err == nil {
+				ttl = resp.TTL
+			}
+			step = g.TTL(ttl, err, r.now())
+		} else {
+			resp, err := r.cli.Get(ctx, r.keys.Map())
+			rev, mapRev := int64(0), int64(0)
+			if err == nil {
+				rev = resp.Header.Revision
+				if len(resp.Kvs) > 0 {
+					mapRev = resp.Kvs[0].ModRevision
+				}
+			}
+			step = g.MapRead(rev, mapRev, err)
+		}
 		cancel()
-		wait := b.Next()
-		switch {
-		case err == nil && resp.TTL < 0: // (0: under a second left)
-			if !tell {
-				return // (see checkOwnName)
-			}
-			// Then the map key, read after the answer (see endGhost).
-			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-			g, err := r.cli.Get(ctx, r.keys.Map())
-			cancel()
-			if err != nil {
-				break // (asked again after the backoff)
-			}
-			e := ghostEnd{lease: lease, rev: g.Header.Revision}
-			if len(g.Kvs) > 0 {
-				e.mapRev = g.Kvs[0].ModRevision
-			}
-			r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, e) })
-			return
-		case err == nil:
-			if !logged && time.Since(began) >= r.opts.ttl/4 {
-				logged = true
-				r.log.Warn("a member's keys say it went while its lease lives: starting nothing it may hold until the lease is gone",
-					zap.String("member", name), zap.Int64("ttl", resp.TTL))
-			}
-			wait = ghostPoll(asked, resp.TTL, r.opts.ttl)
-			asked++
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-r.ctx.Done():
-			t.Stop()
-			return
-		}
+	}
+	if tell {
+		e := ghostEnd{lease: lease, rev: step.Rev, mapRev: step.MapRev}
+		r.inbox.send(func(m *mail) { m.ghosts = append(m.ghosts, e) })
 	}
 }

@@ -3,8 +3,9 @@ package rink
 import (
 	"context"
 	"errors"
-	"github.com/rink-go/rink/internal/core"
 	"time"
+
+	"github.com/rink-go/rink/internal/core"
 
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -134,36 +135,58 @@ func (fx simEffects) checkOwnName(own int64) {
 				}
 				lease := wait[0]
 				wait = wait[1:]
-				m.awaitLeaseGone(lease, func(int64) { next() })
+				m.awaitLeaseGone(r.opts.member, lease, false, func(core.GhostStep) { next() })
 			}
 			next()
 		})
 }
 
-// awaitLeaseGone asks etcd until lease is gone, then calls then (see
-// Rink.awaitLeaseGone).
-func (m *simMember) awaitLeaseGone(lease int64, then func(rev int64)) {
-	m.askLeaseGone(lease, 0, then)
+// awaitLeaseGone carries out, in the simulator, what a core.GhostAsk
+// decides (see Rink.awaitLeaseGone): it asks etcd until lease is gone,
+// then, when tell, reads the map key and calls then with what it read.
+func (m *simMember) awaitLeaseGone(name string, lease int64, tell bool, then func(step core.GhostStep)) {
+	g, step := core.NewGhostAsk(name, lease, tell, m.r.opts.ttl, m.env.Now(), m.backoff, m.r.log)
+	m.ghostStep(g, step, then)
 }
 
-func (m *simMember) askLeaseGone(lease int64, asked int, then func(rev int64)) {
-	m.etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}, func(resp *etcdserverpb.LeaseTimeToLiveResponse, err error) {
+// ghostStep carries out step of g, and what follows from its answers.
+func (m *simMember) ghostStep(g *core.GhostAsk, step core.GhostStep, then func(step core.GhostStep)) {
+	if m.dead {
+		return
+	}
+	if step.Done {
+		then(step)
+		return
+	}
+	if step.After > 0 {
+		m.env.After(step.After, func() { m.ghostStep(g, core.GhostStep{AskTTL: step.AskTTL, ReadMap: step.ReadMap}, then) })
+		return
+	}
+	if step.AskTTL {
+		m.etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: g.Lease}, func(resp *etcdserverpb.LeaseTimeToLiveResponse, err error) {
+			if m.dead {
+				return
+			}
+			ttl := int64(0)
+			if err == nil {
+				ttl = resp.TTL
+			}
+			m.ghostStep(g, g.TTL(ttl, err, m.env.Now()), then)
+		})
+		return
+	}
+	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(m.r.keys.Map())}}, func(resp *etcdserverpb.TxnResponse, err error) {
 		if m.dead {
 			return
 		}
-		if err == nil && resp.TTL < 0 {
-			then(resp.Header.GetRevision())
-			return
-		}
-		wait := m.backoff()
+		rev, mapRev := int64(0), int64(0)
 		if err == nil {
-			wait = ghostPoll(asked, resp.TTL, m.r.opts.ttl)
-		}
-		m.env.After(wait, func() {
-			if !m.dead {
-				m.askLeaseGone(lease, asked+1, then)
+			rev = resp.Header.GetRevision()
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				mapRev = kvs[0].ModRevision
 			}
-		})
+		}
+		m.ghostStep(g, g.MapRead(rev, mapRev, err), then)
 	})
 }
 
@@ -177,25 +200,12 @@ func (fx simEffects) dropLineage(rev int64) {
 
 func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 	m := fx.m
-	m.awaitLeaseGone(lease, func(int64) {
-		// (A ghost of our own name is another process's incarnation of
-		// it: the check for one, checkOwnName, waits on its own.)
-		// Then the map key, read after the answer (see Rink.endGhost).
-		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(m.r.keys.Map())}}, func(resp *etcdserverpb.TxnResponse, err error) {
-			if m.dead {
-				return
-			}
-			if err != nil {
-				fx.awaitLeaseGone(name, lease)
-				return
-			}
-			e := ghostEnd{lease: lease, rev: resp.Header.GetRevision()}
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				e.mapRev = kvs[0].ModRevision
-			}
-			m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, e) })
-			m.settle()
-		})
+	// (A ghost of our own name is another process's incarnation of it:
+	// the check for one, checkOwnName, waits on its own.)
+	m.awaitLeaseGone(name, lease, true, func(step core.GhostStep) {
+		e := ghostEnd{lease: lease, rev: step.Rev, mapRev: step.MapRev}
+		m.r.inbox.send(func(ml *mail) { ml.ghosts = append(ml.ghosts, e) })
+		m.settle()
 	})
 }
 

@@ -87,7 +87,7 @@ func TestIssue43Mutants(t *testing.T) {
 	for _, m := range cat {
 		by[m.ID] = m
 	}
-	for _, id := range []string{"fence-margin-zero", "ghosts-ttl0-gone-driver", "replicas-promote-newest",
+	for _, id := range []string{"fence-margin-zero", "ghosts-ttl0-gone", "replicas-promote-newest",
 		"ghosts-deleted-key-gone", "view-narrow-ignores-floor-ghosts", "records-seq-gap"} {
 		if _, ok := by[id]; !ok {
 			t.Errorf("mutant %s is missing", id)
