@@ -3,10 +3,12 @@ package rink
 import (
 	"context"
 	"errors"
-	"github.com/rink-go/rink/internal/core"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
+
 	"github.com/rink-go/rink/internal/wire"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -87,7 +89,8 @@ func (fx netEffects) proclaim(l *leadership, base, next wire.Map, mapRev int64, 
 	}()
 }
 
-// checkOwnName lists the election keys and waits until every lease that
+// checkOwnName carries out, on a goroutine, what a core.OwnNameCheck
+// decides: it lists the election keys and waits until every lease that
 // campaigns under this member's name, but is neither own nor of this
 // process's current incarnation, is gone (see Rink.checkOwnName); then it
 // tells the run goroutine.
@@ -97,28 +100,34 @@ func (fx netEffects) checkOwnName(own int64) {
 	go func() {
 		defer r.wg.Done()
 		b := newBackoff()
-		for r.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-			resp, err := r.cli.Get(ctx, r.keys.Election(), clientv3.WithPrefix())
-			cancel()
-			if err != nil {
-				r.log.Warn("listing the election keys failed, retrying", zap.Error(err))
-				sleep(r.ctx, b.Next())
+		c, step := core.NewOwnNameCheck(r.keys, r.opts.member, own, b.Next, r.log)
+		for !step.Done {
+			if step.After > 0 && !sleep(r.ctx, step.After) {
+				return
+			}
+			if r.ctx.Err() != nil {
+				return
+			}
+			if step.Await != 0 {
+				r.awaitLeaseGone(r.opts.member, step.Await, false)
+				step = c.Gone()
 				continue
 			}
-			for _, kv := range resp.Kvs {
-				// (Not a lease of this process: it may have rejoined under
-				// a new one meanwhile, and would wait for itself.)
-				if cur := r.loadInc.Load(); kv.Lease == own || cur != nil && kv.Lease == int64(cur.Lease) {
-					continue
-				}
-				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) { // (names first: 10,000 keys at 10,000 members)
-					r.awaitLeaseGone(r.opts.member, kv.Lease, false)
-				}
+			key, end := c.Range()
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+			resp, err := r.cli.Get(ctx, key, clientv3.WithRange(end))
+			cancel()
+			var kvs []*mvccpb.KeyValue
+			if err == nil {
+				kvs = resp.Kvs
 			}
-			r.inbox.send(func(m *mail) { m.selfChecked = true })
-			return
+			cur := int64(0)
+			if inc := r.loadInc.Load(); inc != nil {
+				cur = inc.Lease
+			}
+			step = c.Listed(kvs, err, cur)
 		}
+		r.inbox.send(func(m *mail) { m.selfChecked = true })
 	}()
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -108,37 +109,40 @@ func (fx simEffects) proclaim(l *leadership, base, next wire.Map, mapRev int64, 
 
 func (fx simEffects) checkOwnName(own int64) {
 	m, r := fx.m, fx.m.r
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(r.keys.Election(), clientv3.GetPrefixRangeEnd(r.keys.Election()))}},
-		func(resp *etcdserverpb.TxnResponse, err error) {
+	c, step := core.NewOwnNameCheck(r.keys, r.opts.member, own, m.backoff, r.log)
+	m.ownNameStep(c, step)
+}
+
+// ownNameStep carries out step of c, and what follows from its answers
+// (see netEffects.checkOwnName).
+func (m *simMember) ownNameStep(c *core.OwnNameCheck, step core.OwnNameStep) {
+	r := m.r
+	switch {
+	case m.dead:
+	case step.Done:
+		r.inbox.send(func(ml *mail) { ml.selfChecked = true })
+		m.settle()
+	case step.After > 0:
+		m.env.After(step.After, func() { m.ownNameStep(c, core.OwnNameStep{List: step.List}) })
+	case step.Await != 0:
+		m.awaitLeaseGone(r.opts.member, step.Await, false, func(core.GhostStep) { m.ownNameStep(c, c.Gone()) })
+	default:
+		key, end := c.Range()
+		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
 			if m.dead {
 				return
 			}
-			if err != nil {
-				m.env.After(m.backoff(), func() { fx.checkOwnName(own) })
-				return
+			var kvs []*mvccpb.KeyValue
+			if err == nil {
+				kvs = resp.Responses[0].GetResponseRange().Kvs
 			}
-			var wait []int64
-			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-				if cur := r.st.inc; kv.Lease == own || cur != nil && kv.Lease == int64(cur.Lease) {
-					continue
-				}
-				if string(kv.Value) == r.opts.member && r.keys.IsCandidate(kv) {
-					wait = append(wait, kv.Lease)
-				}
+			cur := int64(0)
+			if r.st.inc != nil {
+				cur = r.st.inc.Lease
 			}
-			var next func()
-			next = func() {
-				if len(wait) == 0 {
-					r.inbox.send(func(ml *mail) { ml.selfChecked = true })
-					m.settle()
-					return
-				}
-				lease := wait[0]
-				wait = wait[1:]
-				m.awaitLeaseGone(r.opts.member, lease, false, func(core.GhostStep) { next() })
-			}
-			next()
+			m.ownNameStep(c, c.Listed(kvs, err, cur))
 		})
+	}
 }
 
 // awaitLeaseGone carries out, in the simulator, what a core.GhostAsk
