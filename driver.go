@@ -166,18 +166,18 @@ func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		b := newBackoff()
-		for inc.ctx.Err() == nil {
+		d := core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next)
+		for {
 			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
-			resp, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			resp, err := execTxn(ctx, r.cli, d.Txn())
 			cancel()
-			if err == nil {
-				if resp.Succeeded {
-					r.log.Warn("deleted a stray key", zap.String("key", key))
-				}
+			deleted, again := d.Replied(resp, err)
+			if deleted {
+				r.log.Warn("deleted a stray key", zap.String("key", key))
+			}
+			if again == 0 || !sleep(inc.ctx, again) {
 				return
 			}
-			sleep(inc.ctx, b.Next())
 		}
 	}()
 }

@@ -214,15 +214,19 @@ func (fx simEffects) awaitLeaseGone(name string, lease int64) {
 }
 
 func (fx simEffects) deleteStray(inc *incarnation, key string, rev int64) {
-	m := fx.m
-	m.etcd.Txn(&etcdserverpb.TxnRequest{
-		Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(key, rev)},
-		Success: []*etcdserverpb.RequestOp{wire.Delete(key)},
-	}, func(_ *etcdserverpb.TxnResponse, err error) {
-		if err != nil && !m.dead && inc.ctx.Err() == nil {
-			m.env.After(m.backoff(), func() {
+	fx.m.deleteStray(core.NewStrayDelete(key, rev, &inc.Inc, fx.m.backoff))
+}
+
+// deleteStray carries out d (see netEffects.deleteStray).
+func (m *simMember) deleteStray(d *core.StrayDelete) {
+	m.etcd.Txn(d.Txn(), func(resp *etcdserverpb.TxnResponse, err error) {
+		if m.dead {
+			return
+		}
+		if _, again := d.Replied(resp, err); again > 0 {
+			m.env.After(again, func() {
 				if !m.dead {
-					fx.deleteStray(inc, key, rev)
+					m.deleteStray(d)
 				}
 			})
 		}

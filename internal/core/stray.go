@@ -1,0 +1,48 @@
+package core
+
+import (
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/rink-go/rink/internal/wire"
+)
+
+// StrayDelete decides the deletion of a stray key (see sweepStrays): the
+// key as the member saw it, guarded by the revision it saw it at, so that
+// a key written since is left alone; a request that fails is sent again
+// after a backoff, while the incarnation that saw it lasts. One machine,
+// driven by the production driver and by the simulator.
+type StrayDelete struct {
+	Key   string
+	rev   int64
+	inc   *Inc
+	retry func() time.Duration
+}
+
+// NewStrayDelete returns the deletion of key, seen at mod revision rev by
+// the incarnation inc.
+func NewStrayDelete(key string, rev int64, inc *Inc, retry func() time.Duration) *StrayDelete {
+	return &StrayDelete{Key: key, rev: rev, inc: inc, retry: retry}
+}
+
+// Txn is the request to send.
+func (d *StrayDelete) Txn() *etcdserverpb.TxnRequest {
+	return &etcdserverpb.TxnRequest{
+		Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(d.Key, d.rev)},
+		Success: []*etcdserverpb.RequestOp{wire.Delete(d.Key)},
+	}
+}
+
+// Replied handles the answer: whether the key was deleted (then the
+// driver logs it), and, when the request failed and the incarnation
+// lasts, the wait before sending it again (0: done).
+func (d *StrayDelete) Replied(resp *etcdserverpb.TxnResponse, err error) (deleted bool, again time.Duration) {
+	if err == nil {
+		return resp.Succeeded, 0
+	}
+	if d.inc.Ended() {
+		return false, 0
+	}
+	return false, d.retry()
+}
