@@ -137,7 +137,7 @@ type Rink struct {
 	nowFn   func() time.Time
 	clockFn func() int64
 	simFx   effects    // the simulator's effects (see driver.go); nil: netEffects
-	simRand *rand.Rand // the simulator's source of the core's jitter (nil: the global one)
+	simRand *rand.Rand // the simulator's source of the core's jitter (nil: each backoff has its own, seeded from the global one)
 	plant   string     // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),

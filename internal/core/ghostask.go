@@ -48,9 +48,11 @@ func NewGhostAsk(name string, lease int64, tell bool, ttl time.Duration, now tim
 	return &GhostAsk{Name: name, Lease: lease, tell: tell, ttl: ttl, retry: retry, log: log, began: now}, GhostStep{AskTTL: true}
 }
 
-// TTL handles etcd's answer to the TTL question, at now. An error waits
-// what retry draws; an answer that the lease lives, GhostPoll; each
-// counts as a question asked.
+// TTL handles etcd's answer to the TTL question, at now. Every answer
+// but "gone" draws from retry (as both drivers always did, so that the
+// simulator's histories stay as they were); an error waits what it drew,
+// an answer that the lease lives waits GhostPoll instead. Each counts as
+// a question asked.
 func (g *GhostAsk) TTL(ttl int64, err error, now time.Time) GhostStep {
 	if err == nil && ttl < 0 {
 		if !g.tell {
