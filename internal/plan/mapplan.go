@@ -16,9 +16,10 @@ import (
 //     graceful departure, a member leaving with a warm-up: in.Handed). A
 //     rolling deploy so moves each primary once, as with one replica.
 //  2. Every other departed member crashed: each of its primaries goes to
-//     the slot's oldest live secondary (promote). What is left of it (its
-//     secondaries, and primaries with no live secondary) goes to a waiting
-//     member with its index if one waits, and is placed anew otherwise.
+//     the slot's oldest live secondary (the loop over secs below). What is
+//     left of it (its secondaries, and primaries with no live secondary)
+//     goes to a waiting member with its index if one waits, and is placed
+//     anew otherwise.
 //  3. plan ranks, fills and balances the primaries.
 //  4. placeSecondaries keeps every secondary that is still allowed, fills
 //     the missing ones, and balances them.

@@ -70,31 +70,6 @@ func (t secondaryTable) clone() secondaryTable {
 	return c
 }
 
-// promote hands every slot whose primary is gone (not a live index of the
-// layout) to its oldest live secondary, which leaves the slot's
-// secondaries; the secondaries after it move up. It returns the slots it
-// promoted. Slots with no live secondary keep their primary entry for the
-// primary planner (plan) to place as an orphan.
-func promote(l *replicaLayout, sec secondaryTable) (promoted []int) {
-	for s, p := range l.Primary {
-		if l.live(int(p)) || s >= len(sec) {
-			continue
-		}
-		row := sec[s]
-		for r, x := range row {
-			if !l.live(int(x)) {
-				continue
-			}
-			l.Primary[s] = x
-			copy(row[r:], row[r+1:])
-			row[len(row)-1] = -1
-			promoted = append(promoted, s)
-			break
-		}
-	}
-	return promoted
-}
-
 // live reports whether index i holds a live member.
 func (l *replicaLayout) live(i int) bool {
 	return i >= 0 && i < len(l.Members) && l.Members[i] != ""
@@ -126,7 +101,7 @@ func (l *replicaLayout) capacity(i int) float64 {
 //   - placing again what it returns changes nothing (a rink at rest moves
 //     nothing).
 //
-// The slots' primaries are l.Primary's, as plan and promote left them.
+// The slots' primaries are l.Primary's, as planning and promotion left them.
 //
 // Cost: each pick passes over the live members, and balancing picks for
 // every secondary of a member above its share, so a placement costs

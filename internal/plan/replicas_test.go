@@ -711,3 +711,28 @@ func TestOneReplicaEncodesAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// promote hands every slot whose primary is gone (not a live index of
+// the layout) to its oldest live secondary, which leaves the slot's
+// secondaries; the secondaries after it move up. It returns the slots it
+// promoted. A test helper: PlanMap promotes by name, with a loop of its
+// own (the mutant replicas-promote-newest).
+func promote(l *replicaLayout, sec secondaryTable) (promoted []int) {
+	for s, p := range l.Primary {
+		if l.live(int(p)) || s >= len(sec) {
+			continue
+		}
+		row := sec[s]
+		for r, x := range row {
+			if !l.live(int(x)) {
+				continue
+			}
+			l.Primary[s] = x
+			copy(row[r:], row[r+1:])
+			row[len(row)-1] = -1
+			promoted = append(promoted, s)
+			break
+		}
+	}
+	return promoted
+}
