@@ -158,17 +158,7 @@ func TestPlantedBugsAreFound(t *testing.T) {
 func TestRinkReplicaHistories(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 2, 3, FaultKinds
-	seeds := uint64(200)
-	if testing.Short() {
-		seeds = 20
-	}
-	if *rinkSeed != 0 {
-		seeds = 0
-		if res := Run(*rinkSeed, cfg); res.Violation != "" {
-			cfg.Trace = true
-			t.Fatalf("seed %d: %s\n%s", *rinkSeed, res.Violation, Run(*rinkSeed, cfg).Trace)
-		}
-	}
+	seeds := seedsToPlay(t, cfg, 200)
 	began := time.Now()
 	steps, ops := 0, map[string]int{}
 	var failed []uint64
@@ -341,4 +331,22 @@ func TestRinkKeyFaultHistories(t *testing.T) {
 		}
 	}
 	t.Logf("%d histories, failed %v", len(seeds), failed)
+}
+
+// seedsToPlay returns how many seeds from 1 a test of histories of cfg
+// plays: n, 20 with -short, and none with -sim.rinkseed, whose one history
+// it plays here and fails with the trace of.
+func seedsToPlay(t *testing.T, cfg Config, n uint64) uint64 {
+	t.Helper()
+	if *rinkSeed != 0 {
+		if res := Run(*rinkSeed, cfg); res.Violation != "" {
+			cfg.Trace = true
+			t.Fatalf("seed %d: %s\n%s", *rinkSeed, res.Violation, Run(*rinkSeed, cfg).Trace)
+		}
+		return 0
+	}
+	if testing.Short() {
+		return 20
+	}
+	return n
 }

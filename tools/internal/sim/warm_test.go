@@ -14,17 +14,7 @@ import (
 func TestWarmPromotions(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 3, 3, FaultKinds
-	seeds := uint64(150)
-	if testing.Short() {
-		seeds = 20
-	}
-	if *rinkSeed != 0 {
-		seeds = 0
-		if res := Run(*rinkSeed, cfg); res.Violation != "" {
-			cfg.Trace = true
-			t.Fatalf("seed %d: %s\n%s", *rinkSeed, res.Violation, Run(*rinkSeed, cfg).Trace)
-		}
-	}
+	seeds := seedsToPlay(t, cfg, 150)
 	began := time.Now()
 	promoted := 0
 	for seed := uint64(1); seed <= seeds; seed++ {
