@@ -61,7 +61,7 @@ func (st *slotState) leave(r *Rink) {
 // startDrain notes that slot s was given away (with cause) while
 // functions ran on its holding cur.
 func (r *Rink) startDrain(s int, cur *slotState, cause error) {
-	if r.opts.drain <= 0 || cur == nil || cur.runners.Load() == 0 ||
+	if r.opts.drain <= 0 || cur == nil || cur.runners.Load() == 0 || r.planted(plantSkipDrain) ||
 		!errors.Is(cause, ErrRoleMoved) && !errors.Is(cause, ErrShutdown) {
 		return
 	}

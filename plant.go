@@ -19,11 +19,15 @@ const (
 	// addGhost): a slot freed on a key deletion alone (issue 42).
 	plantForgetRecorded = "forget-recorded"
 	plantGoneOnDeletion = "gone-on-deletion"
+	// plantSkipDrain drains nothing (see startDrain): a slot given away,
+	// by a new map or on Shutdown, goes to its heir while functions still
+	// run on it. It can fail only with a drain timeout.
+	plantSkipDrain = "skip-drain"
 )
 
 // plants lists the bugs a simulator may plant.
 var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts, plantSkipReplicaBarrier,
-	plantForgetRecorded, plantGoneOnDeletion}
+	plantForgetRecorded, plantGoneOnDeletion, plantSkipDrain}
 
 // planted reports whether bug p is planted in this member (never outside
 // the simulator).

@@ -23,7 +23,9 @@ import (
 // Nothing here runs in production.
 //
 // Not simulated yet: the load reporter, leaving with a warm-up, and
-// Watch's role sets.
+// Watch's role sets. Functions on holdings are: the simulator enters them
+// (Enter, as Run does) and makes them outlast their holdings, and Leave
+// waits for the drains as Shutdown does (see awaitDrains).
 
 func init() {
 	simhook.NewMember = newSimMember
@@ -63,6 +65,11 @@ type simMember struct {
 	campGen  int // the campaign's request in flight (see pumpCampaign)
 
 	agg *simAggregator
+
+	// drainWait, while leaving, is what to do once every drain has ended
+	// (see awaitDrains); drainGen numbers its timer's wake-ups.
+	drainWait func()
+	drainGen  int
 }
 
 func newSimMember(cfg simhook.Config) (simhook.Member, error) {
@@ -235,9 +242,11 @@ func (m *simMember) Leave() {
 	}
 	revoke := func() {
 		r.releaseAll()
-		m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.Lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
-			m.trace("left: lease revoked (%v)", err)
-			m.Crash()
+		m.awaitDrains(func() {
+			m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.Lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
+				m.trace("left: lease revoked (%v)", err)
+				m.Crash()
+			})
 		})
 	}
 	d, ok := r.newHandOver()
@@ -253,18 +262,20 @@ func (m *simMember) Leave() {
 			return
 		}
 		r.releaseAll()
-		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
-			switch {
-			case m.dead:
-			case err != nil:
-				m.trace("hand-over: %v", err)
-				revoke()
-			case d.answered(resp):
-				m.trace("handed over")
-				revoke()
-			default:
-				send()
-			}
+		m.awaitDrains(func() {
+			m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
+				switch {
+				case m.dead:
+				case err != nil:
+					m.trace("hand-over: %v", err)
+					revoke()
+				case d.answered(resp):
+					m.trace("handed over")
+					revoke()
+				default:
+					send()
+				}
+			})
 		})
 	}
 	if !d.narrow {
@@ -280,6 +291,84 @@ func (m *simMember) Leave() {
 			send()
 		}
 	})
+}
+
+// awaitDrains calls then once every drain has ended (see checkDrains), as
+// Shutdown's awaitDrains waits before its departure and its revocation: a
+// function's return (see simWork.Return) or the drain timer looks again.
+func (m *simMember) awaitDrains(then func()) {
+	r := m.r
+	if m.dead {
+		return
+	}
+	r.inbox.takeDrained() // (checkDrains counts the functions itself)
+	if r.checkDrains() {
+		m.drainWait = nil
+		then()
+		return
+	}
+	m.trace("leaving: waits for %d drains", len(r.st.draining))
+	m.drainWait = then
+	m.drainGen++
+	gen := m.drainGen
+	if r.st.TimerSet(core.TimerDrain) {
+		m.env.After(r.st.At[core.TimerDrain].Sub(m.env.Now()), func() {
+			if gen == m.drainGen && m.drainWait != nil {
+				r.st.StopTimer(core.TimerDrain)
+				m.awaitDrains(m.drainWait)
+			}
+		})
+	}
+}
+
+// Enter starts a function on slot s's primary holding (see simhook).
+func (m *simMember) Enter(s int) (simhook.Work, bool) {
+	if m.dead {
+		return nil, false
+	}
+	st := m.r.slots.load(s)
+	if st == nil || st.ctx == nil || !st.enter() {
+		return nil, false
+	}
+	rc, _ := st.ctx.(*roleContext)
+	return &simWork{m: m, st: st, rc: rc}, true
+}
+
+// simWork is a function running on a holding, for the simulator.
+type simWork struct {
+	m    *simMember
+	st   *slotState
+	rc   *roleContext
+	done bool
+}
+
+// Return ends the function: the holding counts one function less, and a
+// drain waiting for it may end (see slotState.leave).
+func (w *simWork) Return() {
+	m := w.m
+	if w.done || m.dead {
+		return
+	}
+	w.done = true
+	w.st.leave(m.r)
+	if m.drainWait != nil {
+		m.awaitDrains(m.drainWait)
+		return
+	}
+	m.settle()
+}
+
+// Acts reports whether the function can still act (see simhook): its
+// process runs, and its holding's incarnation has neither ended nor passed
+// its lease's deadline.
+func (w *simWork) Acts() bool {
+	if w.done || w.m.dead {
+		return false
+	}
+	if w.rc == nil {
+		return true
+	}
+	return w.rc.inc.ctx.Err() == nil && (!w.rc.inc.expired() || w.m.r.planted(plantIgnoreFence))
 }
 
 // Holding returns the slots whose holdings act now, with their tokens.

@@ -94,6 +94,22 @@ type Member interface {
 	Joined() bool
 	// Describe tells what the member's core knows, for a failing history.
 	Describe() string
+	// Enter starts a function on the holding of slot s's primary, as Run
+	// does before it calls its function: with rink.WithDrainTimeout, a
+	// slot given away waits for it to return. It reports false when the
+	// member does not hold s, or its holding has ended.
+	Enter(s int) (Work, bool)
+}
+
+// Work is a function running on a holding (see Member.Enter).
+type Work interface {
+	// Return ends the function, as its return does in Run.
+	Return()
+	// Acts reports whether the function can still act: its process runs,
+	// and the incarnation whose holding it entered has neither ended nor
+	// passed its lease's deadline. (It says nothing of the drain: that
+	// is what the simulator checks.)
+	Acts() bool
 }
 
 // NewMember builds a simulated member (set by package rink).

@@ -4,7 +4,7 @@
 // the member-steps per minute of wall time, the faults of each kind, and
 // the violations, each with the seed that replays it.
 //
-//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-keys] [-drift E] [-seed S] [-json]
+//	go run ./tools/cmd/rink-sim -duration 1m -members 5 [-replicas K -zones Z] [-keys] [-drift E] [-drain D] [-seed S] [-json]
 //
 // With -keys each seed also draws an operator's deletions of live members'
 // keys (sim.KeyFaultKinds: election-delete, member-keys-delete,
@@ -16,6 +16,11 @@
 // covers, and the core must survive it; 0.3 is far beyond it, a planted
 // bug the simulator must find. Without, every clock is etcd's, and a seed
 // plays what it played before drift existed.
+//
+// With -drain D the members drain given-away slots for up to D
+// (rink.WithDrainTimeout), functions run on their holdings and outlast
+// them, and every acquisition checks that no other member's function
+// still runs on the slot within the drain timeout (sim.Config.Drain).
 package main
 
 import (
@@ -47,6 +52,7 @@ func main() {
 	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
 	keyFaults := flag.Bool("keys", false, "also draw an operator's deletions of live members' keys ("+strings.Join(sim.KeyFaultKinds, ", ")+"), from a stream of their own (without: every seed plays as before they existed)")
 	drift := flag.Float64("drift", 0, "bound the members' clock drift: each process's clock runs at a rate 1+e of etcd's, |e| ≤ drift, drawn from a stream of its own (0.02 is within the fence margin, 0.3 far beyond it; 0: none, and every seed plays as before drift existed)")
+	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -73,6 +79,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rink-sim: -drift must be at least 0 and below 1")
 		os.Exit(2)
 	}
+	if *drain < 0 {
+		fmt.Fprintln(os.Stderr, "rink-sim: -drain must not be negative")
+		os.Exit(2)
+	}
 	if *replicas < 1 || *zones < 0 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -replicas must be at least 1, -zones at least 0")
 		os.Exit(2)
@@ -85,6 +95,7 @@ func main() {
 	cfg.Replicas, cfg.Zones = *replicas, *zones
 	cfg.KeyFaults = *keyFaults
 	cfg.Drift = *drift
+	cfg.Drain = *drain
 	if *kindsFlag != "" {
 		cfg.Kinds = strings.Split(*kindsFlag, ",")
 	}
@@ -100,6 +111,9 @@ func main() {
 		}
 		if c.Drift != 0 {
 			cmd += fmt.Sprintf(" -drift %g", c.Drift)
+		}
+		if c.Drain != 0 {
+			cmd += fmt.Sprintf(" -drain %v", c.Drain)
 		}
 		if c.Plant != "" {
 			cmd += " -plant " + c.Plant

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rink-go/rink/internal/simhook"
 )
@@ -28,7 +29,8 @@ type goldenCase struct {
 // moves (issue 43): the default seeds, a rink with replicas and zones and
 // every fault kind, seeds with key faults, each planted bug at the first
 // seed that finds it (found by -sim.update; the file records it), and
-// seeds with key faults and clocks that drift (Config.Drift).
+// seeds with key faults and clocks that drift (Config.Drift), and seeds
+// with key faults and functions that outlast their holdings (Config.Drain).
 func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	var cs []goldenCase
 	def := DefaultConfig()
@@ -54,6 +56,9 @@ func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	for _, seed := range []uint64{1, 2} {
 		cs = append(cs, goldenCase{"drift", seed, drift})
 	}
+	for _, seed := range []uint64{1, 2} {
+		cs = append(cs, goldenCase{"drain", seed, drainConfig()})
+	}
 	return cs
 }
 
@@ -67,6 +72,9 @@ func plantConfig(plant string) Config {
 	}
 	if plant == "forget-recorded" || plant == "gone-on-deletion" {
 		cfg.KeyFaults = true
+	}
+	if plant == "skip-drain" {
+		cfg.Drain = 500 * time.Millisecond // (it can fail only with a drain)
 	}
 	return cfg
 }

@@ -51,6 +51,10 @@ type Config struct {
 	// members' clocks whose rates differ by less than a factor 7/8, which
 	// |e| < 1/15 keeps; DriftBound is what the tests keep within.
 	Drift float64
+	// Drain is the members' drain timeout (rink.WithDrainTimeout), and
+	// with it functions run on their holdings and outlast them (see
+	// drain.go). 0: no drain, and no functions, as before they existed.
+	Drain time.Duration
 }
 
 // DriftBound is the drift the tests play within the fence margin: 2%,
@@ -76,6 +80,7 @@ type Result struct {
 	Kinds       []string       // the fault kinds it drew from
 	Violation   string         // the first safety or liveness violation ("": none)
 	Promotions  int            // slots the maps promoted to a secondary, each checked (see checkPromotions)
+	Lingered    int            // functions still running when their holdings ended (with Config.Drain)
 	At          time.Duration  // when it was found
 	Trace       string         // the history, line by line (with Config.Trace)
 }
@@ -88,8 +93,9 @@ type simMember struct {
 	c     *Client
 	m     simhook.Member
 	alive bool
-	held  map[int]bool // the slots it holds, as its events say
-	secs  map[int]bool // the slots it holds as a secondary, as its events say
+	held  map[int]bool  // the slots it holds, as its events say
+	secs  map[int]bool  // the slots it holds as a secondary, as its events say
+	work  map[int]*work // the functions running on its holdings (see drain.go)
 	env   *memberEnv
 }
 
@@ -123,6 +129,11 @@ type history struct {
 	// left: the names of the processes that left gracefully (see
 	// checkPromotions; looked up, never ranged over).
 	left map[string]bool
+	// drain draws the functions run on holdings, with Config.Drain (nil
+	// without: see drain.go); lingering: by slot, the functions that still
+	// ran when their holdings ended.
+	drain     *rand.Rand
+	lingering map[int][]*work
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -182,6 +193,7 @@ func Run(seed uint64, cfg Config) Result {
 	if cfg.Drift != 0 {
 		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (not from h.rng: see drawDrift)
 	}
+	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -233,9 +245,12 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	name := fmt.Sprintf("m%d", i)
 	c := w.NewClient(name)
 	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64())), e: h.drawDrift()}
-	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, env: env}
+	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, work: map[int]*work{}, env: env}
 	opts := []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
 		rink.WithReplicas(h.cfg.replicas())}
+	if h.cfg.Drain > 0 {
+		opts = append(opts, rink.WithDrainTimeout(h.cfg.Drain))
+	}
 	if h.cfg.Zones > 0 {
 		sm.zone = fmt.Sprintf("z%d", i%h.cfg.Zones)
 		opts = append(opts, rink.WithZone(sm.zone))
@@ -638,14 +653,17 @@ func (h *history) observe(m *simMember, e rink.Event) {
 			h.violate(fmt.Sprintf("slot %d: %s holds it with token %d, not above %d", e.Slot, m.name, e.Token, h.top[e.Slot]))
 		}
 		h.checkReplicas(m, e.Slot, true)
+		h.checkDrain(m, e.Slot)
 		h.top[e.Slot] = max(h.top[e.Slot], e.Token)
 		h.holder[e.Slot] = m
 		m.held[e.Slot] = true
+		h.enterWork(m, e.Slot)
 	case rink.EventReleased:
 		if h.holder[e.Slot] == m {
 			delete(h.holder, e.Slot)
 		}
 		delete(m.held, e.Slot)
+		h.releaseWork(m, e.Slot)
 	case rink.EventSecondaryAcquired:
 		h.checkReplicas(m, e.Slot, false)
 		m.secs[e.Slot] = true
