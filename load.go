@@ -11,7 +11,6 @@ import (
 	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/plan"
 	"github.com/rink-go/rink/internal/wire"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
@@ -30,15 +29,10 @@ import (
 // every other slot (Await): every role this Rink was ever asked for
 // counts, up to maxTrackedRoles. Awaited roles are reported at once, not at
 // the next load interval: when the member joins (or rejoins) and whenever
-// a role it had not awaited before is awaited, after reportPause, so that
+// a role it had not awaited before is awaited, after core.ReportPause, so that
 // the leader knows them when it first spreads slots over the members
 // (see fillNewcomers) and a rink is balanced by roles from its first
 // spread on, with no load round after it.
-
-// reportPause is how long a member waits, after it joins or awaits a new
-// role, before it writes its summary: a burst of AwaitRole calls (a member
-// awaiting its roles right after New) costs one write.
-const reportPause = 50 * time.Millisecond
 
 // loadAcc is the per-slot accumulator AddLoad adds to, and the awaited
 // roles. AddLoad touches only acc; the reporter goroutine owns the rest of
@@ -173,105 +167,115 @@ func (l *loadAcc) rolesIn(s int) int {
 	return int(l.count[s])
 }
 
-// reportLoad is the reporter goroutine: every load interval it folds in
-// what AddLoad added, and writes the member's load key when the summary
-// changed noticeably (or the member joined again since the last write).
-// Woken (a join, a role awaited for the first time), it writes the rates
-// of the last interval with the roles awaited now, reportPause later.
+// reportLoad is the reporter goroutine: it drives a core.LoadReporter
+// (which decides what to write and when) with the clock, the units AddLoad
+// added and the Rink's state, and writes what it decides. Every load
+// interval it ticks; woken (a join, a role awaited for the first time), it
+// writes the last interval's rates with the roles awaited now, after
+// core.ReportPause.
 func (r *Rink) reportLoad() {
-	interval, window := r.opts.loadEvery, r.opts.loadWindow
-	meter := core.NewLoadMeter()
-	roles := map[int]int32{}
-	roleOf := func(s int) int32 { return roles[s] }
-	var held []core.HeldLoad
-	units := map[int]float64{}
-	var last, rates wire.LoadReport // the last summary written; the last interval's
-	var lastInc *incarnation
-	var woke time.Time // the last write woken early
-	ticked := false    // a load interval has passed: rates measures one
-	t := time.NewTicker(interval)
+	rep := core.NewLoadReporter(r.opts.loadEvery, r.opts.loadWindow)
+	in := newLoadInputs()
+	t := time.NewTicker(rep.Interval)
 	defer t.Stop()
 	for {
-		var now time.Time
-		woken := false
 		select {
 		case <-r.ctx.Done():
 			return
-		case now = <-t.C:
+		case now := <-t.C:
+			rep.Tick(now, r.heldLoads(in), in.roleOf)
 		case <-r.load.kick:
-			// At most one early write per tenth of an interval: a member
-			// that keeps awaiting new roles writes no more often.
-			if !sleep(r.ctx, max(reportPause, time.Until(woke.Add(interval/10)))) {
+			if !sleep(r.ctx, rep.WakeDelay(time.Now())) {
 				return
 			}
-			woken, woke = true, time.Now()
+			rep.Woke(time.Now())
 		}
-		r.load.mu.Lock()
-		clear(roles)
-		maps.Copy(roles, r.load.count)
-		r.load.mu.Unlock()
-		if !woken {
-			clear(units)
-			r.load.acc.takeAll(func(s int, u float64) { units[s] = u })
-			held = held[:0]
-			r.slots.each(func(s int, st *slotState) {
-				if st.ctx != nil && st.ctx.Err() == nil {
-					held = append(held, core.HeldLoad{Slot: s, Units: units[s], Since: st.at})
-				}
-			})
-			rates, ticked = meter.Tick(now, held, roleOf, interval, window), true
-		}
-		var owned []int
-		byLoad := false
-		r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
-		if m := r.owners.Load(); m != nil {
-			byLoad = m.ByLoad
-			i := -1
-			if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
-				i = rk.rank.Index // (found once per map by the run goroutine)
-			} else {
-				i = m.Index(r.opts.member)
-			}
-			if i >= 0 {
-				for s, o := range plan.PrimaryMap(*m).Table {
-					if int(o) == i {
-						owned = append(owned, s)
-					}
-				}
-			}
-		}
-		r.ownersMu.RUnlock()
-		rep := wire.WithRoles(rates, roleOf, owned)
-		rep.Unmeasured = !ticked
 		inc := r.loadInc.Load()
-		if inc != nil && inc != lastInc && inc.JoinLoad != nil {
-			last, lastInc = *inc.JoinLoad, inc // (written with the member key)
+		var ci *core.Inc
+		live := false
+		if inc != nil {
+			ci, live = &inc.Inc, inc.ctx.Err() == nil
+		}
+		owned, byLoad := r.ownedSlots(in)
+		next := rep.Next(ci, live, in.roleOf, owned, byLoad)
+		if next.Joined {
 			r.emit(Event{Kind: EventLoadReported, Slot: -1})
 		}
-		if inc == nil || inc.ctx.Err() != nil || inc == lastInc && (!core.LoadChanged(last, rep) || !byLoad && wire.IdleAlike(last, rep)) {
-			continue
-		}
-		if r.writeLoad(inc, rep) {
-			last, lastInc = rep, inc
-			rate, n := rep.Total()
-			r.emit(Event{Kind: EventLoadReported, Slot: -1, Load: rate, Roles: n})
+		if next.Write && r.writeLoad(inc, next.Report) {
+			r.loadWritten(rep, inc, next.Report)
 		}
 	}
 }
 
+// loadInputs is what a reporter's driver gathers for its LoadReporter, kept
+// between ticks to spare allocations.
+type loadInputs struct {
+	roles map[int]int32 // the roles awaited, by slot (see loadAcc.count)
+	units map[int]float64
+	held  []core.HeldLoad
+}
+
+func newLoadInputs() *loadInputs {
+	return &loadInputs{roles: map[int]int32{}, units: map[int]float64{}}
+}
+
+func (in *loadInputs) roleOf(s int) int32 { return in.roles[s] }
+
+// heldLoads takes the units AddLoad added since the last tick, and returns
+// the slots held now with them.
+func (r *Rink) heldLoads(in *loadInputs) []core.HeldLoad {
+	clear(in.units)
+	r.load.acc.takeAll(func(s int, u float64) { in.units[s] = u })
+	in.held = in.held[:0]
+	r.slots.each(func(s int, st *slotState) {
+		if st.ctx != nil && st.ctx.Err() == nil {
+			in.held = append(in.held, core.HeldLoad{Slot: s, Units: in.units[s], Since: st.at})
+		}
+	})
+	return in.held
+}
+
+// ownedSlots reads the roles awaited now into in, and returns the slots
+// the applied map gives this member, and whether it balances by load.
+func (r *Rink) ownedSlots(in *loadInputs) (owned []int, byLoad bool) {
+	r.load.mu.Lock()
+	clear(in.roles)
+	maps.Copy(in.roles, r.load.count)
+	r.load.mu.Unlock()
+	r.ownersMu.RLock() // (the table may be written in place: see applyInPlace)
+	defer r.ownersMu.RUnlock()
+	if m := r.owners.Load(); m != nil {
+		byLoad = m.ByLoad
+		i := -1
+		if rk := r.rank.Load(); rk != nil && rk.rank.Version == m.Version {
+			i = rk.rank.Index // (found once per map by the run goroutine)
+		} else {
+			i = m.Index(r.opts.member)
+		}
+		if i >= 0 {
+			for s, o := range plan.PrimaryMap(*m).Table {
+				if int(o) == i {
+					owned = append(owned, s)
+				}
+			}
+		}
+	}
+	return owned, byLoad
+}
+
+// loadWritten notes a summary written for inc, and reports it.
+func (r *Rink) loadWritten(rep *core.LoadReporter, inc *incarnation, written wire.LoadReport) {
+	rep.Written(&inc.Inc, written)
+	rate, n := written.Total()
+	r.emit(Event{Kind: EventLoadReported, Slot: -1, Load: rate, Roles: n})
+}
+
 // writeLoad writes the member's load key, bound to inc's lease, if inc's
-// member key is still the member's.
+// member key is still the member's (see core.LoadTxn).
 func (r *Rink) writeLoad(inc *incarnation, rep wire.LoadReport) bool {
 	ctx, cancel := context.WithTimeout(inc.ctx, r.opts.loadEvery)
 	defer cancel()
-	key := r.keys.Member(r.opts.member)
-	resp, err := r.cli.Txn(ctx).
-		If(
-			clientv3.Compare(clientv3.CreateRevision(key), "=", inc.CreateRev),
-			clientv3.Compare(clientv3.LeaseValue(key), "=", inc.Lease),
-		).
-		Then(clientv3.OpPut(r.keys.Load(r.opts.member), string(rep.Encode()), clientv3.WithLease(clientv3.LeaseID(inc.Lease)))).
-		Commit()
+	resp, err := execTxn(ctx, r.cli, core.LoadTxn(r.keys, r.opts.member, &inc.Inc, rep))
 	if err != nil {
 		if inc.ctx.Err() == nil {
 			r.log.Info("writing the load summary failed; retrying at the next interval", zap.Error(err))

@@ -243,7 +243,7 @@ func (r *Rink) rankedReborn() bool {
 // it: with the summary, it gives the member its share of the awaited
 // roles (see fillNewcomers) rather than cold slots that a load round
 // would then correct. Members write their first summary as they join
-// (see reportPause); members of d85b50e and before only at their first
+// (see core.ReportPause); members of d85b50e and before only at their first
 // load interval, and wait this long.
 const reportWait = time.Second
 

@@ -70,6 +70,14 @@ type simMember struct {
 	// (see awaitDrains); drainGen numbers its timer's wake-ups.
 	drainWait func()
 	drainGen  int
+
+	// The load reporter (with simhook.Config.Load; nil without): the
+	// inputs gathered for it, a write in flight, an early write pending.
+	load      *core.LoadReporter
+	loadIn    *loadInputs
+	loadBusy  bool
+	loadWoken bool
+	loadTicks bool // its interval ticks
 }
 
 func newSimMember(cfg simhook.Config) (simhook.Member, error) {
@@ -101,12 +109,19 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	r.simFx = simEffects{m}
 	m.r = r
 	m.acks = core.NewAckWriter(r.keys, o.member, r.log, core.NewBackoff(r.simRand))
+	if cfg.Load {
+		m.load, m.loadIn = core.NewLoadReporter(o.loadEvery, o.loadWindow), newLoadInputs()
+	}
 	return m, nil
 }
 
 // Start reads the map, as New does, to pick the view, then joins.
 func (m *simMember) Start() error {
 	r := m.r
+	if m.load != nil && !m.loadTicks {
+		m.loadTicks = true // (once: Start is called again on a retry)
+		m.env.After(m.load.Interval, m.loadTick)
+	}
 	r.publishRank()
 	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Get(r.keys.Map()), wire.Get(r.keys.Snapshot())}},
 		func(resp *etcdserverpb.TxnResponse, err error) {
@@ -184,6 +199,7 @@ func (m *simMember) settle() {
 		return
 	}
 	m.pumpAcks()
+	m.loadKicked()
 	if at, ok := r.st.NextTimer(); ok && !at.Equal(m.wakeAt) {
 		m.wakeGen++
 		gen := m.wakeGen
@@ -369,6 +385,76 @@ func (w *simWork) Acts() bool {
 		return true
 	}
 	return w.rc.inc.ctx.Err() == nil && (!w.rc.inc.expired() || w.m.r.planted(plantIgnoreFence))
+}
+
+// AddLoad records units of work done for role (see Rink.AddLoad).
+func (m *simMember) AddLoad(role string, units float64) {
+	if !m.dead {
+		m.r.AddLoad(role, units)
+	}
+}
+
+// loadTick is the reporter's load interval (see reportLoad): it folds in
+// the units added, decides, and ticks again an interval later.
+func (m *simMember) loadTick() {
+	if m.dead || m.r.st.stopping {
+		return
+	}
+	m.load.Tick(m.env.Now(), m.r.heldLoads(m.loadIn), m.loadIn.roleOf)
+	m.reportLoad()
+	m.env.After(m.load.Interval, m.loadTick)
+}
+
+// loadKicked wakes the reporter for an early write when the core asked
+// for one (see loadAcc.wake): after the reporter's pause, one at a time.
+func (m *simMember) loadKicked() {
+	if m.load == nil || m.loadWoken {
+		return
+	}
+	select {
+	case <-m.r.load.kick:
+	default:
+		return
+	}
+	m.loadWoken = true
+	m.env.After(m.load.WakeDelay(m.env.Now()), func() {
+		m.loadWoken = false
+		if m.dead || m.r.st.stopping {
+			return
+		}
+		m.load.Woke(m.env.Now())
+		m.reportLoad()
+		m.loadKicked() // (a kick that came meanwhile)
+	})
+}
+
+// reportLoad decides, and writes the summary when the reporter says so
+// (one write at a time: a decision while one is in flight is skipped, as
+// the production reporter blocks on its write).
+func (m *simMember) reportLoad() {
+	r := m.r
+	inc := r.loadInc.Load()
+	var ci *core.Inc
+	live := false
+	if inc != nil {
+		ci, live = &inc.Inc, inc.ctx.Err() == nil
+	}
+	owned, byLoad := r.ownedSlots(m.loadIn)
+	next := m.load.Next(ci, live, m.loadIn.roleOf, owned, byLoad)
+	if next.Joined {
+		r.emit(Event{Kind: EventLoadReported, Slot: -1})
+	}
+	if !next.Write || m.loadBusy {
+		return
+	}
+	m.loadBusy = true
+	m.etcd.Txn(core.LoadTxn(r.keys, r.opts.member, ci, next.Report), func(resp *etcdserverpb.TxnResponse, err error) {
+		m.loadBusy = false
+		if m.dead || err != nil || !resp.Succeeded {
+			return
+		}
+		r.loadWritten(m.load, inc, next.Report)
+	})
 }
 
 // Holding returns the slots whose holdings act now, with their tokens.

@@ -56,6 +56,10 @@ type Config struct {
 	// Plant names a bug to plant in the member's core, to show that the
 	// simulator finds it (see Plants; "": none).
 	Plant string
+	// Load runs the member's load reporter (every member runs one in
+	// production; a simulated member only when asked, so that histories
+	// without load play as before they had it).
+	Load bool
 }
 
 // Plants lists the bugs a member can be built with (set by package rink).
@@ -99,6 +103,8 @@ type Member interface {
 	// slot given away waits for it to return. It reports false when the
 	// member does not hold s, or its holding has ended.
 	Enter(s int) (Work, bool)
+	// AddLoad records units of work done for role, as rink.AddLoad does.
+	AddLoad(role string, units float64)
 }
 
 // Work is a function running on a holding (see Member.Enter).

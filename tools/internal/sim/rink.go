@@ -55,6 +55,10 @@ type Config struct {
 	// with it functions run on their holdings and outlast them (see
 	// drain.go). 0: no drain, and no functions, as before they existed.
 	Drain time.Duration
+	// Load: the members report their load and balance by it, and do work
+	// on their holdings (see load.go); the end checks the balance. false:
+	// no load, as before it existed.
+	Load bool
 }
 
 // DriftBound is the drift the tests play within the fence margin: 2%,
@@ -81,8 +85,11 @@ type Result struct {
 	Violation   string         // the first safety or liveness violation ("": none)
 	Promotions  int            // slots the maps promoted to a secondary, each checked (see checkPromotions)
 	Lingered    int            // functions still running when their holdings ended (with Config.Drain)
-	At          time.Duration  // when it was found
-	Trace       string         // the history, line by line (with Config.Trace)
+	// With Config.Load, at the end: the most loaded ranked member's true
+	// load over the mean, and the hottest slot's (see checkLoad).
+	Imbalance, ImbalanceBound float64
+	At                        time.Duration // when it was found
+	Trace                     string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
@@ -134,6 +141,8 @@ type history struct {
 	// ran when their holdings ended.
 	drain     *rand.Rand
 	lingering map[int][]*work
+	// load is the work each slot does, with Config.Load (nil without).
+	load *loadModel
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -194,6 +203,7 @@ func Run(seed uint64, cfg Config) Result {
 		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (not from h.rng: see drawDrift)
 	}
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
+	h.load = newLoad(seed, cfg)
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -209,6 +219,7 @@ func Run(seed uint64, cfg Config) Result {
 	if len(h.fault) > 0 {
 		h.scheduleFault()
 	}
+	h.startLoad()
 	end := cfg.Faults + cfg.Quiet
 	track := cfg.replicas() > 1 // (reads the maps written: see trackMap)
 	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
@@ -224,6 +235,7 @@ func Run(seed uint64, cfg Config) Result {
 	if h.res.Violation == "" {
 		w.advance(end)
 		h.live()
+		h.checkLoad()
 	}
 	for _, m := range h.members {
 		h.res.MemberSteps += m.m.Steps()
@@ -251,12 +263,15 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	if h.cfg.Drain > 0 {
 		opts = append(opts, rink.WithDrainTimeout(h.cfg.Drain))
 	}
+	if h.cfg.Load {
+		opts = append(opts, rink.WithImbalanceTolerance(LoadTolerance), rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(3*LoadInterval))
+	}
 	if h.cfg.Zones > 0 {
 		sm.zone = fmt.Sprintf("z%d", i%h.cfg.Zones)
 		opts = append(opts, rink.WithZone(sm.zone))
 	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant,
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load,
 		Options: append(opts,
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
@@ -274,6 +289,10 @@ func (h *history) start(i int, d time.Duration) *simMember {
 					w.Tracef("%s: released slot %d as a secondary (%v)", name, e.Slot, e.Cause)
 				case rink.EventMapApplied:
 					w.Tracef("%s: applied map version %d", name, e.Version)
+				case rink.EventLoadReported:
+					w.Tracef("%s: reported load %.1f", name, e.Load)
+				case rink.EventLoadBalanced:
+					w.Tracef("%s: load round: imbalance %.2f, %d slots moved", name, e.Imbalance, e.Moved)
 				case rink.EventFenced, rink.EventRejoined:
 					w.Tracef("%s: %s", name, e.Kind)
 				}

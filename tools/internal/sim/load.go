@@ -1,0 +1,154 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/rink-go/rink/internal/wire"
+)
+
+// Load (Config.Load, rink-sim -load). The members run their load
+// reporters and balance by load (rink.WithImbalanceTolerance(LoadTolerance),
+// a load interval of LoadInterval, a window of three), and every member
+// records the work its holdings do: each slot carries a rate drawn from a
+// Zipf distribution, which a member adds (rink.AddLoad, for a role of the
+// slot) every 100 ms for each slot it acts on, unless it is paused. Once
+// in a history the hot set moves: the rates are drawn anew.
+//
+// The check, at the end: the rink is balanced, by the true rates and
+// equal capacities, within what balancing can reach: the most loaded
+// ranked member carries at most LoadSlack times max(1+LoadTolerance,
+// bound) of the mean, where bound is the hottest slot's rate over the mean
+// (a slot cannot be split).
+//
+// Everything the load draws comes from a stream of its own, never from
+// the world's: a seed with Load draws the same fault kinds as without.
+
+// loadStream is the second word of the seed of the stream that draws the
+// rates and when they move.
+const loadStream = 0x6c6f6164
+
+// The members' load settings with Config.Load, and the check's slack.
+const (
+	LoadTolerance = 0.1
+	LoadInterval  = 500 * time.Millisecond
+	LoadSlack     = 1.1
+)
+
+// loadModel is the work each slot does, per second.
+type loadModel struct {
+	rng   *rand.Rand
+	rates []float64 // by slot
+	roles []string  // a role of each slot
+}
+
+// newLoad draws the rates (nil without Config.Load).
+func newLoad(seed uint64, cfg Config) *loadModel {
+	if !cfg.Load {
+		return nil
+	}
+	l := &loadModel{rng: rand.New(rand.NewPCG(seed, loadStream)), roles: make([]string, cfg.Slots)}
+	found := 0
+	for i := 0; found < cfg.Slots; i++ {
+		role := fmt.Sprintf("r%d", i)
+		if s := wire.SlotOf(role, cfg.Slots); l.roles[s] == "" {
+			l.roles[s] = role
+			found++
+		}
+	}
+	l.draw()
+	return l
+}
+
+// draw draws each slot's rate: Zipf with exponent 1.1 over the slots in
+// a random order, 1,000 units a second in all.
+func (l *loadModel) draw() {
+	n := len(l.roles)
+	l.rates = make([]float64, n)
+	total := 0.0
+	for k, s := range l.rng.Perm(n) {
+		l.rates[s] = 1 / math.Pow(float64(k+1), 1.1)
+		total += l.rates[s]
+	}
+	for s := range l.rates {
+		l.rates[s] *= 1000 / total
+	}
+}
+
+// startLoad starts the members' work: every 100 ms each live member adds
+// the work of the slots it acts on; once, at a time drawn within the
+// faults, the rates move.
+func (h *history) startLoad() {
+	l := h.load
+	if l == nil {
+		return
+	}
+	const every = 100 * time.Millisecond
+	var work func()
+	work = func() {
+		for _, m := range h.members {
+			if !m.alive || h.w.now < m.env.pausedUntil {
+				continue
+			}
+			for s := range m.held {
+				if m.m.Holds(s) {
+					m.m.AddLoad(l.roles[s], l.rates[s]*every.Seconds())
+				}
+			}
+		}
+		h.w.After(every, work)
+	}
+	h.w.After(every, work)
+	if h.cfg.Faults > 0 {
+		h.w.After(time.Duration(l.rng.Int64N(int64(h.cfg.Faults))), func() {
+			l.draw()
+			h.w.Tracef("load: the hot set moves")
+		})
+	}
+}
+
+// checkLoad checks, at the end, that the ranked live members' true loads
+// are balanced within what balancing can reach (see Load above).
+func (h *history) checkLoad() {
+	l := h.load
+	if l == nil || h.res.Violation != "" {
+		return
+	}
+	load := map[string]float64{}
+	var names []string
+	total := 0.0
+	for _, m := range h.members {
+		if !m.alive || !m.m.Ranked() {
+			continue
+		}
+		names = append(names, m.name)
+		for s := range m.m.Holding() {
+			load[m.name] += l.rates[s]
+		}
+		total += load[m.name]
+	}
+	if len(names) == 0 || total == 0 {
+		return
+	}
+	mean := total / float64(len(names))
+	most := slices.MaxFunc(names, func(a, b string) int { return cmpFloat(load[a], load[b]) })
+	imbalance := load[most] / mean
+	bound := slices.Max(l.rates) / mean
+	h.res.Imbalance, h.res.ImbalanceBound = imbalance, bound
+	if limit := LoadSlack * max(1+LoadTolerance, bound); imbalance > limit {
+		h.violate(fmt.Sprintf("load: %s carries %.2f of the mean after the faults stopped, more than %.2f (bound %.2f)", most, imbalance, limit, bound))
+	}
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
