@@ -30,7 +30,8 @@ type goldenCase struct {
 // every fault kind, seeds with key faults, each planted bug at the first
 // seed that finds it (found by -sim.update; the file records it), and
 // seeds with key faults and clocks that drift (Config.Drift), and seeds
-// with key faults and functions that outlast their holdings (Config.Drain).
+// with key faults and functions that outlast their holdings (Config.Drain)
+// or load (Config.Load).
 func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	var cs []goldenCase
 	def := DefaultConfig()
@@ -58,6 +59,9 @@ func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	}
 	for _, seed := range []uint64{1, 2} {
 		cs = append(cs, goldenCase{"drain", seed, drainConfig()})
+	}
+	for _, seed := range []uint64{1, 2} {
+		cs = append(cs, goldenCase{"load", seed, loadConfig()})
 	}
 	return cs
 }

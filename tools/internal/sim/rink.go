@@ -88,6 +88,7 @@ type Result struct {
 	// With Config.Load, at the end: the most loaded ranked member's true
 	// load over the mean, and the hottest slot's (see checkLoad).
 	Imbalance, ImbalanceBound float64
+	LoadUnchecked             bool          // a load key was lost: the balance is not checked (see checkLoad)
 	At                        time.Duration // when it was found
 	Trace                     string        // the history, line by line (with Config.Trace)
 }
@@ -141,8 +142,11 @@ type history struct {
 	// ran when their holdings ended.
 	drain     *rand.Rand
 	lingering map[int][]*work
-	// load is the work each slot does, with Config.Load (nil without).
-	load *loadModel
+	// load is the work each slot does, with Config.Load (nil without);
+	// loadLost: a load key was deleted, or a restore may have erased one
+	// (see checkLoad).
+	load     *loadModel
+	loadLost bool
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -639,6 +643,7 @@ func (h *history) operate(k string) bool {
 		w.Tracef("fault: etcd restored from the snapshot of %d", h.snap.Rev())
 		w.Etcd.Restore(h.snap, 1_000_000)
 		h.snap = nil
+		h.loadLost = true // (see checkLoad)
 		h.startsFrom = w.now + h.cfg.TTL
 		// Processes still joining are stopped, and start again a TTL
 		// later (see start).
