@@ -11,7 +11,7 @@ import (
 func FuzzParseFloor(f *testing.F) {
 	full, _ := json.Marshal(wire.AckFloor{Lineage: 4, Version: 75, Floor: 70, Complete: true, Lagging: map[string]int64{"m1": 70, "m2": 0},
 		Seq: 80, SeqFloor: 79, SeqComplete: true, SeqLagging: map[string]int64{"m1": 79}, Rest: 75, Round: true,
-		Imbalance: 1.25, Tolerance: 0.1, Still: true, Base: 1, Ghosts: 2, Leader: "m0000"})
+		Imbalance: 1.25, Tolerance: 0.1, Still: true, Base: 1, Ghosts: 2, Leader: "m0000", Unreported: []string{"m1", "m2"}})
 	for _, s := range [][]byte{
 		full,
 		[]byte(`{"lineage":30,"version":63,"floor":63,"complete":true,"seq":63,"seqfloor":63,"seqcomplete":true,"rest":63,"still":true,"base":1,"leader":"m0000"}`),
@@ -20,6 +20,7 @@ func FuzzParseFloor(f *testing.F) {
 		[]byte(`{"leader":"x\"y"}`), []byte(`{}`), []byte(` { "seq" : 2 , "still" : false } `), []byte(`{"lagging":null}`),
 		[]byte(`{"lagging":{"a":1,"a":2}}`), []byte(`{"x":[1,"a",true],"y":{"z":1}}`), []byte(`{"imbalance":1e400}`),
 		[]byte(`{"ghosts":99999999999999999999}`), []byte(`{"complete":1}`), []byte(`{"lagging":{"a":-0}}`),
+		[]byte(`{"unreported":[]}`), []byte(`{"unreported":null}`), []byte(`{"unreported":["a",1]}`), []byte(`{"unreported":"a"}`),
 	} {
 		f.Add(s)
 	}
@@ -44,6 +45,7 @@ func TestLeadersFloorsParseFast(t *testing.T) {
 		{Lineage: 1, Version: 2, Floor: 2, Complete: true, Seq: 2, SeqFloor: 2, SeqComplete: true, Rest: 2, Still: true, Base: 1, Leader: "a"},
 		{Lineage: 1, Version: 3, Complete: true, Lagging: map[string]int64{"b": 2, "c": 0}, Seq: 4, SeqComplete: true,
 			SeqLagging: map[string]int64{"b": 3}, Imbalance: 1.5, Tolerance: 0.1, Ghosts: 1, Leader: "b"},
+		{Lineage: 1, Version: 3, Floor: 3, Complete: true, Imbalance: 1.5, Tolerance: 0.1, Leader: "b", Unreported: []string{"a", "c"}},
 	} {
 		b, err := json.Marshal(fl)
 		if err != nil {

@@ -466,6 +466,9 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if p := a.rest.ghostSet.Load(); p != nil {
 		ghosts = *p
 	}
+	if r.opts.byLoad {
+		f.Unreported = v.Unreported(loads)
+	}
 	uncovered, coveredNames := core.CoverGhosts(f, v, ghosts)
 	f.Ghosts, f.Leader = uncovered+max(pending, v.Unkeyed(coveredNames)), r.opts.member
 	if info := a.rest.info.Load(); info != nil && info.lineage == v.Lineage && info.seq == v.Seq {

@@ -119,6 +119,7 @@ func (r *Rink) onWatch(b watchBatch) {
 				snapKV = kv
 			case r.keys.IsFloor(key):
 				st.floor = wire.DecodeFloor(kv.Value) // (whether the map costs an acknowledgement: see ackOwed)
+				r.unreported()
 			}
 		}
 		if mapKV != nil {
@@ -378,6 +379,7 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		}
 	case r.keys.IsFloor(key):
 		st.floor = wire.DecodeFloor(kv.Value)
+		r.unreported()
 		if r.ackOwed() {
 			r.sendAck() // a new leader, or one that lists us as lagging (see ackOwed)
 		}

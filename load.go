@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ type loadAcc struct {
 	// kick wakes the reporter: a role was awaited for the first time, or
 	// the member joined again (buffered: a kick waiting is enough).
 	kick chan struct{}
+	// again: the leader lacks this member's summary (see unreported); the
+	// reporter writes it at its next decision, changed or not.
+	again atomic.Bool
 }
 
 func newLoadAcc(slots int) *loadAcc {
@@ -110,6 +114,25 @@ func (l *loadAcc) wake() {
 	select {
 	case l.kick <- struct{}{}:
 	default:
+	}
+}
+
+// unreported writes the member's load summary again, soon, when the floor
+// names it among the members whose summaries the leader lacks (see
+// wire.AckFloor.Unreported): its load key was deleted or erased, and it
+// does not follow that key itself.
+func (r *Rink) unreported() {
+	if r.load != nil && slices.Contains(r.st.floor.Unreported, r.opts.member) {
+		r.load.again.Store(true)
+		r.load.wake()
+	}
+}
+
+// takeAgain hands the reporter the floor's request to write again (see
+// unreported), once.
+func (l *loadAcc) takeAgain(rep *core.LoadReporter) {
+	if l.again.Swap(false) {
+		rep.Forget()
 	}
 }
 
@@ -197,6 +220,7 @@ func (r *Rink) reportLoad() {
 			ci, live = &inc.Inc, inc.ctx.Err() == nil
 		}
 		owned, byLoad := r.ownedSlots(in)
+		r.load.takeAgain(rep)
 		next := rep.Next(ci, live, in.roleOf, owned, byLoad)
 		if next.Joined {
 			r.emit(Event{Kind: EventLoadReported, Slot: -1})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +225,48 @@ func TestGainedSlotsReportRoles(t *testing.T) {
 		t.Fatal("the map that ranks b is balanced by load: the test shows nothing")
 	}
 	eventually(t, 10*time.Second, "the rink balanced by load (b's roles reported)", func() bool { return a.ownersNow().ByLoad })
+}
+
+// TestDeletedLoadKeyIsWrittenAgain: an operator deletes a member's load
+// key in a rink balanced by load. The member does not follow its load key,
+// and its summary does not change, so it would not write it again; the
+// leader, lacking it, would run no load round for good. The leader names
+// it in the floor's "unreported", and the member writes its summary again
+// at once; the floor then names nobody.
+func TestDeletedLoadKeyIsWrittenAgain(t *testing.T) {
+	name := rinkName(t)
+	opts := []Option{WithLoadInterval(time.Second), WithLoadWindow(3 * time.Second), WithSlots(16), WithImbalanceTolerance(0.1)}
+	a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)
+	b := join(t, newClient(t), name, append(opts, WithMemberName("b"))...)
+	waitSettled(t, a, b)
+	cli := newClient(t)
+	k := newKeys(name)
+	floor := func() wire.AckFloor {
+		resp, err := cli.Get(ctxTimeout(t, 5*time.Second), k.Floor())
+		if err != nil || len(resp.Kvs) != 1 {
+			return wire.AckFloor{}
+		}
+		return wire.DecodeFloor(resp.Kvs[0].Value)
+	}
+	if f := floor(); len(f.Unreported) != 0 {
+		t.Fatalf("every member has reported, but the floor names %v", f.Unreported)
+	}
+	// (The summary written with the key says it measured nothing yet; the
+	// first measured one follows an interval later, and then none while
+	// nothing changes.)
+	eventually(t, 10*time.Second, "b's first measured summary", func() bool {
+		resp, err := cli.Get(ctxTimeout(t, 5*time.Second), k.Load("b"))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Version >= 2 && !strings.Contains(string(resp.Kvs[0].Value), "unmeasured")
+	})
+	if _, err := cli.Delete(ctxTimeout(t, 5*time.Second), k.Load("b")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "b's load key written again", func() bool {
+		resp, err := cli.Get(ctxTimeout(t, 5*time.Second), k.Load("b"))
+		return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+	})
+	eventually(t, 10*time.Second, "a floor that names nobody unreported", func() bool {
+		f := floor()
+		return f.Version > 0 && len(f.Unreported) == 0
+	})
 }

@@ -440,6 +440,7 @@ func (m *simMember) reportLoad() {
 		ci, live = &inc.Inc, inc.ctx.Err() == nil
 	}
 	owned, byLoad := r.ownedSlots(m.loadIn)
+	r.load.takeAgain(m.load)
 	next := m.load.Next(ci, live, m.loadIn.roleOf, owned, byLoad)
 	if next.Joined {
 		r.emit(Event{Kind: EventLoadReported, Slot: -1})

@@ -341,3 +341,24 @@ func AddLagging(complete bool, lagging map[string]int64, name string, ack, top i
 	lagging[name] = ack
 	return true, lagging
 }
+
+// Unreported lists, sorted, the first MaxUnreported of the ranked members
+// with a live key whose load summary is not in loads (see
+// wire.AckFloor.Unreported). The bound keeps the floor, which every member
+// reads, small after an operator deletes every load key of a large rink:
+// the next names are listed as the first write theirs.
+func (v *AckView) Unreported(loads map[string]wire.LoadReport) []string {
+	var out []string
+	for name := range v.Ranked {
+		if _, live := v.Members[name]; live {
+			if _, ok := loads[name]; !ok {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out[:min(len(out), MaxUnreported)]
+}
+
+// MaxUnreported bounds the names a floor lists as unreported.
+const MaxUnreported = 32

@@ -30,6 +30,7 @@ type LoadReporter struct {
 	last    wire.LoadReport
 	lastInc *Inc
 	woke    time.Time
+	force   bool // write at the next decision, changed or not (see Forget)
 }
 
 // ReportPause is how long a member waits, after it joins or awaits a new
@@ -86,7 +87,7 @@ func (l *LoadReporter) Next(inc *Inc, live bool, roles func(s int) int32, owned 
 		n.Joined = true
 	}
 	n.Report = rep
-	n.Write = inc != nil && live && (inc != l.lastInc || LoadChanged(l.last, rep) && (byLoad || !wire.IdleAlike(l.last, rep)) ||
+	n.Write = inc != nil && live && (l.force || inc != l.lastInc || LoadChanged(l.last, rep) && (byLoad || !wire.IdleAlike(l.last, rep)) ||
 		byLoad && l.matured(rep))
 	return n
 }
@@ -125,4 +126,12 @@ func LoadTxn(keys wire.Keys, member string, inc *Inc, rep wire.LoadReport) *etcd
 }
 
 // Written notes that rep was written for inc.
-func (l *LoadReporter) Written(inc *Inc, rep wire.LoadReport) { l.last, l.lastInc = rep, inc }
+func (l *LoadReporter) Written(inc *Inc, rep wire.LoadReport) {
+	l.last, l.lastInc, l.force = rep, inc, false
+}
+
+// Forget has the next decision write the summary whether or not it
+// changed: the leader says it does not have it (see
+// wire.AckFloor.Unreported), since an operator deleted the load key or a
+// restore erased it, and the member does not follow its load key itself.
+func (l *LoadReporter) Forget() { l.force = true }

@@ -119,3 +119,60 @@ func equalInts(a, b []int) bool {
 	}
 	return true
 }
+
+// TestLoadReporterForget: after Forget the next decision writes the
+// summary, changed or not, and once it is written the reporter is back to
+// writing only changes.
+func TestLoadReporterForget(t *testing.T) {
+	r := NewLoadReporter(time.Second, 3*time.Second)
+	none := func(int) int32 { return 0 }
+	inc := &Inc{Lease: 1}
+	n := r.Next(inc, true, none, nil, true)
+	r.Written(inc, n.Report)
+	if n := r.Next(inc, true, none, nil, true); n.Write {
+		t.Fatal("an unchanged summary written again")
+	}
+	r.Forget()
+	if n := r.Next(nil, true, none, nil, true); n.Write {
+		t.Fatal("written without an incarnation")
+	}
+	n = r.Next(inc, true, none, nil, true)
+	if !n.Write {
+		t.Fatal("not written after Forget")
+	}
+	r.Written(inc, n.Report)
+	if n := r.Next(inc, true, none, nil, true); n.Write {
+		t.Fatal("written again after the forced write")
+	}
+}
+
+// TestAckViewUnreported: the ranked members with a live key and no load
+// summary, sorted, at most MaxUnreported of them; a ranked member without a
+// key (gone, or a ghost) and a live one that is not ranked are not asked.
+func TestAckViewUnreported(t *testing.T) {
+	v := &AckView{Members: map[string]AckMember{}, Ranked: map[string]bool{}}
+	loads := map[string]wire.LoadReport{}
+	for i := range 40 {
+		name := string(rune('a'+i/26)) + string(rune('a'+i%26))
+		v.Ranked[name] = true
+		v.Members[name] = AckMember{}
+	}
+	v.Members["zz"] = AckMember{} // live, not ranked
+	delete(v.Members, "aa")        // ranked, no key
+	loads["ab"] = wire.LoadReport{}
+	got := v.Unreported(loads)
+	if len(got) != MaxUnreported || got[0] != "ac" || got[1] != "ad" {
+		t.Fatalf("unreported %v", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1] >= got[i] {
+			t.Fatalf("not sorted: %v", got)
+		}
+	}
+	for name := range v.Ranked {
+		loads[name] = wire.LoadReport{}
+	}
+	if got := v.Unreported(loads); len(got) != 0 {
+		t.Fatalf("every summary known, yet unreported %v", got)
+	}
+}

@@ -82,6 +82,13 @@ type AckFloor struct {
 	// Leader names the leader that wrote the floor: members that follow
 	// the narrow view learn the leader from it (see Rank.Leader).
 	Leader string `json:"leader,omitempty"`
+	// Unreported names, when the leader balances by load, the ranked
+	// members with a live key whose load summary it does not have (an
+	// operator deleted the key, a restore erased it): each writes its
+	// summary again when it sees its name here, since it does not follow
+	// its load key itself. Leaders before it leave it out; members before
+	// it ignore it.
+	Unreported []string `json:"unreported,omitempty"`
 }
 
 // Settled reports whether the floor says that the rink is at rest with

@@ -8,7 +8,7 @@ import (
 // floorFields are the JSON names of ackFloor's fields, which encoding/json
 // matches without regard to case.
 var floorFields = []string{"lineage", "version", "floor", "complete", "lagging", "seq", "seqfloor", "seqcomplete",
-	"seqlagging", "rest", "round", "imbalance", "tolerance", "still", "base", "ghosts", "leader", "covered"}
+	"seqlagging", "rest", "round", "imbalance", "tolerance", "still", "base", "ghosts", "leader", "covered", "unreported"}
 
 // parseFloor decodes a floor in the form leaders write it: an object of
 // integers, booleans, numbers, a plain ASCII string and objects of plain
@@ -116,6 +116,9 @@ func (f *AckFloor) set(key string, v []byte) bool {
 	case "covered":
 		f.Covered, ok = parseLeases(v)
 		ok = ok && f.Covered != nil
+	case "unreported":
+		f.Unreported, ok = ParseNames(v)
+		ok = ok && f.Unreported != nil
 	}
 	return ok
 }

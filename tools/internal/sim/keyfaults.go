@@ -202,9 +202,6 @@ func (h *history) keyFault(k string, live []*simMember) bool {
 		if len(keys) == 0 {
 			return false
 		}
-		if set&8 != 0 && mk.load != "" {
-			h.loadLost = true // (see checkLoad)
-		}
 		h.w.Tracef("fault: member-keys-delete: %s keys of %s", strings.Join(names, ", "), m.name)
 		h.cutFor(m, k)
 		deleted := false

@@ -20,9 +20,11 @@ func loadConfig() Config {
 // balance by it and do work on their holdings, the hot set moving once,
 // with the fault kinds each seed draws and key faults, and requires no
 // violation: safety throughout, and at the end a rink balanced within
-// what balancing can reach (unless a load key was lost: see checkLoad). Seeds 133, 330, 346, 468 and 654 ended
-// unbalanced before the reporter wrote a slot's matured rate (see
-// core.LoadReporter).
+// what balancing can reach (unless etcd was restored: see checkLoad).
+// Seeds 133, 330, 346, 468 and 654 ended unbalanced before the reporter
+// wrote a slot's matured rate (see core.LoadReporter); seed 91 (an
+// operator deleted a load key) before the floor named the members whose
+// summaries the leader lacks (wire.AckFloor.Unreported).
 func TestRinkLoadHistories(t *testing.T) {
 	cfg := loadConfig()
 	began := time.Now()
@@ -41,16 +43,16 @@ func TestRinkLoadHistories(t *testing.T) {
 		}
 	}
 	if *rinkSeed == 0 {
-		for _, seed := range []uint64{133, 330, 346, 468, 654} {
+		for _, seed := range []uint64{91, 133, 330, 346, 468, 654} {
 			if res := Run(seed, cfg); res.Violation != "" {
 				t.Errorf("seed %d: %s", seed, res.Violation)
 			}
 		}
 	}
 	if seeds > 0 && unchecked*2 > int(seeds) {
-		t.Errorf("%d of %d histories lost a load key: the balance was hardly checked", unchecked, seeds)
+		t.Errorf("%d of %d histories had etcd restored: the balance was hardly checked", unchecked, seeds)
 	}
-	t.Logf("%d histories (%d with a load key lost, not checked for balance), %d member-steps in %v; the worst end at %.2f of what balancing can reach",
+	t.Logf("%d histories (%d with etcd restored, not checked for balance), %d member-steps in %v; the worst end at %.2f of what balancing can reach",
 		seeds, unchecked, steps, time.Since(began), worst)
 }
 

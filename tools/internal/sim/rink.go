@@ -143,8 +143,8 @@ type history struct {
 	drain     *rand.Rand
 	lingering map[int][]*work
 	// load is the work each slot does, with Config.Load (nil without);
-	// loadLost: a load key was deleted, or a restore may have erased one
-	// (see checkLoad).
+	// loadLost: etcd was restored, which may have put back an older load
+	// summary (see checkLoad).
 	load     *loadModel
 	loadLost bool
 }
