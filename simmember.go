@@ -551,6 +551,20 @@ func (m *simMember) HoldsSecondary(s int) bool {
 	return holdingActs(m.r, m.r.secs.load(s))
 }
 
+// Unfenced reports whether slot s's holding is past its lease's deadline
+// with its context still open (see simhook).
+func (m *simMember) Unfenced(s int) bool {
+	if m.dead {
+		return false
+	}
+	st := m.r.slots.load(s)
+	if st == nil || st.ctx == nil {
+		return false
+	}
+	rc, ok := st.ctx.(*roleContext)
+	return ok && rc.Context.Err() == nil && rc.inc.expired()
+}
+
 // Steps counts the inputs the core handled.
 func (m *simMember) Steps() int { return m.steps }
 

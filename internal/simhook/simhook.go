@@ -105,6 +105,11 @@ type Member interface {
 	Enter(s int) (Work, bool)
 	// AddLoad records units of work done for role, as rink.AddLoad does.
 	AddLoad(role string, units float64)
+	// Unfenced reports whether the member's holding of slot s's primary
+	// is past its lease's deadline while its context is not cancelled: a
+	// function that waits on the context's Done channel (rather than
+	// asking its Err, which checks the deadline) still acts on it.
+	Unfenced(s int) bool
 }
 
 // Work is a function running on a holding (see Member.Enter).

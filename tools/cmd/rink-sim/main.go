@@ -52,6 +52,7 @@ func main() {
 	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
 	keyFaults := flag.Bool("keys", false, "also draw an operator's deletions of live members' keys ("+strings.Join(sim.KeyFaultKinds, ", ")+"), from a stream of their own (without: every seed plays as before they existed)")
 	drift := flag.Float64("drift", 0, "bound the members' clock drift: each process's clock runs at a rate 1+e of etcd's, |e| ≤ drift, drawn from a stream of its own (0.02 is within the fence margin, 0.3 far beyond it; 0: none, and every seed plays as before drift existed)")
+	ttl := flag.Duration("ttl", sim.DefaultConfig().TTL, "the members' session TTL (whole seconds, at least 1s)")
 	load := flag.Bool("load", false, "the members report their load, balance by it and do work on their holdings (a Zipf rate per slot, moving once), and the end checks the balance (without: every seed plays as before)")
 	slots := flag.Int("slots", 0, "the rink's slots (0: 16, or twice the members)")
 	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")
@@ -99,6 +100,11 @@ func main() {
 	cfg.Drift = *drift
 	cfg.Drain = *drain
 	cfg.Load = *load
+	if *ttl < time.Second || *ttl%time.Second != 0 {
+		fmt.Fprintln(os.Stderr, "rink-sim: -ttl must be a whole number of seconds, at least 1s")
+		os.Exit(2)
+	}
+	cfg.TTL = *ttl
 	if *slots > 0 {
 		cfg.Slots = *slots
 	}
@@ -120,6 +126,9 @@ func main() {
 		}
 		if c.Load {
 			cmd += " -load"
+		}
+		if c.TTL != sim.DefaultConfig().TTL {
+			cmd += fmt.Sprintf(" -ttl %v", c.TTL)
 		}
 		if c.Slots != max(16, 2*c.Members) {
 			cmd += fmt.Sprintf(" -slots %d", c.Slots)

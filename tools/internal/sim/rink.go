@@ -678,6 +678,7 @@ func (h *history) observe(m *simMember, e rink.Event) {
 		}
 		h.checkReplicas(m, e.Slot, true)
 		h.checkDrain(m, e.Slot)
+		h.checkFenced(m, e.Slot)
 		h.top[e.Slot] = max(h.top[e.Slot], e.Token)
 		h.holder[e.Slot] = m
 		m.held[e.Slot] = true
@@ -980,4 +981,23 @@ func Shrink(seed uint64, cfg Config, tries int) (Config, Result) {
 		}
 	}
 	return cfg, best
+}
+
+// checkFenced checks an acquisition of slot s by m: no other member's
+// holding of s is past its lease's deadline with its context still open
+// (simhook.Member.Unfenced). A holding's Err says it is done once the
+// deadline passes, but its Done channel closes only when the member
+// fences, and a function that waits on Done acts until then: the member
+// must fence when the deadline passes. A member paused until less than the
+// fence margin (TTL/8) ago is let off: it fences as it resumes, and its
+// first steps and the acquisition can come at the same instant.
+func (h *history) checkFenced(m *simMember, s int) {
+	for _, o := range h.members {
+		if o == m || !o.alive || h.w.now < o.env.pausedUntil+h.cfg.TTL/8 {
+			continue
+		}
+		if o.m.Unfenced(s) {
+			h.violate(fmt.Sprintf("slot %d: %s acquires it while %s's holding is past its lease's deadline and not fenced", s, m.name, o.name))
+		}
+	}
 }
