@@ -138,6 +138,13 @@ type Rink struct {
 	clockFn func() int64
 	simFx   effects    // the simulator's effects (see driver.go); nil: netEffects
 	simRand *rand.Rand // the simulator's source of the core's jitter (nil: each backoff has its own, seeded from the global one)
+	// simWarm, in the simulator, warms up the slots an announcement brings
+	// as a role set would (see applyIncoming); nil: none.
+	simWarm func(v int64, slots []int)
+	// simEarly, in the simulator, hears of announced moves this member,
+	// leading, makes before the warm-up time has passed (see
+	// holdForWarmup); nil: none.
+	simEarly func(moves map[int]string)
 	plant   string     // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),

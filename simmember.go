@@ -112,6 +112,18 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	if cfg.Load {
 		m.load, m.loadIn = core.NewLoadReporter(o.loadEvery, o.loadWindow), newLoadInputs()
 	}
+	r.simEarly = cfg.EarlyMoves
+	if warm := cfg.Warm; warm != nil {
+		r.simWarm = func(v int64, slots []int) {
+			warm(v, slices.Clone(slots), func() {
+				if m.dead {
+					return
+				}
+				r.inbox.send(func(ml *mail) { ml.warmed = append(ml.warmed, v) })
+				m.settle()
+			})
+		}
+	}
 	return m, nil
 }
 

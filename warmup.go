@@ -132,6 +132,9 @@ func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time
 		// every member's acknowledgement right on the switch's path.)
 		if !l.warm.made {
 			l.warm.made = true
+			if r.simEarly != nil && now.Before(due) {
+				r.simEarly(maps.Clone(moves))
+			}
 			r.log.Info("making the announced moves", zap.Int("slots", len(moves)), zap.Bool("heirsReady", now.Before(due)), zap.Duration("after", now.Sub(l.warm.at)))
 		}
 		if l.warm.leaveAt.IsZero() && len(leavers) > 0 {
@@ -180,9 +183,12 @@ func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time
 	if ready {
 		hold.Leave = leavers
 	}
-	if l.warm.version == 0 && maps.EqualFunc(hold.Incoming, st.cur.Incoming, slices.Equal) {
+	if l.warm.version == 0 && maps.EqualFunc(hold.Incoming, st.cur.Incoming, slices.Equal) && !r.warmAckedPast(l.warm, st.cur.Version) {
 		// Announced already, by this leader's predecessor: heirs say
-		// they are ready for the newest map that announces it.
+		// they are ready for the newest map that announces it. (Not an
+		// older map put back by hand, which an heir's readiness for a
+		// later announcement, of other slots, would seem to answer:
+		// that one is announced anew.)
 		l.warm.version = st.cur.Version
 	}
 	*next = r.placedAround(hold)
@@ -192,6 +198,17 @@ func (r *Rink) holdForWarmup(next *wire.Map, keep func() wire.Map, now time.Time
 	default:
 		st.SetTimer(core.TimerWarm, l.warm.leaveAt.Add(r.opts.ttl))
 	}
+}
+
+// warmAckedPast reports whether an heir of w has said it is ready for an
+// announcement after version v: v is an older map put back.
+func (r *Rink) warmAckedPast(w *warmState, v int64) bool {
+	for _, heir := range w.moves {
+		if r.st.lead.warmAcks[heir] > v {
+			return true
+		}
+	}
+	return false
 }
 
 // heirsReady reports whether every heir of w has said it is ready for w's
@@ -236,6 +253,10 @@ func (r *Rink) applyIncoming() {
 			set.warmUp(st.incomingV, in)
 			st.warmWait++
 		}
+	}
+	if r.simWarm != nil {
+		r.simWarm(st.incomingV, in)
+		st.warmWait++
 	}
 	if st.warmWait == 0 && len(in) > 0 {
 		st.warmReady, st.warmed = true, st.cur.Version

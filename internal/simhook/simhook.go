@@ -56,6 +56,15 @@ type Config struct {
 	// Plant names a bug to plant in the member's core, to show that the
 	// simulator finds it (see Plants; "": none).
 	Plant string
+	// Warm, if set, is asked to warm up the slots an announcement of
+	// version v brings to the member (rink.WithWarmup), as a role set's
+	// Handler.Warm is, replacing any earlier request; it calls ready once
+	// it has (slots may be empty: the announcement was withdrawn).
+	Warm func(v int64, slots []int, ready func())
+	// EarlyMoves, if set, hears of the announced moves (slot → heir) the
+	// member, leading, makes before the warm-up time has passed: every
+	// heir said it is ready.
+	EarlyMoves func(moves map[int]string)
 	// Load runs the member's load reporter (every member runs one in
 	// production; a simulated member only when asked, so that histories
 	// without load play as before they had it).

@@ -55,6 +55,7 @@ func main() {
 	ttl := flag.Duration("ttl", sim.DefaultConfig().TTL, "the members' session TTL (whole seconds, at least 1s)")
 	load := flag.Bool("load", false, "the members report their load, balance by it and do work on their holdings (a Zipf rate per slot, moving once), and the end checks the balance (without: every seed plays as before)")
 	slots := flag.Int("slots", 0, "the rink's slots (0: 16, or twice the members)")
+	warmup := flag.Duration("warmup", 0, "the members' warm-up (rink.WithWarmup): heirs warm up what is announced to them, taking a while, and no planned move may be made before the heir is ready or the warm-up has passed (0: none, and every seed plays as before)")
 	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
@@ -99,6 +100,7 @@ func main() {
 	cfg.KeyFaults = *keyFaults
 	cfg.Drift = *drift
 	cfg.Drain = *drain
+	cfg.Warmup = *warmup
 	cfg.Load = *load
 	if *ttl < time.Second || *ttl%time.Second != 0 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -ttl must be a whole number of seconds, at least 1s")
@@ -132,6 +134,9 @@ func main() {
 		}
 		if c.Slots != max(16, 2*c.Members) {
 			cmd += fmt.Sprintf(" -slots %d", c.Slots)
+		}
+		if c.Warmup != 0 {
+			cmd += fmt.Sprintf(" -warmup %v", c.Warmup)
 		}
 		if c.Drain != 0 {
 			cmd += fmt.Sprintf(" -drain %v", c.Drain)

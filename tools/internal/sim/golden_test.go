@@ -31,7 +31,7 @@ type goldenCase struct {
 // seed that finds it (found by -sim.update; the file records it), and
 // seeds with key faults and clocks that drift (Config.Drift), and seeds
 // with key faults and functions that outlast their holdings (Config.Drain)
-// or load (Config.Load).
+// or load (Config.Load) or warm-up (Config.Warmup).
 func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	var cs []goldenCase
 	def := DefaultConfig()
@@ -62,6 +62,9 @@ func goldenCases(plantSeeds map[string]uint64) []goldenCase {
 	}
 	for _, seed := range []uint64{1, 2} {
 		cs = append(cs, goldenCase{"load", seed, loadConfig()})
+	}
+	for _, seed := range []uint64{1, 2} {
+		cs = append(cs, goldenCase{"warmup", seed, warmupConfig()})
 	}
 	return cs
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// with it functions run on their holdings and outlast them (see
 	// drain.go). 0: no drain, and no functions, as before they existed.
 	Drain time.Duration
+	// Warmup is the members' warm-up (rink.WithWarmup), and with it they
+	// warm up what is announced to them, taking a while (see warmup.go).
+	// 0: none, as before it existed.
+	Warmup time.Duration
 	// Load: the members report their load and balance by it, and do work
 	// on their holdings (see load.go); the end checks the balance. false:
 	// no load, as before it existed.
@@ -85,6 +89,7 @@ type Result struct {
 	Violation   string         // the first safety or liveness violation ("": none)
 	Promotions  int            // slots the maps promoted to a secondary, each checked (see checkPromotions)
 	Lingered    int            // functions still running when their holdings ended (with Config.Drain)
+	EarlyMoves  int            // announced moves made before the warm-up time, each checked (with Config.Warmup)
 	// With Config.Load, at the end: the most loaded ranked member's true
 	// load over the mean, and the hottest slot's (see checkLoad).
 	Imbalance, ImbalanceBound float64
@@ -104,7 +109,10 @@ type simMember struct {
 	held  map[int]bool  // the slots it holds, as its events say
 	secs  map[int]bool  // the slots it holds as a secondary, as its events say
 	work  map[int]*work // the functions running on its holdings (see drain.go)
-	env   *memberEnv
+	// warming: what it was asked to warm up, with Config.Warmup (nil
+	// without: see warmup.go).
+	warming *warming
+	env     *memberEnv
 }
 
 // history is one run.
@@ -147,6 +155,10 @@ type history struct {
 	// summary (see checkLoad).
 	load     *loadModel
 	loadLost bool
+	// warm draws how long warm-ups take, with Config.Warmup (nil without:
+	// see warmup.go).
+	warm          *rand.Rand
+	warmUnchecked bool // the map was rewritten by hand under its version: early moves go unchecked
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -208,6 +220,7 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	h.load = newLoad(seed, cfg)
+	h.warm = newWarm(seed, cfg)
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -267,6 +280,9 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	if h.cfg.Drain > 0 {
 		opts = append(opts, rink.WithDrainTimeout(h.cfg.Drain))
 	}
+	if h.cfg.Warmup > 0 {
+		opts = append(opts, rink.WithWarmup(h.cfg.Warmup))
+	}
 	if h.cfg.Load {
 		opts = append(opts, rink.WithImbalanceTolerance(LoadTolerance), rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(3*LoadInterval))
 	}
@@ -275,7 +291,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 		opts = append(opts, rink.WithZone(sm.zone))
 	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load,
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm),
 		Options: append(opts,
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
@@ -586,6 +602,7 @@ func (h *history) operate(k string) bool {
 		w.Tracef("fault: operator puts the map back unchanged")
 		h.put("rink/sim/map", m)
 	case "map-rewrite":
+		h.warmUnchecked = true // (see earlyMoves)
 		// The whole map written by hand into the map key, with its
 		// version, and its slots swapped between two members or rotated.
 		var m map[string]json.RawMessage
