@@ -145,7 +145,7 @@ type Rink struct {
 	// leading, makes before the warm-up time has passed (see
 	// holdForWarmup); nil: none.
 	simEarly func(moves map[int]string)
-	plant   string     // a bug the simulator planted (see plant.go; "": none)
+	plant    string // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.

@@ -158,7 +158,7 @@ func TestAckViewUnreported(t *testing.T) {
 		v.Members[name] = AckMember{}
 	}
 	v.Members["zz"] = AckMember{} // live, not ranked
-	delete(v.Members, "aa")        // ranked, no key
+	delete(v.Members, "aa")       // ranked, no key
 	loads["ab"] = wire.LoadReport{}
 	got := v.Unreported(loads)
 	if len(got) != MaxUnreported || got[0] != "ac" || got[1] != "ad" {
