@@ -42,8 +42,9 @@ func (r *Rink) sendAckLazily(lazy bool) {
 	if st.inc == nil || !st.selfSeen || st.cur.Version == 0 || r.hushed() || len(st.draining) > 0 {
 		return // a quiet time (see hush) and a drain (see drain.go) withhold acknowledgements
 	}
-	st.acked = ackState{inc: st.inc, lineage: st.lineage, seq: st.curSeq, warm: st.warmed}
-	r.fx().ack(core.AckReq{Inc: &st.inc.Inc, Lineage: st.lineage, Version: st.cur.Version, Seq: st.curSeq, Warm: st.warmed, Lazy: lazy})
+	warm := r.warmedNow()
+	st.acked = ackState{inc: st.inc, lineage: st.lineage, seq: st.curSeq, warm: warm}
+	r.fx().ack(core.AckReq{Inc: &st.inc.Inc, Lineage: st.lineage, Version: st.cur.Version, Seq: st.curSeq, Warm: warm, Lazy: lazy})
 }
 
 // writeAcks writes this member's acknowledgements, newest first, retrying

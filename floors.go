@@ -442,7 +442,10 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 	if r.opts.warmup > 0 {
 		warm := map[string]int64{}
 		for name, a := range v.Acks {
-			if a.Warm > 0 {
+			// (Only of this lineage: a warm-up names the announcement's
+			// map version, which a new lineage, after a restore or the
+			// map key's deletion, counts again from 1.)
+			if a.Warm > 0 && a.Lineage == v.Lineage {
 				warm[name] = a.Warm
 			}
 		}

@@ -166,6 +166,10 @@ func (r *Rink) startRejoin(old *incarnation) {
 // role, hands leadership on, leaves, and waits for every other goroutine.
 func (r *Rink) shutdown(cause error) {
 	st := &r.st
+	if r.simLeave != nil {
+		r.simLeave() // (the simulator's departure, in its time)
+		return
+	}
 	// Leaving takes a few etcd requests, after the drains (bounded by the
 	// drain timeout and the caller's context): past one TTL more the lease
 	// has expired anyway, so never wait longer than that. The requests go

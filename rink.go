@@ -145,6 +145,9 @@ type Rink struct {
 	// leading, makes before the warm-up time has passed (see
 	// holdForWarmup); nil: none.
 	simEarly func(moves map[int]string)
+	// simLeave, in the simulator, carries out a shutdown the core decides
+	// on (see shutdown): the departure, as the simulator's Leave does it.
+	simLeave func()
 	plant    string // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),

@@ -113,6 +113,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 		m.load, m.loadIn = core.NewLoadReporter(o.loadEvery, o.loadWindow), newLoadInputs()
 	}
 	r.simEarly = cfg.EarlyMoves
+	r.simLeave = m.leaveNow
 	if warm := cfg.Warm; warm != nil {
 		r.simWarm = func(v int64, slots []int) {
 			warm(v, slices.Clone(slots), func() {
@@ -248,12 +249,31 @@ func (m *simMember) Crash() {
 	m.trace("crashed")
 }
 
-// Leave shuts the member down as Shutdown does (see shutdown): it leaves
-// by handing its slots over in one transaction (see depart) when it is
-// ranked in a usable map, or lets its lease expire in a quiet time, and
-// revokes its lease; the process ends when etcd answers. Meanwhile the
-// core handles nothing more, as the run goroutine does while it leaves.
+// Leave shuts the member down as Shutdown does: with a warm-up
+// (WithWarmup) it first says it is leaving and keeps serving until its
+// heirs are ready, the leader tells it to leave, or its time is up (see
+// startLeaving; the core then decides to leave, and leaveNow departs);
+// else it departs at once (see leaveNow).
 func (m *simMember) Leave() {
+	r := m.r
+	if m.dead || r.st.stopping || r.st.leaving {
+		return
+	}
+	if r.opts.warmup > 0 {
+		r.stopCtx = context.Background() // (as Shutdown's context, which never ends here)
+		m.trace("shutdown: leaving with a warm-up")
+		m.step(input{kind: inStop}) // (startLeaving, or at once leaveNow)
+		return
+	}
+	m.leaveNow()
+}
+
+// leaveNow shuts the member down as shutdown does: it leaves by handing
+// its slots over in one transaction (see depart) when it is ranked in a
+// usable map, or lets its lease expire in a quiet time, and revokes its
+// lease; the process ends when etcd answers. Meanwhile the core handles
+// nothing more, as the run goroutine does while it leaves.
+func (m *simMember) leaveNow() {
 	r := m.r
 	if m.dead || r.st.stopping {
 		return

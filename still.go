@@ -48,7 +48,7 @@ func (r *Rink) ackOwed() bool {
 	if a.inc != st.inc || a.lineage != st.lineage || a.seq < 1 {
 		return true
 	}
-	if st.warmed > a.warm {
+	if r.warmedNow() > a.warm {
 		return true // an heir says it is still ready for the newest map (see applyIncoming)
 	}
 	if a.seq >= st.curSeq {
@@ -82,7 +82,7 @@ func (r *Rink) ackOwed() bool {
 func (r *Rink) firstAckOwed() bool {
 	st := &r.st
 	f := &st.floor
-	if !f.Still || f.Lineage != st.lineage || f.Seq < 1 || st.changedSeq > 0 || st.selfIdx >= 0 || st.warmed > 0 || !f.SeqComplete {
+	if !f.Still || f.Lineage != st.lineage || f.Seq < 1 || st.changedSeq > 0 || st.selfIdx >= 0 || r.warmedNow() > 0 || !f.SeqComplete {
 		return true
 	}
 	_, listed := f.SeqLagging[r.opts.member]

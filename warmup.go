@@ -25,6 +25,7 @@ type warmupState struct {
 	warmWait  int
 	warmReady bool
 	warmed    int64
+	warmedIn  int64 // the lineage warmed is a version of (see warmedNow)
 	// leaving: a Shutdown with a warm-up waits for the leader to move this
 	// member's slots, until leaveBy fires at the latest.
 	leaving  bool             // (timerLeaveBy)
@@ -238,7 +239,7 @@ func (r *Rink) applyIncoming() {
 	in = slices.Compact(in)
 	if slices.Equal(in, st.incoming) {
 		if st.warmReady && len(in) > 0 {
-			st.warmed = st.cur.Version // still ready: say so for this map too
+			st.warmed, st.warmedIn = st.cur.Version, st.lineage // still ready: say so for this map too
 		}
 		return
 	}
@@ -259,8 +260,22 @@ func (r *Rink) applyIncoming() {
 		st.warmWait++
 	}
 	if st.warmWait == 0 && len(in) > 0 {
-		st.warmReady, st.warmed = true, st.cur.Version
+		st.warmReady, st.warmed, st.warmedIn = true, st.cur.Version, st.lineage
 	}
+}
+
+// warmedNow is the newest announcement this member is ready for, as its
+// acknowledgement says it: none when that was of another lineage (whose
+// versions a new lineage, after a restore or the map key's deletion,
+// counts again from 1: a leader took a readiness for version 22 of the
+// old lineage as readiness for version 15 of the new, seed 2345 of the
+// simulator with warm-up).
+func (r *Rink) warmedNow() int64 {
+	st := &r.st
+	if st.warmedIn != st.lineage {
+		return 0
+	}
+	return st.warmed
 }
 
 // onWarmed counts a role set ready for the announcement of version v.
@@ -273,7 +288,7 @@ func (r *Rink) onWarmed(v int64) {
 	if st.warmWait == 0 {
 		// Ready for the slots announced since v, and so for the newest map,
 		// which announces the same ones.
-		st.warmReady, st.warmed = true, st.cur.Version
+		st.warmReady, st.warmed, st.warmedIn = true, st.cur.Version, st.lineage
 		r.sendAck()
 	}
 }
