@@ -19,8 +19,8 @@ func drainConfig() Config {
 // slots (Config.Drain) while functions run on their holdings and outlast
 // them, with the fault kinds each seed draws and key faults, and requires
 // no violation: no heir starts a slot while a function of its previous
-// holder still runs on it within the drain timeout. Forty histories also
-// drift within the fence margin, and forty have two replicas in three
+// holder still runs on it within the drain timeout. Twenty histories also
+// drift within the fence margin, and twenty have two replicas in three
 // zones.
 func TestRinkDrainHistories(t *testing.T) {
 	base := drainConfig()
@@ -34,7 +34,7 @@ func TestRinkDrainHistories(t *testing.T) {
 		name string
 		cfg  Config
 		n    uint64
-	}{{"drain", base, 120}, {"drain+drift", drift, 40}, {"drain+replicas", rep, 40}} {
+	}{{"drain", base, 80}, {"drain+drift", drift, 20}, {"drain+replicas", rep, 20}} {
 		for seed := uint64(1); seed <= seedsToPlay(t, c.cfg, c.n); seed++ {
 			res := Run(seed, c.cfg)
 			lingered += res.Lingered

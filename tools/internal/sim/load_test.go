@@ -29,7 +29,7 @@ func TestRinkLoadHistories(t *testing.T) {
 	cfg := loadConfig()
 	began := time.Now()
 	worst, steps, unchecked := 0.0, 0, 0
-	seeds := seedsToPlay(t, cfg, 150)
+	seeds := seedsToPlay(t, cfg, 80)
 	for seed := uint64(1); seed <= seeds; seed++ {
 		res := Run(seed, cfg)
 		steps += res.MemberSteps
