@@ -109,7 +109,7 @@ func (h *history) trackMap() {
 
 // checkPromotions checks a leader's map next against prev, the map it was
 // planned from: each slot whose primary next no longer ranks, and that had
-// a secondary next still ranks (live), goes to the oldest of those (the
+// a secondary next still ranks (live, and not leaving), goes to the oldest of those (the
 // warm one, promoted), or else to the heir that takes its primary's index
 // with every replica it held (a hand-over).
 func (h *history) checkPromotions(prev, next *trackedMap) {
@@ -123,7 +123,9 @@ func (h *history) checkPromotions(prev, next *trackedMap) {
 		}
 		var live []string
 		for _, y := range prev.secondaries(s) {
-			if slices.Contains(next.Members, y) {
+			// (A member leaving gracefully is not promoted: with a warm-up
+			// it stays ranked, serving, until its heirs are ready.)
+			if slices.Contains(next.Members, y) && !h.left[y] {
 				live = append(live, y)
 			}
 		}
