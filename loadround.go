@@ -142,6 +142,9 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	table, moved := plan.RebalanceLoad(*next, plan.LoadInput{Load: in.Load, Capacity: in.Capacity, Tolerance: r.opts.tolerance, Budget: budget, Frozen: frozen, Continue: l.more})
 	l.round++
 	l.more = len(moved) >= budget
+	if r.simRound != nil {
+		r.simRound(l.round, slices.Clone(moved))
+	}
 	if len(moved) == 0 {
 		r.emit(Event{Kind: EventLoadBalanced, Slot: -1, Imbalance: before})
 		return

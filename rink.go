@@ -148,6 +148,9 @@ type Rink struct {
 	// simLeave, in the simulator, carries out a shutdown the core decides
 	// on (see shutdown): the departure, as the simulator's Leave does it.
 	simLeave func()
+	// simRound, in the simulator, hears of each load round this member,
+	// leading, runs: its number in the leadership, and the slots it moves.
+	simRound func(round int, moved []int)
 	plant    string // a bug the simulator planted (see plant.go; "": none)
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),

@@ -114,6 +114,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	}
 	r.simEarly = cfg.EarlyMoves
 	r.simLeave = m.leaveNow
+	r.simRound = cfg.LoadRound
 	if warm := cfg.Warm; warm != nil {
 		r.simWarm = func(v int64, slots []int) {
 			warm(v, slices.Clone(slots), func() {

@@ -65,6 +65,10 @@ type Config struct {
 	// member, leading, makes before the warm-up time has passed: every
 	// heir said it is ready.
 	EarlyMoves func(moves map[int]string)
+	// LoadRound, if set, hears of each load round the member, leading,
+	// runs: its number in the member's leadership (from 1), and the slots
+	// it moves.
+	LoadRound func(round int, moved []int)
 	// Load runs the member's load reporter (every member runs one in
 	// production; a simulated member only when asked, so that histories
 	// without load play as before they had it).

@@ -24,6 +24,9 @@ import (
 // bound) of the mean, where bound is the hottest slot's rate over the mean
 // (a slot cannot be split).
 //
+// And at every load round a leader runs: no slot it moves was moved by one
+// of its three rounds before (see loadRounds).
+//
 // Not checked: the balance of a history in which etcd was restored. A
 // restore can put back a member's older summary, and a member that did not
 // notice the restore (it rejoins when it does) does not know: the leader
@@ -164,4 +167,28 @@ func cmpFloat(a, b float64) int {
 		return 1
 	}
 	return 0
+}
+
+// loadRounds returns the hook that checks the load rounds leader runs
+// (nil without Config.Load): a slot a round moves stays put for the next
+// three rounds of the same leadership (rink's loadFreeze), so that rounds
+// do not send a slot back and forth. A leadership's rounds count from 1.
+func (h *history) loadRounds(leader *simMember) func(round int, moved []int) {
+	if h.load == nil {
+		return nil
+	}
+	last := map[int]int{} // slot → the round that moved it last
+	prev := 0
+	return func(round int, moved []int) {
+		if round <= prev {
+			clear(last) // (a new leadership)
+		}
+		prev = round
+		for _, s := range moved {
+			if k, ok := last[s]; ok && round-k <= 3 {
+				h.violate(fmt.Sprintf("load: %s's round %d moves slot %d, which its round %d moved: a slot a load round moves stays put for three rounds", leader.name, round, s, k))
+			}
+			last[s] = round
+		}
+	}
 }

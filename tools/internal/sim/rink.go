@@ -291,7 +291,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 		opts = append(opts, rink.WithZone(sm.zone))
 	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm),
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
 		Options: append(opts,
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
