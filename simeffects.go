@@ -2,9 +2,7 @@ package rink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"maps"
 	"time"
 
 	"github.com/rink-go/rink/internal/core"
@@ -249,26 +247,13 @@ func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 
 // watchHeirs follows, while inc lasts, the warm-up readiness in every
 // member's acknowledgement, for a member leaving with a warm-up (see
-// Rink.watchHeirs): it lists the ack keys, then watches them, and hands
-// the run goroutine the newest readiness of each.
+// Rink.watchHeirs): it lists the ack keys, then watches them, folding each
+// batch as the production watcher does (foldHeirs).
 func (fx simEffects) watchHeirs(inc *incarnation) {
 	m := fx.m
 	r := m.r
 	key, end := r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks())
 	warm := map[string]int64{}
-	put := func(kv *mvccpb.KeyValue) {
-		var a wire.AckValue
-		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
-			warm[r.keys.AckName(string(kv.Key))] = a.Warm
-		} else {
-			delete(warm, r.keys.AckName(string(kv.Key)))
-		}
-	}
-	hand := func() {
-		heirs := maps.Clone(warm)
-		r.inbox.send(func(ml *mail) { ml.heirs, ml.heirsSet = heirs, true })
-		m.settle()
-	}
 	var list func()
 	list = func() {
 		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
@@ -278,10 +263,6 @@ func (fx simEffects) watchHeirs(inc *incarnation) {
 			if err != nil {
 				m.env.After(m.backoff(), list)
 				return
-			}
-			clear(warm)
-			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-				put(kv)
 			}
 			var cancel func()
 			cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end), StartRevision: resp.Header.Revision + 1}, func(wr *etcdserverpb.WatchResponse) {
@@ -295,16 +276,15 @@ func (fx simEffects) watchHeirs(inc *incarnation) {
 					m.env.After(m.backoff(), list)
 					return
 				}
-				for _, ev := range wr.Events {
-					if ev.Type == mvccpb.PUT {
-						put(ev.Kv)
-					} else {
-						delete(warm, r.keys.AckName(string(ev.Kv.Key)))
-					}
+				evs := make([]*clientv3.Event, len(wr.Events))
+				for i, ev := range wr.Events {
+					evs[i] = (*clientv3.Event)(ev)
 				}
-				hand()
+				r.foldHeirs(warm, watchBatch{events: evs, rev: wr.Header.Revision})
+				m.settle()
 			})
-			hand()
+			r.foldHeirs(warm, watchBatch{snapshot: true, kvs: resp.Responses[0].GetResponseRange().Kvs, rev: resp.Header.Revision})
+			m.settle()
 		})
 	}
 	list()

@@ -320,6 +320,16 @@ func (r *Rink) startLeaving() bool {
 // goroutine (the newest only).
 func (r *Rink) watchHeirs(ctx context.Context) {
 	warm := map[string]int64{}
+	follow(ctx, r.cli, r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks()), r.log, func(b watchBatch) bool {
+		r.foldHeirs(warm, b)
+		return true
+	})
+}
+
+// foldHeirs folds a batch of the ack keys (a listing, or a watch's
+// events) into warm, each member's warm-up readiness, and hands the run
+// goroutine a copy (see watchHeirs; the simulator's driver calls it too).
+func (r *Rink) foldHeirs(warm map[string]int64, b watchBatch) {
 	put := func(kv *mvccpb.KeyValue) {
 		var a wire.AckValue
 		if json.Unmarshal(kv.Value, &a) == nil && a.Warm > 0 {
@@ -328,24 +338,21 @@ func (r *Rink) watchHeirs(ctx context.Context) {
 			delete(warm, r.keys.AckName(string(kv.Key)))
 		}
 	}
-	follow(ctx, r.cli, r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks()), r.log, func(b watchBatch) bool {
-		if b.snapshot {
-			clear(warm)
-			for _, kv := range b.kvs {
-				put(kv)
-			}
+	if b.snapshot {
+		clear(warm)
+		for _, kv := range b.kvs {
+			put(kv)
 		}
-		for _, ev := range b.events {
-			if ev.Type == clientv3.EventTypePut {
-				put(ev.Kv)
-			} else {
-				delete(warm, r.keys.AckName(string(ev.Kv.Key)))
-			}
+	}
+	for _, ev := range b.events {
+		if ev.Type == clientv3.EventTypePut {
+			put(ev.Kv)
+		} else {
+			delete(warm, r.keys.AckName(string(ev.Kv.Key)))
 		}
-		heirs := maps.Clone(warm)
-		r.inbox.send(func(m *mail) { m.heirs, m.heirsSet = heirs, true })
-		return true
-	})
+	}
+	heirs := maps.Clone(warm)
+	r.inbox.send(func(m *mail) { m.heirs, m.heirsSet = heirs, true })
 }
 
 // heirsWarm reports whether, for a member leaving with a warm-up, the

@@ -1,10 +1,9 @@
 package sim
 
 import (
-	"slices"
+	"fmt"
 	"strings"
 	"testing"
-	"time"
 )
 
 // loadConfig is a rink whose members report their load and balance by it
@@ -27,21 +26,15 @@ func loadConfig() Config {
 // summaries the leader lacks (wire.AckFloor.Unreported).
 func TestRinkLoadHistories(t *testing.T) {
 	cfg := loadConfig()
-	began := time.Now()
-	worst, steps, unchecked := 0.0, 0, 0
-	seeds := seedsToPlay(t, cfg, 80)
-	for seed := uint64(1); seed <= seeds; seed++ {
-		res := Run(seed, cfg)
-		steps += res.MemberSteps
+	worst, unchecked, played := 0.0, 0, 0
+	steps, took := playModels(t, []modelCase{{"load", cfg, 80}}, func(res Result) {
+		played++
 		if res.LoadUnchecked {
 			unchecked++
 		} else {
 			worst = max(worst, res.Imbalance/max(1+LoadTolerance, res.ImbalanceBound))
 		}
-		if res.Violation != "" {
-			t.Errorf("seed %d: %s (replay: go run ./tools/cmd/rink-sim -keys -load -seed %d)", seed, res.Violation, seed)
-		}
-	}
+	})
 	if *rinkSeed == 0 {
 		for _, seed := range []uint64{91, 133, 330, 346, 468, 654} {
 			if res := Run(seed, cfg); res.Violation != "" {
@@ -49,11 +42,11 @@ func TestRinkLoadHistories(t *testing.T) {
 			}
 		}
 	}
-	if seeds > 0 && unchecked*2 > int(seeds) {
-		t.Errorf("%d of %d histories had etcd restored: the balance was hardly checked", unchecked, seeds)
+	if played > 0 && unchecked*2 > played {
+		t.Errorf("%d of %d histories had etcd restored: the balance was hardly checked", unchecked, played)
 	}
 	t.Logf("%d histories (%d with etcd restored, not checked for balance), %d member-steps in %v; the worst end at %.2f of what balancing can reach",
-		seeds, unchecked, steps, time.Since(began), worst)
+		played, unchecked, steps, took, worst)
 }
 
 // TestLoadDrawsItsOwnStream: with Config.Load a seed draws the same fault
@@ -61,23 +54,10 @@ func TestRinkLoadHistories(t *testing.T) {
 // load and balances by it, and replays byte for byte; without it nothing
 // is reported.
 func TestLoadDrawsItsOwnStream(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Trace = true
-	loaded := cfg
-	loaded.Load = true
-	for _, seed := range []uint64{1, 2, 3} {
-		a, b := Run(seed, cfg), Run(seed, loaded)
-		if !slices.Equal(a.Kinds, b.Kinds) {
-			t.Fatalf("seed %d: kinds %v without load, %v with", seed, a.Kinds, b.Kinds)
+	checkOwnStream(t, "load", func(c *Config) { c.Load = true }, "reported load", func(a, b Result) error {
+		if a.Imbalance != 0 || b.Imbalance == 0 || !strings.Contains(b.Trace, "load round") {
+			return fmt.Errorf("imbalance %v without load, %v with; load rounds with: %v", a.Imbalance, b.Imbalance, strings.Contains(b.Trace, "load round"))
 		}
-		if strings.Contains(a.Trace, "reported load") || a.Imbalance != 0 {
-			t.Fatalf("seed %d: load reported without Config.Load", seed)
-		}
-		if !strings.Contains(b.Trace, "reported load") || !strings.Contains(b.Trace, "load round") || b.Imbalance == 0 {
-			t.Fatalf("seed %d: no load reported or balanced with Config.Load", seed)
-		}
-		if again := Run(seed, loaded); again.Trace != b.Trace {
-			t.Fatalf("seed %d: a history with load does not replay", seed)
-		}
-	}
+		return nil
+	})
 }

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"slices"
-	"strings"
 	"testing"
 	"time"
 )
@@ -31,23 +29,9 @@ func TestRinkWarmupHistories(t *testing.T) {
 	drift.Drift = DriftBound
 	rep := base
 	rep.Members, rep.Replicas, rep.Zones = 6, 2, 3
-	began := time.Now()
-	early, steps := 0, 0
-	for _, c := range []struct {
-		name string
-		cfg  Config
-		n    uint64
-	}{{"warmup", base, 80}, {"warmup+drift", drift, 20}, {"warmup+replicas", rep, 20}} {
-		for seed := uint64(1); seed <= seedsToPlay(t, c.cfg, c.n); seed++ {
-			res := Run(seed, c.cfg)
-			early += res.EarlyMoves
-			steps += res.MemberSteps
-			if res.Violation != "" {
-				t.Errorf("%s: seed %d: %s (replay: go run ./tools/cmd/rink-sim -keys -warmup %v -drift %g -members %d -replicas %d -zones %d -seed %d)",
-					c.name, seed, res.Violation, c.cfg.Warmup, c.cfg.Drift, c.cfg.Members, c.cfg.replicas(), c.cfg.Zones, seed)
-			}
-		}
-	}
+	early := 0
+	steps, took := playModels(t, []modelCase{{"warmup", base, 80}, {"warmup+drift", drift, 20}, {"warmup+replicas", rep, 20}},
+		func(res Result) { early += res.EarlyMoves })
 	if *rinkSeed == 0 {
 		cfg := base
 		cfg.KeyFaults = false
@@ -60,7 +44,7 @@ func TestRinkWarmupHistories(t *testing.T) {
 			t.Fatal("no announced move was made early: the check was never put to the test")
 		}
 	}
-	t.Logf("%d announced moves made early, each checked; %d member-steps in %v", early, steps, time.Since(began))
+	t.Logf("%d announced moves made early, each checked; %d member-steps in %v", early, steps, took)
 }
 
 // TestWarmupDrawsItsOwnStream: with Config.Warmup a seed draws the same
@@ -68,23 +52,6 @@ func TestRinkWarmupHistories(t *testing.T) {
 // its members warm up what is announced to them, and it replays byte for
 // byte; without it nothing is announced.
 func TestWarmupDrawsItsOwnStream(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Trace = true
-	warm := cfg
-	warm.Warmup = 300 * time.Millisecond
-	for _, seed := range []uint64{1, 2, 3} {
-		a, b := Run(seed, cfg), Run(seed, warm)
-		if !slices.Equal(a.Kinds, b.Kinds) {
-			t.Fatalf("seed %d: kinds %v without a warm-up, %v with", seed, a.Kinds, b.Kinds)
-		}
-		if strings.Contains(a.Trace, "warms up") {
-			t.Fatalf("seed %d: a warm-up without Config.Warmup", seed)
-		}
-		if !strings.Contains(b.Trace, "warms up") {
-			t.Fatalf("seed %d: nothing announced with Config.Warmup", seed)
-		}
-		if again := Run(seed, warm); again.Trace != b.Trace {
-			t.Fatalf("seed %d: a history with a warm-up does not replay", seed)
-		}
-	}
+	checkOwnStream(t, "a warm-up", func(c *Config) { c.Warmup = 300 * time.Millisecond }, "warms up",
+		func(Result, Result) error { return nil })
 }
