@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -18,7 +19,8 @@ import (
 // slot) every 100 ms for each slot it acts on, unless it is paused. Once
 // in a history the hot set moves: the rates are drawn anew.
 //
-// The check, at the end: the rink is balanced, by the true rates and
+// The check, at the end: every ranked member's load key is there, and the
+// rink is balanced, by the true rates and
 // equal capacities, within what balancing can reach: the most loaded
 // ranked member carries at most LoadSlack times max(1+LoadTolerance,
 // bound) of the mean, where bound is the hottest slot's rate over the mean
@@ -137,6 +139,12 @@ func (h *history) checkLoad() {
 			continue
 		}
 		names = append(names, m.name)
+		if h.w.Etcd.kvs["rink/sim/.load/"+m.name] == nil {
+			// (Deleted by an operator, or erased by a restore: the leader
+			// names it in its floor, and the member writes it again.)
+			h.violate(fmt.Sprintf("load: %s's load key is gone %v after the faults stopped", m.name, h.cfg.Quiet))
+			return
+		}
 		for s := range m.m.Holding() {
 			load[m.name] += l.rates[s]
 		}
@@ -146,7 +154,7 @@ func (h *history) checkLoad() {
 		return
 	}
 	mean := total / float64(len(names))
-	most := slices.MaxFunc(names, func(a, b string) int { return cmpFloat(load[a], load[b]) })
+	most := slices.MaxFunc(names, func(a, b string) int { return cmp.Compare(load[a], load[b]) })
 	imbalance := load[most] / mean
 	bound := slices.Max(l.rates) / mean
 	h.res.Imbalance, h.res.ImbalanceBound = imbalance, bound
@@ -157,16 +165,6 @@ func (h *history) checkLoad() {
 	if limit := LoadSlack * max(1+LoadTolerance, bound); imbalance > limit {
 		h.violate(fmt.Sprintf("load: %s carries %.2f of the mean after the faults stopped, more than %.2f (bound %.2f)", most, imbalance, limit, bound))
 	}
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // loadRounds returns the hook that checks the load rounds leader runs
