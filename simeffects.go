@@ -29,7 +29,7 @@ func (fx simEffects) ack(req core.AckReq) {
 
 func (fx simEffects) relist() {
 	if fx.m.view != nil {
-		fx.m.view.start()
+		fx.m.view.relist()
 	}
 }
 
@@ -252,42 +252,14 @@ func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 func (fx simEffects) watchHeirs(inc *incarnation) {
 	m := fx.m
 	r := m.r
-	key, end := r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks())
 	warm := map[string]int64{}
-	var list func()
-	list = func() {
-		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
-			if m.dead || inc.ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				m.env.After(m.backoff(), list)
-				return
-			}
-			var cancel func()
-			cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end), StartRevision: resp.Header.Revision + 1}, func(wr *etcdserverpb.WatchResponse) {
-				if m.dead || inc.ctx.Err() != nil {
-					if cancel != nil {
-						cancel()
-					}
-					return
-				}
-				if wr.Canceled {
-					m.env.After(m.backoff(), list)
-					return
-				}
-				evs := make([]*clientv3.Event, len(wr.Events))
-				for i, ev := range wr.Events {
-					evs[i] = (*clientv3.Event)(ev)
-				}
-				r.foldHeirs(warm, watchBatch{events: evs, rev: wr.Header.Revision})
-				m.settle()
-			})
-			r.foldHeirs(warm, watchBatch{snapshot: true, kvs: resp.Responses[0].GetResponseRange().Kvs, rev: resp.Header.Revision})
-			m.settle()
-		})
+	what := func() (key, end string, extra []string, wide bool) {
+		return r.keys.Acks(), clientv3.GetPrefixRangeEnd(r.keys.Acks()), nil, false
 	}
-	list()
+	m.newFollower(what, func(b watchBatch) {
+		r.foldHeirs(warm, b)
+		m.settle()
+	}, func() bool { return inc.ctx.Err() != nil }).start()
 }
 
 func (fx simEffects) revokeLease(lease int64) {
@@ -319,7 +291,6 @@ type simAggregator struct {
 	busy    bool
 	holdGen int
 	wake    time.Time
-	gen     int // the follower's generation folded
 	done    bool
 }
 
@@ -338,8 +309,8 @@ func (m *simMember) newAggregator(el core.Elected, box *restBox) *simAggregator 
 func (a *simAggregator) stop() {
 	a.cancel()
 	a.done = true
-	if a.f != nil && a.f.cancel != nil {
-		a.f.cancel()
+	if a.f != nil {
+		a.f.stop()
 	}
 	if a.m.agg == a {
 		a.m.agg = nil
@@ -349,42 +320,11 @@ func (a *simAggregator) stop() {
 // follow lists the whole rink and follows it (see follow).
 func (a *simAggregator) follow() {
 	m, r := a.m, a.m.r
-	a.gen++
-	gen := a.gen
-	key, end := r.keys.Prefix, clientv3.GetPrefixRangeEnd(r.keys.Prefix)
-	retry := func() {
-		m.env.After(m.backoff(), func() {
-			if !m.dead && !a.done && gen == a.gen {
-				a.follow()
-			}
-		})
+	what := func() (key, end string, extra []string, wide bool) {
+		return r.keys.Prefix, clientv3.GetPrefixRangeEnd(r.keys.Prefix), nil, false
 	}
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: []*etcdserverpb.RequestOp{wire.Range(key, end)}}, func(resp *etcdserverpb.TxnResponse, err error) {
-		if m.dead || a.done || gen != a.gen {
-			return
-		}
-		if err != nil {
-			retry()
-			return
-		}
-		listed := resp.Header.Revision
-		a.f = &simFollower{m: m}
-		a.f.cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end), StartRevision: listed + 1}, func(wr *etcdserverpb.WatchResponse) {
-			if m.dead || a.done || gen != a.gen {
-				return
-			}
-			if wr.Canceled {
-				retry()
-				return
-			}
-			evs := make([]*clientv3.Event, len(wr.Events))
-			for i, ev := range wr.Events {
-				evs[i] = (*clientv3.Event)(ev)
-			}
-			a.fold(watchBatch{events: evs, rev: wr.Header.Revision})
-		})
-		a.fold(watchBatch{snapshot: true, kvs: resp.Responses[0].GetResponseRange().Kvs, rev: listed})
-	})
+	a.f = m.newFollower(what, a.fold, func() bool { return a.done })
+	a.f.start()
 }
 
 // fold folds b (see Rink.fold) and carries out what comes of it.

@@ -6,8 +6,10 @@ package rink
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -133,85 +135,145 @@ func watchResponseOf(resp *etcdserverpb.WatchResponse) clientv3.WatchResponse {
 	return wr
 }
 
-// simFollower is a watch of the member's (its view, or its own key), with
-// follow's semantics: a listing, then the events after it, listed anew
-// when the watch breaks or the core asks.
+// simFollower carries out what a core.Follower decides, against the
+// model, as followOnce does with etcd's client: it opens a watch of a
+// range from the revision etcd is at, lists the range once etcd says the
+// watch is open, hands on the listing and then the watch's events newer
+// than it, and starts over when the watch breaks (after the follower's
+// wait) or its owner asks (at once).
 type simFollower struct {
 	m      *simMember
-	own    bool
-	gen    int
-	cancel func()
+	f      *core.Follower
+	gen    int    // numbers the attempts: an older one's answers are dropped
+	cancel func() // ends the current attempt's watch (nil: none)
+	// what says the range to follow (read at each attempt) and the keys
+	// read with its listing; send takes what is handed on; ended reports
+	// that the follower's owner is gone.
+	what  func() (key, end string, extra []string, wide bool)
+	send  func(watchBatch)
+	ended func() bool
 }
 
-func (m *simMember) newFollower(own bool) *simFollower { return &simFollower{m: m, own: own} }
+func (m *simMember) newFollower(what func() (key, end string, extra []string, wide bool), send func(watchBatch), ended func() bool) *simFollower {
+	return &simFollower{m: m, f: core.NewFollower(m.r.newBackoff()), what: what, send: send, ended: ended}
+}
 
-// start lists the keys followed and watches them from after the listing.
-func (f *simFollower) start() {
-	m, r := f.m, f.m.r
+// viewFollower follows the member's view, or its own key (own).
+func (m *simMember) viewFollower(own bool) *simFollower {
+	r := m.r
+	what := func() (key, end string, extra []string, wide bool) {
+		if own {
+			key = r.keys.Member(r.opts.member)
+			return key, key + "\x00", nil, false
+		}
+		wide = r.wideView.Load()
+		key, end, extra = r.viewRange(wide)
+		return key, end, extra, wide
+	}
+	send := func(b watchBatch) {
+		b.own = own
+		m.step(input{kind: inBatch, batch: b})
+	}
+	return m.newFollower(what, send, func() bool { return false })
+}
+
+// stop ends the current attempt.
+func (f *simFollower) stop() {
 	f.gen++
-	gen := f.gen
 	if f.cancel != nil {
 		f.cancel()
 		f.cancel = nil
 	}
-	wide := r.wideView.Load()
-	key, end := r.keys.Narrowed()
-	var extra []string
-	switch {
-	case f.own:
-		key = r.keys.Member(r.opts.member)
-		end = key + "\x00"
-	case wide:
-		key, end = r.keys.Followed()
-		extra = []string{r.keys.Snapshot()}
-	default:
-		extra = []string{r.keys.Snapshot(), r.keys.Member(r.opts.member)}
-	}
-	ops := []*etcdserverpb.RequestOp{wire.Range(key, end)}
-	for _, k := range extra {
-		ops = append(ops, wire.Get(k))
-	}
-	retry := func() {
-		m.env.After(m.backoff(), func() {
-			if !m.dead && gen == f.gen {
+}
+
+// relist ends the current attempt and starts another at once.
+func (f *simFollower) relist() { f.start() }
+
+// start begins an attempt.
+func (f *simFollower) start() {
+	m := f.m
+	f.stop()
+	gen := f.gen
+	live := func() bool { return !m.dead && gen == f.gen && !f.ended() }
+	again := func(wait time.Duration) {
+		f.stop()
+		gen := f.gen
+		m.env.After(wait, func() {
+			if !m.dead && gen == f.gen && !f.ended() {
 				f.start()
 			}
 		})
 	}
-	m.etcd.Txn(&etcdserverpb.TxnRequest{Success: ops}, func(resp *etcdserverpb.TxnResponse, err error) {
-		if m.dead || gen != f.gen {
+	failed := func() { again(f.f.Failed(m.env.Clock())) }
+	f.f.Begin(m.env.Clock())
+	key, end, extra, wide := f.what()
+	var queue []*etcdserverpb.WatchResponse // (what the watch said before the listing's answer)
+	listed := false
+	read := func(wr *etcdserverpb.WatchResponse) {
+		if broken, wait := f.f.Response(wr.Canceled, m.env.Clock()); broken {
+			again(wait)
 			return
 		}
-		if err != nil {
-			retry()
+		revs := make([]int64, len(wr.Events))
+		for i, ev := range wr.Events {
+			revs[i] = ev.Kv.ModRevision
+		}
+		n := f.f.Fresh(revs)
+		if n == 0 {
 			return
 		}
-		var kvs []*mvccpb.KeyValue
-		for _, rr := range resp.Responses {
-			kvs = append(kvs, rr.GetResponseRange().Kvs...)
+		evs := make([]*clientv3.Event, n)
+		for i, ev := range wr.Events[len(wr.Events)-n:] {
+			evs[i] = (*clientv3.Event)(ev)
 		}
-		listed := resp.Header.Revision
-		f.cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end), StartRevision: listed + 1},
-			func(wr *etcdserverpb.WatchResponse) {
-				if m.dead || gen != f.gen {
-					return
-				}
-				if wr.Canceled {
-					f.cancel = nil
-					retry()
-					return
-				}
-				if len(wr.Events) == 0 {
-					return
-				}
-				evs := make([]*clientv3.Event, len(wr.Events))
-				for i, ev := range wr.Events {
-					evs[i] = (*clientv3.Event)(ev)
-				}
-				m.step(input{kind: inBatch, batch: watchBatch{events: evs, rev: wr.Header.Revision, wide: wide, own: f.own}})
-			})
-		m.step(input{kind: inBatch, batch: watchBatch{snapshot: true, kvs: kvs, rev: listed, wide: wide, own: f.own}})
+		f.send(watchBatch{events: evs, rev: wr.Header.Revision, wide: wide})
+	}
+	list := func() {
+		ops := []*etcdserverpb.RequestOp{wire.Range(key, end)}
+		for _, k := range extra {
+			ops = append(ops, wire.Get(k))
+		}
+		m.etcd.Txn(&etcdserverpb.TxnRequest{Success: ops}, func(resp *etcdserverpb.TxnResponse, err error) {
+			if !live() {
+				return
+			}
+			if err != nil {
+				failed()
+				return
+			}
+			var kvs []*mvccpb.KeyValue
+			for _, rr := range resp.Responses {
+				kvs = append(kvs, rr.GetResponseRange().Kvs...)
+			}
+			f.f.Listed(resp.Header.Revision)
+			listed = true
+			f.send(watchBatch{snapshot: true, kvs: kvs, rev: resp.Header.Revision, wide: wide})
+			for len(queue) > 0 && live() {
+				wr := queue[0]
+				queue = queue[1:]
+				read(wr)
+			}
+		})
+	}
+	opened := false
+	f.cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end)}, func(wr *etcdserverpb.WatchResponse) {
+		switch {
+		case !live():
+		case !opened:
+			var err error
+			if wr.Canceled || !wr.Created {
+				err = errors.New("sim: watch not opened")
+			}
+			if !f.f.Opened(err) {
+				failed()
+				return
+			}
+			opened = true
+			list()
+		case !listed:
+			queue = append(queue, wr)
+		default:
+			read(wr)
+		}
 	})
 }
-
-// (warm-up is not simulated)

@@ -1,7 +1,7 @@
 package rink
 
 import (
-	"time"
+	"github.com/rink-go/rink/internal/core"
 
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -311,39 +311,41 @@ func (r *Rink) followOwn() {
 // view, as the run goroutine last asked (see syncView), listed anew when
 // that changes.
 func (r *Rink) watch() {
-	b := newBackoff()
+	f := core.NewFollower(newBackoff())
 	for r.ctx.Err() == nil {
-		began := time.Now()
 		wide := r.wideView.Load()
-		key, end := r.keys.Narrowed()
-		if wide {
-			key, end = r.keys.Followed()
-		}
-		// The whole map beside the map key's change record (see
-		// records.go) is read with each listing, never watched: a member
-		// reads it only when it cannot apply the record.
-		extra := []string{r.keys.Snapshot()}
-		if !wide {
-			// Our own key too, in the listing's revision: a process whose
-			// key went while it was cut off learns it before it applies
-			// the maps of the listing (its own watch may lag).
-			extra = append(extra, r.keys.Member(r.opts.member))
-		}
-		more, relisted := followOnce(r.ctx, r.cli, key, end, extra, r.relistCh, r.log, func(batch watchBatch) bool {
+		key, end, extra := r.viewRange(wide)
+		more, wait := followOnce(r.ctx, r.cli, f, key, end, extra, r.relistCh, r.log, func(batch watchBatch) bool {
 			batch.wide = wide
 			return r.sendBatch(batch)
 		})
 		if !more {
 			return
 		}
-		if relisted {
-			continue // asked for: no error to back off from
+		if wait > 0 {
+			sleep(r.ctx, wait)
 		}
-		if time.Since(began) > time.Minute {
-			b.Reset()
-		}
-		sleep(r.ctx, b.Next())
 	}
+}
+
+// viewRange is what the view follows: the range watched, and the keys
+// read with each listing of it.
+func (r *Rink) viewRange(wide bool) (key, end string, extra []string) {
+	key, end = r.keys.Narrowed()
+	if wide {
+		key, end = r.keys.Followed()
+	}
+	// The whole map beside the map key's change record (see records.go)
+	// is read with each listing, never watched: a member reads it only
+	// when it cannot apply the record.
+	extra = []string{r.keys.Snapshot()}
+	if !wide {
+		// Our own key too, in the listing's revision: a process whose key
+		// went while it was cut off learns it before it applies the maps
+		// of the listing (its own watch may lag).
+		extra = append(extra, r.keys.Member(r.opts.member))
+	}
+	return key, end, extra
 }
 
 // checkOwnName starts, once per process, the check for an earlier

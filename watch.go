@@ -2,17 +2,11 @@ package rink
 
 import (
 	"context"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // Handler receives the assignments of a RoleSet (see Watch). Its functions
@@ -477,150 +471,4 @@ func (r *Rink) notifySets(slot int) {
 			s.changed(slot)
 		}
 	}
-}
-
-// watchBatch carries what the watcher saw: either a full listing of the
-// rink's keys (after start or a broken watch) or the events of one watch
-// response.
-type watchBatch struct {
-	snapshot bool
-	wide     bool // of the wide view (see view.go)
-	own      bool // of this member's own key alone (see followOwn)
-	kvs      []*mvccpb.KeyValue
-	events   []*clientv3.Event
-	rev      int64
-}
-
-// follow feeds send with a listing of the keys in [key, end) and then the
-// watch events newer than the listing; after any watch error (compaction,
-// lost etcd leader, a broken stream) it starts over with a new listing. It
-// returns when ctx ends or send reports false.
-//
-// The watch is opened before the listing, from the current revision, rather
-// than from the listing's revision: etcd serves a watch that starts in the
-// past from a loop that runs every 100 ms until it catches up, and a write
-// landing between a listing and such a watch would delay every event by up
-// to that long.
-func follow(ctx context.Context, cli *clientv3.Client, key, end string, log *zap.Logger, send func(watchBatch) bool) {
-	b := newBackoff()
-	for ctx.Err() == nil {
-		began := time.Now()
-		if more, _ := followOnce(ctx, cli, key, end, nil, nil, log, send); !more {
-			return
-		}
-		if time.Since(began) > time.Minute {
-			b.Reset() // it had been healthy: start over from a short wait
-		}
-		sleep(ctx, b.Next())
-	}
-}
-
-// followOnce runs one watch until it breaks, or until relist asks for a
-// new listing (relisted); more is false when it should stop for good.
-// Keys in extra, outside [key, end), are read with the listing, not
-// watched.
-func followOnce(ctx context.Context, cli *clientv3.Client, key, end string, extra []string, relist <-chan struct{}, log *zap.Logger, send func(watchBatch) bool) (more, relisted bool) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := cli.Watch(wctx, key, clientv3.WithRange(end), clientv3.WithCreatedNotify())
-	created, ok := <-wch
-	if !ok || created.Err() != nil {
-		if ctx.Err() == nil {
-			log.Warn("opening the watch failed, retrying", zap.Error(created.Err()))
-		}
-		return ctx.Err() == nil, false
-	}
-	ops := []clientv3.Op{clientv3.OpGet(key, clientv3.WithRange(end))}
-	for _, k := range extra {
-		ops = append(ops, clientv3.OpGet(k))
-	}
-	resp, err := cli.Txn(wctx).Then(ops...).Commit()
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("listing the rink failed, retrying", zap.Error(err))
-		}
-		return ctx.Err() == nil, false
-	}
-	var kvs []*mvccpb.KeyValue
-	for _, r := range resp.Responses {
-		kvs = append(kvs, r.GetResponseRange().Kvs...)
-	}
-	listed := resp.Header.Revision
-	if !send(watchBatch{snapshot: true, kvs: kvs, rev: listed}) {
-		return false, false
-	}
-	for {
-		var wr clientv3.WatchResponse
-		var ok bool
-		select {
-		case wr, ok = <-wch:
-		case <-relist:
-			return ctx.Err() == nil, true
-		}
-		if !ok {
-			break
-		}
-		if err := wr.Err(); err != nil {
-			log.Warn("watch broken, listing again", zap.Error(err))
-			return ctx.Err() == nil, false
-		}
-		events := wr.Events
-		for len(events) > 0 && events[0].Kv.ModRevision <= listed {
-			events = events[1:] // already in the listing
-		}
-		if len(events) == 0 {
-			continue
-		}
-		if !send(watchBatch{events: events, rev: wr.Header.Revision}) {
-			return false, false
-		}
-	}
-	return ctx.Err() == nil, false
-}
-
-// relist asks the watcher for a new listing of the rink (see underived).
-func (r *Rink) relist() {
-	select {
-	case r.relistCh <- struct{}{}:
-	default:
-	}
-}
-
-func (r *Rink) sendBatch(b watchBatch) bool {
-	select {
-	case r.handoffCh <- input{kind: inBatch, batch: b}:
-		return true
-	case <-r.ctx.Done():
-		return false
-	}
-}
-
-// backoff doubles a wait from 50 ms to 5 s, with jitter (see core.Backoff).
-type backoff = core.Backoff
-
-// newBackoff returns a backoff with a jitter source of its own, seeded
-// from the global one (a backoff's owner may be any goroutine).
-func newBackoff() *backoff {
-	return core.NewBackoff(rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
-}
-
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-// newBackoff is newBackoff, drawing from the simulator's source in a
-// simulated member.
-func (r *Rink) newBackoff() *backoff {
-	if r.simRand != nil {
-		return core.NewBackoff(r.simRand)
-	}
-	return newBackoff()
 }

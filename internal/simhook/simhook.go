@@ -27,7 +27,10 @@ type Etcd interface {
 	LeaseKeepAlive(r *etcdserverpb.LeaseKeepAliveRequest, done func(*etcdserverpb.LeaseKeepAliveResponse, error))
 	LeaseTimeToLive(r *etcdserverpb.LeaseTimeToLiveRequest, done func(*etcdserverpb.LeaseTimeToLiveResponse, error))
 	// Watch opens a watch whose responses reach deliver in order; a
-	// response with Canceled set ends it. cancel ends it at once.
+	// response with Canceled set ends it. cancel ends it at once. A watch
+	// with no start revision starts from the revision after etcd's when
+	// it reaches etcd, and its first response says so (Created set, with
+	// etcd's revision then), as etcd's created notification does.
 	Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdserverpb.WatchResponse)) (cancel func())
 }
 

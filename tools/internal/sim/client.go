@@ -149,6 +149,27 @@ func (c *Client) Watch(r *etcdserverpb.WatchCreateRequest, deliver func(*etcdser
 		wa.m = w.Etcd.Watch(r)
 		w.watched[wa.m.ID] = wa
 		w.Tracef("%s: watch %d of %q from %d", c.Name, wa.m.ID, r.Key, wa.m.next)
+		if r.StartRevision == 0 {
+			// A watch from etcd's revision: its client learns that it is
+			// open, and from where, from a first response saying so
+			// (etcd's created notification), ahead of any event.
+			wa.scheduled = true
+			rev := wa.m.next - 1
+			var created func()
+			created = func() {
+				switch {
+				case wa.ended:
+				case c.cut():
+					w.After(c.cutUntil-w.now+c.delay(), created)
+				default:
+					wa.scheduled = false
+					wa.deliver(&etcdserverpb.WatchResponse{Header: &etcdserverpb.ResponseHeader{Revision: rev}, WatchId: wa.m.ID, Created: true})
+					w.pump()
+				}
+			}
+			w.After(c.delay(), created)
+			return
+		}
 		w.pump()
 	}
 	w.After(c.delay(), open)
