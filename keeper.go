@@ -37,7 +37,7 @@ func (r *Rink) keep(inc *incarnation, sent, deadline int64) {
 			return
 		}
 		if renew {
-			cctx, cancel := context.WithTimeout(inc.ctx, untilClock(k.Deadline))
+			cctx, cancel := context.WithTimeout(inc.ctx, untilClock(wakeAt))
 			resp, err := r.cli.KeepAliveOnce(cctx, clientv3.LeaseID(inc.Lease))
 			cancel()
 			if inc.ctx.Err() != nil {

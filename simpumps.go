@@ -46,7 +46,7 @@ func (m *simMember) pumpKeeper() {
 			inc.deadline.Store(k.Deadline)
 			m.pumpKeeper()
 		}
-		m.env.After(time.Duration(k.Deadline-m.env.Clock()), func() { done(0, context.DeadlineExceeded) })
+		m.env.After(time.Duration(wakeAt-m.env.Clock()), func() { done(0, context.DeadlineExceeded) })
 		m.etcd.LeaseKeepAlive(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(inc.Lease)}, func(resp *etcdserverpb.LeaseKeepAliveResponse, err error) {
 			switch {
 			case err != nil:

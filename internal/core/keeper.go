@@ -38,7 +38,11 @@ func NewKeeper(ttl time.Duration, sent, deadline int64) *Keeper {
 }
 
 // Next returns, at clock reading now, whether to fence, or to send a
-// renewal (then renewed), or else the reading to look again at.
+// renewal (then Renewed), or else the reading to look again at. With a
+// renewal, wakeAt is the reading its answer must come by: the fence
+// deadline, at which a renewal still in flight is abandoned and Renewed
+// told so, because the lease may be gone by then and waiting longer would
+// keep the member trusting it.
 func (k *Keeper) Next(now int64) (fence FenceWhy, renew bool, wakeAt int64) {
 	switch {
 	case now >= k.Deadline && now >= k.tickAt:
@@ -49,7 +53,7 @@ func (k *Keeper) Next(now int64) (fence FenceWhy, renew bool, wakeAt int64) {
 		return FenceLate, false, 0
 	case now >= k.tickAt:
 		k.sent = now
-		return "", true, 0
+		return "", true, k.Deadline
 	}
 	return "", false, min(k.tickAt, k.Deadline)
 }

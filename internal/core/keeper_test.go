@@ -19,8 +19,8 @@ func TestKeeperSteps(t *testing.T) {
 	if why, renew, wake := k.Next(0); why != "" || renew || wake != s {
 		t.Fatalf("at 0: %q %v %v", why, renew, wake)
 	}
-	if _, renew, _ := k.Next(s); !renew {
-		t.Fatal("no renewal a third of the TTL in")
+	if _, renew, by := k.Next(s); !renew || by != k.Deadline {
+		t.Fatalf("a third of the TTL in: renew %v, answer by %v; want a renewal answered by the deadline %v", renew, time.Duration(by), time.Duration(k.Deadline))
 	}
 	// Granted 3 s at 1 s: trusted until 4 s less the margin.
 	if why := k.Renewed(3, nil, s+int64(10*time.Millisecond)); why != "" || k.Deadline != 4*s-int64(ttl/8) {
