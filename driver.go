@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rink-go/rink/internal/core"
@@ -228,26 +227,10 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 		if !join {
 			return
 		}
-		resumable := old != nil
-		b := newBackoff()
+		j := r.newJoiner(old)
 		for attempt := 1; ; attempt++ {
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.joinTimeout)
-			var inc *incarnation
-			var err error
-			if resumable {
-				inc, err = r.resume(ctx, old)
-				if errors.Is(err, errKeyGone) {
-					r.log.Info("own member key gone: joining as a newcomer")
-					resumable = false
-					r.inbox.send(func(m *mail) { m.keyGone = clientv3.LeaseID(old.Lease) })
-					inc, err = r.join(ctx)
-				} else if err == nil {
-					resumable = false
-					r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
-				}
-			} else {
-				inc, err = r.join(ctx)
-			}
+			inc, err := r.joinWith(ctx, j)
 			cancel()
 			if err == nil {
 				select {
@@ -263,7 +246,7 @@ func (fx netEffects) rejoin(old *incarnation, join bool) {
 			if r.ctx.Err() != nil {
 				return
 			}
-			wait := b.Next()
+			wait := j.Retry()
 			r.log.Warn("rejoin failed, retrying", zap.Error(err), zap.Int("attempt", attempt), zap.Duration("backoff", wait))
 			if !sleep(r.ctx, wait) {
 				return

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/rink-go/rink/internal/core"
 	"github.com/rink-go/rink/internal/wire"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -67,100 +64,102 @@ func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
 	return core.DeadlineAfter(sent, ttl, r.opts.ttl)
 }
 
-// join grants a lease and creates the member key bound to it. If a live
-// member already uses the name, it waits for that key to go (a restarted
-// process reusing its name waits out its predecessor's lease) until ctx ends,
-// and then returns ErrMemberExists.
-func (r *Rink) join(ctx context.Context) (*incarnation, error) { return r.joinAfter(ctx, nil) }
+// join grants a lease and creates the member key bound to it (see
+// core.Joiner). If a live member already uses the name, it waits for that
+// key to go (a restarted process reusing its name waits out its
+// predecessor's lease) until ctx ends, and then returns ErrMemberExists.
+func (r *Rink) join(ctx context.Context) (*incarnation, error) { return r.joinWith(ctx, r.newJoiner(nil)) }
 
-// joinAfter is join after attempts on the leases tried whose transaction
-// failed unanswered: it may have committed, and if the revoke failed too,
-// the key found in the name's place is our own, which it takes away
-// rather than wait for (a TTL, or ErrMemberExists).
-func (r *Rink) joinAfter(ctx context.Context, tried []clientv3.LeaseID) (*incarnation, error) {
-	key := r.keys.Member(r.opts.member)
-	b := newBackoff()
-	for {
-		// Grant the lease only when the name looks free, so that waiting out
-		// a predecessor does not eat into our own lease.
-		sent := fenceClock()
-		grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
-		if err != nil {
-			if transient(err) && sleep(ctx, b.Next()) {
-				r.log.Info("granting the lease failed, retrying", zap.Error(err))
-				continue
-			}
-			return nil, fmt.Errorf("rink: granting lease: %w", err)
-		}
-		revokeLease := func(id clientv3.LeaseID) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_, _ = r.cli.Revoke(rctx, id)
-		}
-		revoke := func() { revokeLease(grant.ID) }
-		// The member's first load summary goes with its key (the leader
-		// ranks a newcomer once it knows its load: see holdForReports),
-		// which saves every join a write.
-		txn, first := r.joinTxn(int64(grant.ID))
-		resp, err := execTxn(ctx, r.cli, txn)
-		if err != nil {
-			// (It may have committed: the revoke takes the key with the
-			// lease, or the retry finds it, ours, and revokes it again.)
-			revoke()
-			tried = append(tried, grant.ID)
-			if transient(err) && sleep(ctx, b.Next()) {
-				r.log.Info("creating the member key failed, retrying", zap.Error(err))
-				continue
-			}
-			return nil, fmt.Errorf("rink: creating member key: %w", err)
-		}
-		if !resp.Succeeded {
-			revoke()
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && slices.Contains(tried, clientv3.LeaseID(kvs[0].Lease)) {
-				// Our own key, from an attempt whose answer was lost: it
-				// never acted. Take it away and try again.
-				revokeLease(clientv3.LeaseID(kvs[0].Lease))
-				if sleep(ctx, b.Next()) {
-					continue
-				}
-				return nil, fmt.Errorf("rink: creating member key: %w", ctx.Err())
-			}
-			// The name is taken. Wait for its key to be deleted, then try again.
-			r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
-			if err := waitDeleted(ctx, r.cli, key, resp.Header.Revision); err != nil {
-				if ctx.Err() != nil {
-					return nil, fmt.Errorf("%w: %q (its key did not go within the join timeout)", ErrMemberExists, r.opts.member)
-				}
-				return nil, fmt.Errorf("rink: waiting for member key: %w", err)
-			}
-			continue
-		}
-		deadline := r.deadlineAfter(sent, grant.TTL)
-		if fenceClock() >= deadline {
-			// Joining took so long that the lease may already be near its end.
-			revoke()
-			return nil, fmt.Errorf("rink: joining took longer than the lease allows: %w", context.DeadlineExceeded)
-		}
-		inc := r.begin(grant.ID, resp.Header.Revision, resp.Header.Revision, sent, deadline)
-		inc.JoinLoad, inc.Hint = &first, r.hintOf(resp)
-		return inc, nil
+// newJoiner returns a joiner that resumes old (nil: joins anew).
+func (r *Rink) newJoiner(old *incarnation) *core.Joiner {
+	var oi *core.Inc
+	if old != nil {
+		oi = &old.Inc
 	}
+	return core.NewJoiner(r.opts.ttl, r.keys.Member(r.opts.member), oi, r.joinerTxn, newBackoff())
+}
+
+// joinerTxn is the transaction that binds the member key to lease: a
+// join's (old nil), or the resume of old's.
+func (r *Rink) joinerTxn(lease int64, old *core.Inc) *etcdserverpb.TxnRequest {
+	if old != nil {
+		return r.resumeTxn(old, lease)
+	}
+	txn, _ := r.joinTxn(lease)
+	return txn
+}
+
+// joinWith carries out what j asks with etcd's client until it has made an
+// incarnation, or failed, or ctx ended.
+func (r *Rink) joinWith(ctx context.Context, j *core.Joiner) (*incarnation, error) {
+	revoke := func(id int64) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = r.cli.Revoke(rctx, clientv3.LeaseID(id))
+	}
+	step := j.Start(fenceClock())
+	for {
+		for _, id := range step.Revoke {
+			revoke(id)
+		}
+		if lease := step.KeyGone; lease != 0 {
+			r.log.Info("own member key gone: joining as a newcomer")
+			r.inbox.send(func(m *mail) { m.keyGone = clientv3.LeaseID(lease) })
+		}
+		switch {
+		case step.Joined != nil:
+			return r.joined(step.Joined), nil
+		case step.Again:
+			if step.Why != "" {
+				r.log.Info(step.Why, zap.Error(step.Err))
+			}
+			if !sleep(ctx, step.Wait) {
+				if step.Err != nil {
+					return nil, step.Err
+				}
+				return nil, fmt.Errorf("rink: joining: %w", ctx.Err())
+			}
+			step = j.Start(fenceClock())
+		case step.Err != nil:
+			return nil, step.Err
+		case step.Grant:
+			grant, err := r.cli.Grant(ctx, j.TTL())
+			if err != nil {
+				step = j.Granted(0, 0, err)
+			} else {
+				step = j.Granted(int64(grant.ID), grant.TTL, nil)
+			}
+		case step.Txn != nil:
+			resp, err := execTxn(ctx, r.cli, step.Txn)
+			step = j.Answered(resp, err, fenceClock())
+		case step.AwaitDeleted != nil:
+			key := step.AwaitDeleted.Key
+			r.log.Info("member name in use, waiting for its key to go", zap.String("key", key))
+			err := waitDeleted(ctx, r.cli, key, step.AwaitDeleted.Rev)
+			if err != nil && ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %q (its key did not go within the join timeout)", ErrMemberExists, r.opts.member)
+			}
+			step = j.Deleted(err)
+		default:
+			return nil, fmt.Errorf("rink: joining: no step (a bug)")
+		}
+	}
+}
+
+// joined begins the incarnation a join or a resume made.
+func (r *Rink) joined(in *core.Joined) *incarnation {
+	inc := r.begin(clientv3.LeaseID(in.Lease), in.CreateRev, in.BoundRev, in.Sent, in.Deadline)
+	if in.Resumed {
+		r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
+	} else {
+		inc.JoinLoad, inc.Hint = &wire.LoadReport{Unmeasured: true}, r.hintOf(in.Resp)
+	}
+	return inc
 }
 
 // transient reports whether err is an etcd error that a retry may not
-// meet: an overloaded or leaderless cluster, a request that timed out
-// (and may have committed), a connection lost. A join retries them
-// until its timeout (at 10,000 members joining at once, etcd answered
-// "too many requests" while its apply caught up).
-func transient(err error) bool {
-	for _, e := range []error{rpctypes.ErrTooManyRequests, rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
-		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrNoLeader, rpctypes.ErrLeaderChanged} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return status.Code(err) == codes.Unavailable
-}
+// meet (see core.Transient).
+func transient(err error) bool { return core.Transient(err) }
 
 // candidacy is the put of the election key that a campaign on lease makes
 // (see campaign), written with the member key: the campaign finds it
@@ -206,7 +205,7 @@ func (r *Rink) hintOf(resp *etcdserverpb.TxnResponse) CandidacyHint {
 // key an operator deleted, still acting, and wait for (see
 // noteCandidates): the old incarnation fenced, and acts on nothing. (Its
 // other keys go when the old lease is revoked: see revokeFenced.)
-func (r *Rink) resumeTxn(old *incarnation, lease int64) *etcdserverpb.TxnRequest {
+func (r *Rink) resumeTxn(old *core.Inc, lease int64) *etcdserverpb.TxnRequest {
 	key := r.keys.Member(r.opts.member)
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{
@@ -231,55 +230,6 @@ func (r *Rink) begin(lease clientv3.LeaseID, createRev, boundRev, sent, deadline
 		r.keep(inc, sent, deadline)
 	}()
 	return inc
-}
-
-// errKeyGone means that a fenced incarnation's member key is gone, or no
-// longer bound to its lease: the member cannot resume, and joins anew.
-var errKeyGone = errors.New("rink: member key gone or bound to another lease")
-
-// resume brings back a member that fenced itself while its member key is
-// still there, bound to the old lease (which the server has not expired
-// yet, or extended after an outage): one transaction rebinds the key to a
-// new lease. A put keeps the key's create revision, the member's identity
-// and join order in the leader's eyes, so the leader sees no departure, and
-// the member keeps its rank and slots. This is safe because the member
-// cancelled every holding when it fenced, and the old incarnation's writes
-// are guarded by the key's lease. The old candidacy goes with the
-// rebinding, and the core revokes the old lease as the new incarnation
-// begins (see revokeFenced), taking the old acknowledgement with it; the
-// new incarnation writes its own and campaigns again. It returns
-// errKeyGone when the key cannot be rebound.
-func (r *Rink) resume(ctx context.Context, old *incarnation) (*incarnation, error) {
-	sent := fenceClock()
-	grant, err := r.cli.Grant(ctx, int64(r.opts.ttl/time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("rink: granting lease: %w", err)
-	}
-	revoke := func(id clientv3.LeaseID) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		defer cancel()
-		_, _ = r.cli.Revoke(rctx, id)
-	}
-	resp, err := execTxn(ctx, r.cli, r.resumeTxn(old, int64(grant.ID)))
-	if err != nil {
-		// If the put landed after all, the key goes with the new lease:
-		// the member joins anew, as when its key vanished.
-		revoke(grant.ID)
-		return nil, fmt.Errorf("rink: rebinding member key: %w", err)
-	}
-	if !resp.Succeeded {
-		revoke(grant.ID)
-		return nil, errKeyGone
-	}
-	deadline := r.deadlineAfter(sent, grant.TTL)
-	if fenceClock() >= deadline {
-		// The key is bound to a lease we cannot trust. It is left to
-		// expire, not revoked: while it is there it keeps our slots from
-		// others, which after a restore may be what keeps them safe (see
-		// hush). The next attempt waits for it to go.
-		return nil, fmt.Errorf("rink: resuming took longer than the lease allows: %w", context.DeadlineExceeded)
-	}
-	return r.begin(grant.ID, old.CreateRev, resp.Header.Revision, sent, deadline), nil
 }
 
 // waitDeleted blocks until key is deleted at a revision after rev.

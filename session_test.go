@@ -112,45 +112,42 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// A join whose transaction failed unanswered may have created the member
-// key; if the revoke failed too, the next attempt finds its own key in the
-// name's place. It takes it away and joins, rather than wait a TTL for it
-// and blame a live member (ErrMemberExists).
-func TestJoinTakesBackItsOwnKey(t *testing.T) {
+// A name taken by another process's key: the join waits for it to go,
+// and fails with ErrMemberExists when its time is up. (A key of this
+// member's own, left by an attempt whose answer was lost, is taken away at
+// once: see internal/core's TestJoinerTakesBackItsOwnKey.)
+func TestJoinWaitsForTheName(t *testing.T) {
 	cli := newClient(t)
 	r := &Rink{opts: options{member: "a", ttl: 2 * time.Second}, log: zap.NewNop(), keys: newKeys(rinkName(t)), cli: cli}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	defer func() { r.cancel(); r.wg.Wait() }()
-	orphan := func() clientv3.LeaseID {
-		t.Helper()
-		g, err := cli.Grant(ctxTimeout(t, 5*time.Second), 60)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.Member("a"), wire.MemberValue(1), clientv3.WithLease(g.ID)); err != nil {
-			t.Fatal(err)
-		}
-		return g.ID
-	}
-	// Another process's key (not a lease this member tried): it waits.
-	other := orphan()
-	if _, err := r.joinAfter(ctxTimeout(t, 500*time.Millisecond), nil); !errors.Is(err, ErrMemberExists) {
-		t.Fatalf("join with the name taken: %v, want ErrMemberExists", err)
-	}
-	if _, err := cli.Revoke(ctxTimeout(t, 5*time.Second), other); err != nil {
+	g, err := cli.Grant(ctxTimeout(t, 5*time.Second), 60)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// Its own: it takes it away at once.
-	own := orphan()
-	inc, err := r.joinAfter(ctxTimeout(t, 5*time.Second), []clientv3.LeaseID{own})
-	if err != nil {
-		t.Fatalf("join after its own lost attempt: %v", err)
+	if _, err := cli.Put(ctxTimeout(t, 5*time.Second), r.keys.Member("a"), wire.MemberValue(1), clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.join(ctxTimeout(t, 500*time.Millisecond)); !errors.Is(err, ErrMemberExists) {
+		t.Fatalf("join with the name taken: %v, want ErrMemberExists", err)
+	}
+	// Once the key goes, the waiting join goes on.
+	done := make(chan error, 1)
+	go func() {
+		inc, err := r.join(ctxTimeout(t, 10*time.Second))
+		if err == nil && inc.Lease == int64(g.ID) {
+			err = errors.New("joined on the other process's lease")
+		}
+		done <- err
+	}()
+	if _, err := cli.Revoke(ctxTimeout(t, 5*time.Second), g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("join once the name's key went: %v", err)
 	}
 	resp, err := cli.Get(ctxTimeout(t, 5*time.Second), r.keys.Member("a"))
-	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != inc.Lease || inc.Lease == int64(own) {
-		t.Fatalf("member key %v (err %v), want it on the new lease %x", resp.Kvs, err, inc.Lease)
-	}
-	if ttl, err := cli.TimeToLive(ctxTimeout(t, 5*time.Second), own); err != nil || ttl.TTL != -1 {
-		t.Fatalf("the lost attempt's lease: %v %v, want it revoked", ttl, err)
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == int64(g.ID) {
+		t.Fatalf("member key %v (err %v), want it on a new lease", resp.Kvs, err)
 	}
 }

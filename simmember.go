@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -609,61 +610,90 @@ func (m *simMember) Ranked() bool {
 // Joined reports whether the member has joined the rink once.
 func (m *simMember) Joined() bool { return m.r.st.joins > 0 }
 
-// join grants a lease and creates the member key (see joinAfter), or,
-// with old, rebinds old's key first (see resume); then it calls then with
-// the new incarnation.
+// join carries out what a core.Joiner asks (see Rink.joinWith) against
+// the model: it grants a lease and creates the member key, or, with old,
+// rebinds old's key first; then it calls then with the new incarnation.
+// A failed attempt is tried again after the joiner's wait, as rejoin does.
 func (m *simMember) join(old *incarnation, then func(*incarnation)) {
 	r := m.r
-	retry := func() { m.env.After(m.backoff(), func() { m.join(old, then) }) }
-	sent := m.env.Clock()
-	m.etcd.LeaseGrant(&etcdserverpb.LeaseGrantRequest{TTL: int64(r.opts.ttl / time.Second)}, func(grant *etcdserverpb.LeaseGrantResponse, err error) {
+	var oi *core.Inc
+	if old != nil {
+		oi = &old.Inc
+	}
+	m.joinWith(core.NewJoiner(r.opts.ttl, r.keys.Member(r.opts.member), oi, r.joinerTxn, r.newBackoff()), then)
+}
+
+func (m *simMember) joinWith(j *core.Joiner, then func(*incarnation)) {
+	r := m.r
+	var do func(step core.JoinStep)
+	do = func(step core.JoinStep) {
 		if m.dead {
 			return
 		}
-		if err != nil {
-			retry()
-			return
-		}
-		revoke := func(id int64) {
+		for _, id := range step.Revoke {
 			m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: id}, func(*etcdserverpb.LeaseRevokeResponse, error) {})
 		}
-		txn, first := r.joinTxn(grant.ID)
-		if old != nil {
-			txn = r.resumeTxn(old, grant.ID)
+		if lease := step.KeyGone; lease != 0 {
+			m.trace("own member key gone: joining as a newcomer")
+			r.inbox.send(func(ml *mail) { ml.keyGone = clientv3.LeaseID(lease) })
+			m.settle()
 		}
-		m.etcd.Txn(txn, func(resp *etcdserverpb.TxnResponse, err error) {
-			if m.dead {
-				return
-			}
-			if err != nil || !resp.Succeeded {
-				revoke(grant.ID)
-				if old != nil && err == nil {
-					// Its key is gone: join anew; the core revokes the
-					// old lease (see revokeFenced).
-					lease := old.Lease
-					old = nil
-					m.trace("own member key gone: joining as a newcomer")
-					r.inbox.send(func(ml *mail) { ml.keyGone = clientv3.LeaseID(lease) })
-					m.settle()
+		switch {
+		case step.Joined != nil:
+			then(m.joined(step.Joined))
+		case step.Again:
+			m.env.After(step.Wait, func() { do(j.Start(m.env.Clock())) })
+		case step.Err != nil:
+			m.trace("join: %v", step.Err)
+			m.env.After(j.Retry(), func() { do(j.Start(m.env.Clock())) })
+		case step.Grant:
+			m.etcd.LeaseGrant(&etcdserverpb.LeaseGrantRequest{TTL: j.TTL()}, func(grant *etcdserverpb.LeaseGrantResponse, err error) {
+				if err != nil {
+					do(j.Granted(0, 0, err))
+					return
 				}
-				retry()
-				return
-			}
-			deadline := core.DeadlineAfter(sent, grant.TTL, r.opts.ttl)
-			if m.env.Clock() >= deadline {
-				retry()
-				return
-			}
-			createRev := resp.Header.Revision
-			if old != nil {
-				createRev = old.CreateRev // (the core revokes the old lease: see revokeFenced)
-			}
-			inc := m.begin(clientv3.LeaseID(grant.ID), createRev, resp.Header.Revision, sent, deadline)
-			if old == nil {
-				inc.JoinLoad, inc.Hint = &first, r.hintOf(resp)
-			}
-			then(inc)
-		})
+				do(j.Granted(grant.ID, grant.TTL, nil))
+			})
+		case step.Txn != nil:
+			m.etcd.Txn(step.Txn, func(resp *etcdserverpb.TxnResponse, err error) { do(j.Answered(resp, err, m.env.Clock())) })
+		case step.AwaitDeleted != nil:
+			m.awaitDeleted(step.AwaitDeleted.Key, step.AwaitDeleted.Rev, func(err error) { do(j.Deleted(err)) })
+		}
+	}
+	do(j.Start(m.env.Clock()))
+}
+
+// joined begins the incarnation a join or a resume made (see Rink.joined).
+func (m *simMember) joined(in *core.Joined) *incarnation {
+	inc := m.begin(clientv3.LeaseID(in.Lease), in.CreateRev, in.BoundRev, in.Sent, in.Deadline)
+	if !in.Resumed {
+		inc.JoinLoad, inc.Hint = &wire.LoadReport{Unmeasured: true}, m.r.hintOf(in.Resp)
+	}
+	return inc
+}
+
+// awaitDeleted calls done once key is deleted after rev (nil), or the
+// watch breaks (see waitDeleted).
+func (m *simMember) awaitDeleted(key string, rev int64, done func(error)) {
+	var cancel func()
+	ended := false
+	cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: rev + 1,
+		Filters: []etcdserverpb.WatchCreateRequest_FilterType{etcdserverpb.WatchCreateRequest_NOPUT}}, func(wr *etcdserverpb.WatchResponse) {
+		if m.dead || ended {
+			return
+		}
+		var err error
+		switch {
+		case wr.Canceled:
+			err = errors.New("sim: watch canceled")
+		case len(wr.Events) == 0:
+			return
+		}
+		ended = true
+		if cancel != nil {
+			cancel()
+		}
+		done(err)
 	})
 }
 

@@ -179,7 +179,7 @@ func wireCases(t *testing.T) []wireCase {
 
 	join, _ := r.joinTxn(0x1a)
 	coreTxn("txn-join", join)
-	coreTxn("txn-resume", r.resumeTxn(&incarnation{Inc: core.Inc{Lease: 0x10, CreateRev: 5}}, 0x1b))
+	coreTxn("txn-resume", r.resumeTxn(&core.Inc{Lease: 0x10, CreateRev: 5}, 0x1b))
 
 	l := &leadership{key: k.ElectionKey(0xa), rev: 3}
 	m3 := wireMap3()
