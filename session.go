@@ -68,7 +68,9 @@ func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
 // core.Joiner). If a live member already uses the name, it waits for that
 // key to go (a restarted process reusing its name waits out its
 // predecessor's lease) until ctx ends, and then returns ErrMemberExists.
-func (r *Rink) join(ctx context.Context) (*incarnation, error) { return r.joinWith(ctx, r.newJoiner(nil)) }
+func (r *Rink) join(ctx context.Context) (*incarnation, error) {
+	return r.joinWith(ctx, r.newJoiner(nil))
+}
 
 // newJoiner returns a joiner that resumes old (nil: joins anew).
 func (r *Rink) newJoiner(old *incarnation) *core.Joiner {

@@ -33,9 +33,9 @@ type Joiner struct {
 	old   *Inc // the fenced incarnation to resume (nil: join anew)
 	b     *Backoff
 	tried []int64
-	lease int64 // the lease granted for this attempt (0: none yet)
-	sent  int64 // the clock reading the grant was sent at
-	ttlS  int64 // the TTL it granted, in seconds
+	lease int64  // the lease granted for this attempt (0: none yet)
+	sent  int64  // the clock reading the grant was sent at
+	ttlS  int64  // the TTL it granted, in seconds
 	key   string // the member key
 	// txn builds the transaction that creates (old nil) or rebinds the
 	// member key, bound to lease.
