@@ -23,6 +23,15 @@ import (
 // new lease, if the key is still that incarnation's; when it is not, the
 // member joins anew, and the core is told (KeyGone).
 //
+// A resume brings back a member that fenced itself while its key is still
+// there, bound to the old lease (the server has not expired it yet, or
+// extended it after an outage). A put keeps the key's create revision, so
+// the leader sees no departure and the member keeps its rank and slots.
+// That is safe: the member cancelled every holding when it fenced, and the
+// old incarnation's writes are guarded by the key's lease. The old
+// candidacy goes in the same transaction, and the core revokes the old
+// lease once the new incarnation begins (see Rink.revokeFenced).
+//
 // Invariants: tried holds the leases whose join transaction went
 // unanswered (each may have committed, so a key found bound to one is
 // this member's own, which never acted); lease is the lease granted for
