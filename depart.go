@@ -94,10 +94,16 @@ type handOver struct {
 const maxDepartures = 3
 
 // newHandOver begins a departure, if this member is ranked in a usable
-// map: else there is nothing to hand over.
+// map that holds its name's slots for its lease: else there is nothing
+// to hand over. A map that records another lease for the name (see
+// leaseGate) holds its slots for that lease's process: an earlier
+// incarnation of the name, perhaps cut off and still acting, that an
+// operator let this process in beside (rink-sim -keys seed 4650). This
+// process never held them; the leader moves them once that lease is gone.
 func (r *Rink) newHandOver() (*handOver, bool) {
 	st := &r.st
-	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.Index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage {
+	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.Index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage ||
+		!r.leaseGate() {
 		return nil, false
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,

@@ -120,11 +120,7 @@ func (fx netEffects) checkOwnName(own int64) {
 			if err == nil {
 				kvs = resp.Kvs
 			}
-			cur := int64(0)
-			if inc := r.loadInc.Load(); inc != nil {
-				cur = inc.Lease
-			}
-			step = c.Listed(kvs, err, cur)
+			step = c.Listed(kvs, err, r.curLease())
 		}
 		r.inbox.send(func(m *mail) { m.selfChecked = true })
 	}()

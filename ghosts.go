@@ -26,6 +26,13 @@ type ghostState struct {
 	// an earlier leader does not): see leaseGate.
 	ownLeaseRec int64
 	leasesOn    bool
+	// ownLeaseRev is the mod revision of the map from which on the maps
+	// applied have recorded ownLeaseRec for this member (0: none): a
+	// holding's fencing token is at least it (see acquire), since an
+	// earlier incarnation of the name, a process an operator let a
+	// replacement in beside, may have held the same slots under the
+	// maps before, with tokens from their revisions.
+	ownLeaseRev int64
 	// curLeased says that the applied map records leases: a whole map
 	// that lists them, or a record that says so (see change.Leased). A
 	// member that plans from a map that does not writes its next record

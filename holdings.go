@@ -319,7 +319,11 @@ func (r *Rink) tryAcquire() {
 func (r *Rink) acquire(s int) {
 	st := &r.st
 	e := st.mine.of(s)
-	token := max(e.gainRev, st.inc.CreateRev, st.inc.BoundRev)
+	// Above every token of an earlier holder of the slot: of another name
+	// (gainRev: the slot has been ours since that map), and of an earlier
+	// incarnation of ours (our key's creation or rebinding, and the map
+	// that began to record our lease: see ownLeaseRev).
+	token := max(e.gainRev, st.inc.CreateRev, st.inc.BoundRev, st.ownLeaseRev)
 	r.endSecondary(s, ErrPromoted) // (a secondary of this slot until now: its primary from here)
 	ctx, cancel := context.WithCancelCause(st.inc.ctx)
 	e.cancel = cancel

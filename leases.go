@@ -230,6 +230,12 @@ func (r *Rink) noteRecorded(names func(yield func(string) bool), all bool) {
 // leaseGate). Every member keeps it, at the cost of a lookup per map.
 func (r *Rink) keepOwnLease(m *wire.Map, rec *wire.Record) {
 	st := &r.st
+	before := st.ownLeaseRec
+	defer func() {
+		if st.ownLeaseRec != before || st.ownLeaseRev == 0 {
+			st.ownLeaseRev = st.curRev
+		}
+	}()
 	st.curLeased = wire.MapLeased(m, rec)
 	switch {
 	case len(m.Leases) == len(m.Members) && len(m.Members) > 0:

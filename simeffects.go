@@ -136,11 +136,7 @@ func (m *simMember) ownNameStep(c *core.OwnNameCheck, step core.OwnNameStep) {
 			if err == nil {
 				kvs = resp.Responses[0].GetResponseRange().Kvs
 			}
-			cur := int64(0)
-			if r.st.inc != nil {
-				cur = r.st.inc.Lease
-			}
-			m.ownNameStep(c, c.Listed(kvs, err, cur))
+			m.ownNameStep(c, c.Listed(kvs, err, r.curLease()))
 		})
 	}
 }

@@ -348,6 +348,16 @@ func (r *Rink) viewRange(wide bool) (key, end string, extra []string) {
 	return key, end, extra
 }
 
+// curLease is the lease of this process's current incarnation (0: none),
+// which the check of its own name (see checkOwnName) does not wait for:
+// read beside the run goroutine.
+func (r *Rink) curLease() int64 {
+	if inc := r.loadInc.Load(); inc != nil {
+		return inc.Lease
+	}
+	return 0
+}
+
 // checkOwnName starts, once per process, the check for an earlier
 // incarnation of this member's name that may still act, when the first map
 // this process applies (listed right after it joined) ranks its name or

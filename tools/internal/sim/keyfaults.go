@@ -25,6 +25,13 @@ import (
 //     half the time with the member cut off first.
 //   - "tail-delete": the tail (.tail), half the time with the member whose
 //     lease it is bound to (the newest joiner) cut off first.
+//   - "duplicate": a live member is cut off, an operator deletes its
+//     member key to let a replacement in, and a second process starts
+//     under its name at once, while the first may still act until its
+//     lease's deadline (issue 22: a pod's replacement on another node,
+//     the old node cut off). The first process is stopped between 0 and
+//     half a TTL after its cut ends, as the old node's kubelet does once
+//     it is back.
 //
 // They are not in FaultKinds, and a seed draws them only with
 // Config.KeyFaults (rink-sim -keys), from a stream of its own: without it,
@@ -32,7 +39,7 @@ import (
 // added; with it, it draws the same kinds of FaultKinds as without, and
 // each of these, or not, beside them (see drawKeyKinds). Named in
 // Config.Kinds (or Config.Swarm) they are drawn as any other kind.
-var KeyFaultKinds = []string{"election-delete", "member-keys-delete", "tail-delete"}
+var KeyFaultKinds = []string{"election-delete", "member-keys-delete", "tail-delete", "duplicate"}
 
 // keyFault reports whether k is one of KeyFaultKinds.
 func keyFault(k string) bool { return slices.Contains(KeyFaultKinds, k) }
@@ -221,6 +228,34 @@ func (h *history) keyFault(k string, live []*simMember) bool {
 			}
 		}
 		return h.del("rink/sim/.tail")
+	case "duplicate":
+		m := live[h.rng.IntN(len(live))]
+		for _, o := range live {
+			if o != m && o.name == m.name {
+				return false // (one duplicate of a name at a time)
+			}
+		}
+		mk := h.keysOf(m)
+		if mk.member == "" {
+			return false
+		}
+		d := h.w.Between(h.cfg.TTL/4, 2*h.cfg.TTL)
+		h.w.Tracef("fault: duplicate: %s cut off for %v, its member key deleted, a second process starts under its name", m.name, d)
+		m.c.Cut(d)
+		if !h.del(mk.member) {
+			return false
+		}
+		m.doomed = true // (no other fault picks it: it is stopped soon)
+		h.start(m.idx, h.w.Between(0, 100*time.Millisecond))
+		h.w.After(d+h.w.Between(0, h.cfg.TTL/2), func() {
+			if m.alive {
+				m.alive = false
+				m.m.Crash()
+				h.forget(m)
+				h.w.Tracef("fault: duplicate: the first %s stopped", m.name)
+			}
+		})
+		return true
 	}
 	return false
 }

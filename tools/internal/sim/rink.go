@@ -106,9 +106,12 @@ type simMember struct {
 	c     *Client
 	m     simhook.Member
 	alive bool
-	held  map[int]bool  // the slots it holds, as its events say
-	secs  map[int]bool  // the slots it holds as a secondary, as its events say
-	work  map[int]*work // the functions running on its holdings (see drain.go)
+	// doomed: a process that a duplicate fault let a replacement in
+	// beside, stopped soon; no other fault picks it.
+	doomed bool
+	held   map[int]bool  // the slots it holds, as its events say
+	secs   map[int]bool  // the slots it holds as a secondary, as its events say
+	work   map[int]*work // the functions running on its holdings (see drain.go)
 	// warming: what it was asked to warm up, with Config.Warmup (nil
 	// without: see warmup.go).
 	warming *warming
@@ -374,7 +377,7 @@ func (h *history) injectFault(k string) {
 	h.faulted = true // (a map it writes is an operator's: see trackMap)
 	var live []*simMember
 	for _, m := range h.members {
-		if m.alive {
+		if m.alive && !m.doomed {
 			live = append(live, m)
 		}
 	}
@@ -500,7 +503,7 @@ func (h *history) injectFault(k string) {
 		if !h.loseZone(live) {
 			return
 		}
-	case "election-delete", "member-keys-delete", "tail-delete":
+	case "election-delete", "member-keys-delete", "tail-delete", "duplicate":
 		if !h.keyFault(k, live) {
 			return
 		}
