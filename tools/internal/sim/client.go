@@ -1,18 +1,20 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // ErrTimeout is what a request gets when it or its answer was lost (its
 // client was cut off, see Cut): as with a real client, the request may or
-// may not have been applied.
-var ErrTimeout = errors.New("sim: request timed out")
+// may not have been applied. It is etcd's "request timed out", which says
+// just that, so the members take it as etcd's (a join retries it, see
+// core.Transient).
+var ErrTimeout = fmt.Errorf("sim: %w", rpctypes.ErrTimeout)
 
 // Client is one connection to the simulated etcd, as a member's clientv3
 // client is. A request reaches etcd after a delay drawn in [MinDelay,
@@ -66,8 +68,18 @@ func do[T any](c *Client, what string, apply func() (T, error), done func(T, err
 			timeout()
 			return
 		}
+		failing := w.now < w.FailUntil && w.rng.IntN(2) == 0
+		if failing && w.rng.IntN(2) == 0 {
+			w.Tracef("%s: %s: refused (too many requests)", c.Name, what)
+			w.After(c.delay(), func() { done(zero, fmt.Errorf("sim: %w", rpctypes.ErrTooManyRequests)) })
+			return
+		}
 		rev := w.Etcd.Rev()
 		resp, err := apply()
+		if failing {
+			// Applied, but the answer is a timeout.
+			resp, err = zero, ErrTimeout
+		}
 		w.Tracef("%s: %s at etcd: revision %d, err %v", c.Name, what, w.Etcd.Rev(), err)
 		if w.Etcd.Rev() != rev {
 			w.pump()

@@ -166,15 +166,15 @@ type history struct {
 
 // FaultKinds lists every fault kind: the first ten are the process's,
 // the network's and etcd's; the next eight an operator's hands on the
-// rink's keys and on etcd; the last, zone-loss (every member of one zone
-// crashes at once, and comes back later), is drawn only in a history
-// with zones (Config.Zones): without, a seed draws, and plays, what it
-// did before zone-loss was added. An operator's deletions of live
+// rink's keys and on etcd; etcd-errors has etcd fail half the requests
+// for a while (see World.FailUntil); the last, zone-loss (every member of
+// one zone crashes at once, and comes back later), is drawn only in a
+// history with zones (Config.Zones), and without them draws nothing. An operator's deletions of live
 // members' other keys are in KeyFaultKinds, drawn only with
 // Config.KeyFaults.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
-	"zone-loss"}
+	"etcd-errors", "zone-loss"}
 
 // zonal reports whether fault kind k needs zones.
 func zonal(k string) bool { return k == "zone-loss" }
@@ -450,6 +450,14 @@ func (h *history) injectFault(k string) {
 		wa := ws[h.rng.IntN(len(ws))]
 		w.Tracef("fault: break a watch of %s", wa.c.Name)
 		wa.Break()
+	case "etcd-errors":
+		// etcd overloaded, or losing its leader: for a while half the
+		// requests fail, half of those before they are applied ("too
+		// many requests") and half after, their answer a timeout (the
+		// request may have been applied: the client cannot tell).
+		d := w.Between(500*time.Millisecond, 2*h.cfg.TTL)
+		w.Tracef("fault: etcd fails half the requests for %v", d)
+		w.FailUntil = max(w.FailUntil, w.now+d)
 	case "etcd-slow":
 		// The etcd leader is lost: requests and answers wait for a new one.
 		d := w.Between(500*time.Millisecond, h.cfg.TTL)

@@ -31,6 +31,8 @@ type World struct {
 	// Quiet drops the trace (a fast run; a failing seed is replayed with
 	// it).
 	Quiet bool
+	// FailUntil: until then etcd fails half the requests (see do).
+	FailUntil time.Duration
 }
 
 // NewWorld returns an empty world at time 0 (minTTL: see NewEtcd).
