@@ -348,8 +348,8 @@ func seedsToPlay(t *testing.T, cfg Config, n uint64) uint64 {
 // TestDuplicateProcessHistories plays histories in which an operator lets
 // a second process in under a live member's name (the "duplicate" key
 // fault: the first cut off, its member key deleted) and requires no
-// violation. Seed 823 (16581 since the fault stops picking the first
-// process) found that the second process took the first's slot with the
+// violation. Seed 823 (7092 since the simulator draws etcd's errors)
+// found that the second process took the first's slot with the
 // first's fencing token (the token counted the slot's gain by the name,
 // not by the lease the map records for it), so a write the first sent
 // late would pass a store's token check. Seed 4650 with every
@@ -359,7 +359,7 @@ func seedsToPlay(t *testing.T, cfg Config, n uint64) uint64 {
 func TestDuplicateProcessHistories(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"duplicate", "crash", "partition"}
-	seeds := []uint64{16581}
+	seeds := []uint64{7092}
 	for s := uint64(1); s <= seedsToPlay(t, cfg, 60); s++ {
 		seeds = append(seeds, s)
 	}
