@@ -99,7 +99,9 @@ const maxDepartures = 3
 // leaseGate) holds its slots for that lease's process: an earlier
 // incarnation of the name, perhaps cut off and still acting, that an
 // operator let this process in beside (rink-sim -keys seed 4650). This
-// process never held them; the leader moves them once that lease is gone.
+// process started none of them under its own lease (the gate keeps it
+// from starting any: a holding from before the gate closed is released
+// without a hand-over), and the leader moves them once that lease is gone.
 func (r *Rink) newHandOver() (*handOver, bool) {
 	st := &r.st
 	if st.inc == nil || st.incompatible != nil || st.curRev == 0 || st.cur.Index(r.opts.member) < 0 || st.taint != 0 && st.taint == st.lineage ||

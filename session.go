@@ -122,6 +122,8 @@ func (r *Rink) joinWith(ctx context.Context, j *core.Joiner) (*incarnation, erro
 				return nil, fmt.Errorf("rink: joining: %w", ctx.Err())
 			}
 			step = j.Start(fenceClock())
+		case errors.Is(step.Err, core.ErrJoinSlow):
+			return nil, fmt.Errorf("%w: %w", step.Err, context.DeadlineExceeded)
 		case step.Err != nil:
 			return nil, step.Err
 		case step.Grant:
@@ -154,7 +156,8 @@ func (r *Rink) joined(in *core.Joined) *incarnation {
 	if in.Resumed {
 		r.log.Info("resumed: member key bound to a new lease, rank and slots kept")
 	} else {
-		inc.JoinLoad, inc.Hint = &wire.LoadReport{Unmeasured: true}, r.hintOf(in.Resp)
+		first := firstLoad()
+		inc.JoinLoad, inc.Hint = &first, r.hintOf(in.Resp)
 	}
 	return inc
 }
@@ -170,13 +173,17 @@ func (r *Rink) candidacy(lease int64) *etcdserverpb.RequestOp {
 	return wire.Put(r.keys.ElectionKey(lease), r.opts.member, lease)
 }
 
+// firstLoad is the load summary a member's key is created with (see
+// joinTxn): unmeasured.
+func firstLoad() wire.LoadReport { return wire.LoadReport{Unmeasured: true} }
+
 // joinTxn creates the member key bound to lease, if the name is free, with
 // its candidacy and its first load summary (returned); it reads the
 // newest candidacy before its own from the tail key, and names its own
 // there (see candidacyHint and hintOf).
 func (r *Rink) joinTxn(lease int64) (*etcdserverpb.TxnRequest, wire.LoadReport) {
 	key := r.keys.Member(r.opts.member)
-	first := wire.LoadReport{Unmeasured: true}
+	first := firstLoad()
 	return &etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{wire.CreateRevisionEq(key, 0)},
 		Success: []*etcdserverpb.RequestOp{wire.Put(key, r.ownMemberValue(false), lease), r.candidacy(lease),

@@ -667,7 +667,8 @@ func (m *simMember) joinWith(j *core.Joiner, then func(*incarnation)) {
 func (m *simMember) joined(in *core.Joined) *incarnation {
 	inc := m.begin(clientv3.LeaseID(in.Lease), in.CreateRev, in.BoundRev, in.Sent, in.Deadline)
 	if !in.Resumed {
-		inc.JoinLoad, inc.Hint = &wire.LoadReport{Unmeasured: true}, m.r.hintOf(in.Resp)
+		first := firstLoad()
+		inc.JoinLoad, inc.Hint = &first, m.r.hintOf(in.Resp)
 	}
 	return inc
 }

@@ -259,6 +259,9 @@ func (f *simFollower) start() {
 	f.cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), RangeEnd: []byte(end)}, func(wr *etcdserverpb.WatchResponse) {
 		switch {
 		case !live():
+			if !m.dead && gen == f.gen && f.ended() {
+				f.stop() // (its owner is gone: as the production watcher's context ends it)
+			}
 		case !opened:
 			var err error
 			if wr.Canceled || !wr.Created {

@@ -57,10 +57,10 @@ func (f *Follower) Fresh(modRevs []int64) int {
 	return len(modRevs) - skip
 }
 
-// Response handles a watch response that carries no events to hand on or
-// says the watch ended: broken (cancelled by etcd, compacted, the stream
-// lost, or any error) ends the attempt, and again is then true, with the
-// wait before the next (see Failed).
+// Response handles each watch response before its events are handed on
+// (see Fresh): broken (cancelled by etcd, compacted, the stream lost, or
+// any error) ends the attempt, and again is then true, with the wait
+// before the next (see Failed).
 func (f *Follower) Response(broken bool, now int64) (again bool, wait time.Duration) {
 	if !broken {
 		return false, 0

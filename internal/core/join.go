@@ -86,8 +86,8 @@ type Joined struct {
 	Lease     int64
 	CreateRev int64 // the key's create revision: the join's, or the resumed key's
 	BoundRev  int64 // the revision the key was bound to Lease at
-	Sent      int64 // the grant's send time, and its fence deadline
-	Deadline  int64
+	Sent      int64 // the clock reading the grant was sent at
+	Deadline  int64 // the fence deadline its TTL allows
 	Resumed   bool
 	Resp      *etcdserverpb.TxnResponse // the join's answer (its tail read: see CandidacyHint)
 }
@@ -103,7 +103,8 @@ type AwaitDeleted struct {
 var ErrKeyGone = errors.New("rink: member key gone or bound to another lease")
 
 // ErrJoinSlow means that a join or a resume took longer than its lease
-// allows: the lease may be near its end.
+// allows: the lease may be near its end. (The production driver returns
+// it wrapped with context.DeadlineExceeded too.)
 var ErrJoinSlow = errors.New("rink: joining took longer than the lease allows")
 
 // NewJoiner returns a joiner for a member whose leases have TTL ttl, that
@@ -148,7 +149,9 @@ func (j *Joiner) Answered(resp *etcdserverpb.TxnResponse, err error, now int64) 
 	switch {
 	case err != nil && j.Resuming():
 		// If the put landed after all, the key goes with the new lease:
-		// the member joins anew, as when its key vanished.
+		// the member joins anew, as when its key vanished. (And a key
+		// found bound to it is its own, which never acted.)
+		j.tried = append(j.tried, lease)
 		return JoinStep{Revoke: revoke, Err: fmt.Errorf("rink: rebinding member key: %w", err)}
 	case err != nil:
 		// (It may have committed: the revoke takes the key with the
@@ -181,9 +184,11 @@ func (j *Joiner) Answered(resp *etcdserverpb.TxnResponse, err error, now int64) 
 			// expire, not revoked: while it is there it keeps our slots
 			// from others, which after a restore may be what keeps them
 			// safe (see hush). The next attempt waits for it to go.
-			return JoinStep{Err: fmt.Errorf("rink: resuming: %w", ErrJoinSlow)}
+			return JoinStep{Err: fmt.Errorf("%w (resuming)", ErrJoinSlow)}
 		}
-		// The lease may already be near its end.
+		// The lease may already be near its end. (If the revoke fails, a
+		// key found bound to it is this member's own, which never acted.)
+		j.tried = append(j.tried, lease)
 		return JoinStep{Revoke: revoke, Err: ErrJoinSlow}
 	}
 	in := &Joined{Lease: lease, CreateRev: resp.Header.Revision, BoundRev: resp.Header.Revision, Sent: j.sent, Deadline: deadline, Resp: resp}

@@ -118,6 +118,12 @@ func TestJoinerTooSlow(t *testing.T) {
 	if s := j.Answered(succeeded(5), nil, late); s.Joined != nil || !errors.Is(s.Err, ErrJoinSlow) || !slices.Equal(s.Revoke, []int64{7}) {
 		t.Fatalf("join: %+v", s)
 	}
+	// Its key, if the revoke failed, is its own: taken back, not waited for.
+	j.Start(late)
+	j.Granted(8, 3, nil)
+	if s := j.Answered(taken(9, 7), nil, late+1); !slices.Equal(s.Revoke, []int64{8, 7}) || !s.Again {
+		t.Fatalf("the slow attempt's key found: %+v", s)
+	}
 	j = testJoiner(&Inc{Lease: 3, CreateRev: 2})
 	j.Start(0)
 	j.Granted(7, 3, nil)

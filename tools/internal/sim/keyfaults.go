@@ -230,9 +230,9 @@ func (h *history) keyFault(k string, live []*simMember) bool {
 		return h.del("rink/sim/.tail")
 	case "duplicate":
 		m := live[h.rng.IntN(len(live))]
-		for _, o := range live {
-			if o != m && o.name == m.name {
-				return false // (one duplicate of a name at a time)
+		for _, o := range h.members {
+			if o != m && o.alive && o.name == m.name {
+				return false // (one duplicate of a name at a time: the first is still running)
 			}
 		}
 		mk := h.keysOf(m)
