@@ -58,12 +58,6 @@ func (inc *incarnation) expired() bool {
 	return fenceClock() >= inc.deadline.Load()
 }
 
-// deadlineAfter returns the fence deadline for a renewal sent at sent (a
-// fenceClock reading) and granted ttl by the server.
-func (r *Rink) deadlineAfter(sent int64, ttl int64) int64 {
-	return core.DeadlineAfter(sent, ttl, r.opts.ttl)
-}
-
 // join grants a lease and creates the member key bound to it (see
 // core.Joiner). If a live member already uses the name, it waits for that
 // key to go (a restarted process reusing its name waits out its
