@@ -23,10 +23,12 @@ import (
 // simulator's goroutine, in its virtual time, against its model of etcd.
 // Nothing here runs in production.
 //
-// Not simulated yet: the load reporter, leaving with a warm-up, and
-// Watch's role sets. Functions on holdings are: the simulator enters them
-// (Enter, as Run does) and makes them outlast their holdings, and Leave
-// waits for the drains as Shutdown does (see awaitDrains).
+// Not simulated yet: Watch's role sets, and a join that gives up (the
+// simulator's join retries until it joins; production's attempt ends at
+// its join timeout). The load reporter, leaving with a warm-up, and
+// functions on holdings are: the simulator enters them (Enter, as Run
+// does) and makes them outlast their holdings, and Leave waits for the
+// drains as Shutdown does (see awaitDrains).
 
 func init() {
 	simhook.NewMember = newSimMember
