@@ -16,8 +16,8 @@
 //
 // Results: killed (a violation, or the simulator crashed or hung),
 // survived, masked (survived alone, and was killed once the entry named by
-// masked_by, the second check that hid it, was undone too: each layer of
-// defence holds alone), equivalent (argued so in the catalogue; run only
+// masked_by, the second check that hid it, was undone too, that entry
+// surviving alone as well: each layer of defence holds alone), equivalent (argued so in the catalogue; run only
 // with -all), build-failed and no-apply (catalogue errors: the exit
 // status is 1). It prints a table, then one JSON line: mutants, killed,
 // masked, survived (ids), equivalent, errors, mutation_score (killed and

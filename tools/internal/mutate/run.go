@@ -116,7 +116,8 @@ func (r *Runner) Build(ctx context.Context, overlay, out, pkg string) error {
 
 // Run builds the simulator with mutant m and plays it. A mutant that
 // survives alone and names the checks masking it (MaskedBy) is played
-// again with their mutants applied too. byID finds those mutants.
+// again with their mutants applied too; it is masked when that pair is
+// killed and each of those mutants survives alone. byID finds them.
 func (r *Runner) Run(ctx context.Context, m Mutant, byID map[string]Mutant) Result {
 	res := r.play(ctx, m.ID, m.Flags, m)
 	res.Mechanism = m.Mechanism
@@ -134,9 +135,19 @@ func (r *Runner) Run(ctx context.Context, m Mutant, byID map[string]Mutant) Resu
 	pair := r.play(ctx, strings.Join(ids, "+"), dedupFlags(flags), ms...)
 	pair.Mechanism = m.Mechanism
 	res.Pair = &pair
-	if pair.Outcome == Killed {
-		res.Outcome = Masked
+	if pair.Outcome != Killed {
+		return res
 	}
+	// The pair shows that m's layer matters only if each partner survives
+	// alone: a partner the simulator kills by itself would kill the pair
+	// whatever m does.
+	for _, other := range ms[1:] {
+		if alone := r.play(ctx, other.ID, other.Flags, other); alone.Outcome != Survived {
+			res.Detail = fmt.Sprintf("not masked: %s is %s alone, so the pair proves nothing of %s", other.ID, alone.Outcome, m.ID)
+			return res
+		}
+	}
+	res.Outcome = Masked
 	return res
 }
 
