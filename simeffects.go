@@ -2,7 +2,6 @@ package rink
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/rink-go/rink/internal/core"
@@ -65,22 +64,9 @@ func (m *simMember) pumpCampaign(c *core.Campaigner) {
 		})
 	case key != "":
 		m.campBusy = true
-		var cancel func()
-		cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: after + 1}, func(wr *etcdserverpb.WatchResponse) {
-			if m.dead || m.camp != c || !m.campBusy || m.campGen != gen {
-				return
-			}
-			var err error
-			switch {
-			case wr.Canceled:
-				err = errors.New("sim: watch canceled")
-			case len(wr.Events) == 0:
-				return
-			}
+		live := func() bool { return m.camp == c && m.campBusy && m.campGen == gen }
+		m.awaitChange(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: after + 1}, live, func(err error) {
 			m.campBusy = false
-			if cancel != nil {
-				cancel()
-			}
 			c.Changed(err, m.env.Now())
 			m.pumpCampaign(c)
 		})

@@ -678,11 +678,17 @@ func (m *simMember) joined(in *core.Joined) *incarnation {
 // awaitDeleted calls done once key is deleted after rev (nil), or the
 // watch breaks (see waitDeleted).
 func (m *simMember) awaitDeleted(key string, rev int64, done func(error)) {
+	m.awaitChange(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: rev + 1,
+		Filters: []etcdserverpb.WatchCreateRequest_FilterType{etcdserverpb.WatchCreateRequest_NOPUT}}, func() bool { return true }, done)
+}
+
+// awaitChange watches as r asks and calls done once, at its first event
+// (nil) or when it breaks, while live holds; then it ends the watch.
+func (m *simMember) awaitChange(r *etcdserverpb.WatchCreateRequest, live func() bool, done func(error)) {
 	var cancel func()
 	ended := false
-	cancel = m.etcd.Watch(&etcdserverpb.WatchCreateRequest{Key: []byte(key), StartRevision: rev + 1,
-		Filters: []etcdserverpb.WatchCreateRequest_FilterType{etcdserverpb.WatchCreateRequest_NOPUT}}, func(wr *etcdserverpb.WatchResponse) {
-		if m.dead || ended {
+	cancel = m.etcd.Watch(r, func(wr *etcdserverpb.WatchResponse) {
+		if m.dead || ended || !live() {
 			return
 		}
 		var err error
