@@ -87,7 +87,12 @@ func TestBalancedByLoad(t *testing.T) {
 		})
 	}()
 	defer func() { cancel(); <-done }()
-	// Judged by the roles' true loads, not by what the members report.
+	// Judged by the roles' true loads, not by what the members report. The
+	// balancer promises the tolerance (1.1) on reported rates, and each
+	// member measures its rate over its own 300 ms window: under -race on two
+	// cores the rates were seen 4% apart for equal true loads, so a balanced
+	// map can sit at 1.12 in true load. The bound leaves that margin; hashing
+	// alone starts these 30 roles at 1.6.
 	t0, dumped := time.Now(), false
 	eventually(t, 30*time.Second, "loads within the tolerance", func() bool {
 		s := ob.State()
@@ -106,7 +111,7 @@ func TestBalancedByLoad(t *testing.T) {
 				t.Logf("%s: true load %v, reported %.1f, slots %d", m.Name, load[m.Name], m.Load, m.Slots)
 			}
 		}
-		return worst/(465.0/3) <= 1.1
+		return worst/(465.0/3) <= 1.2
 	})
 	moved := 0
 	for _, e := range h.snapshot() {
