@@ -61,6 +61,10 @@ type Etcd struct {
 
 	watchers  map[int64]*Watcher
 	nextWatch int64
+
+	// OnPut, when set, is told every value a request puts (not a
+	// restore's), after the store holds it; it must not change kv.
+	OnPut func(kv *mvccpb.KeyValue)
 }
 
 // NewEtcd returns an empty model. minTTL is the shortest lease TTL it
@@ -270,6 +274,9 @@ func (w *write) put(key, value []byte, leaseID int64) {
 	}
 	e.log = append(e.log, ev)
 	w.changes++
+	if e.OnPut != nil {
+		e.OnPut(kv)
+	}
 }
 
 func (w *write) deleteKey(k string) {

@@ -228,6 +228,7 @@ func Run(seed uint64, cfg Config) Result {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
 	h.res.Kinds = h.fault
+	w.Etcd.OnPut = h.checkDecoders
 	var replicas string // (none in a rink without replicas or zones: its trace stays as it was)
 	if cfg.replicas() > 1 || cfg.Zones > 0 {
 		replicas = fmt.Sprintf(", %d replicas, %d zones", cfg.replicas(), cfg.Zones)
