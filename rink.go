@@ -138,9 +138,13 @@ type Rink struct {
 	clockFn func() int64
 	simFx   effects    // the simulator's effects (see driver.go); nil: netEffects
 	simRand *rand.Rand // the simulator's source of the core's jitter (nil: each backoff has its own, seeded from the global one)
-	// simWarm, in the simulator, warms up the slots an announcement brings
-	// as a role set would (see applyIncoming); nil: none.
-	simWarm func(v int64, slots []int)
+	// simSet, in the simulator, schedules a role set's round on its
+	// goroutine (see RoleSet.signal); nil: each set runs its own
+	// goroutine. simWarm, in the simulator, warms up the slots of a
+	// set's roles that an announcement of version v brings, in virtual
+	// time, and calls ready once it has (see RoleSet.startWarm).
+	simSet  func(round func())
+	simWarm func(v int64, slots []int, ready func())
 	// simEarly, in the simulator, hears of announced moves this member,
 	// leading, makes before the warm-up time has passed (see
 	// holdForWarmup); nil: none.

@@ -49,6 +49,7 @@ type simMember struct {
 	wakeAt  time.Time // and when (zero: none)
 
 	view, own *simFollower // the member's watches: its view, and its own key
+	set       *RoleSet     // the role set the simulator watches with (nil: none)
 	lost      *incarnation // the incarnation whose end the core was told of
 
 	keep    *core.Keeper
@@ -118,16 +119,33 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	r.simEarly = cfg.EarlyMoves
 	r.simLeave = m.leaveNow
 	r.simRound = cfg.LoadRound
+	// The role set's rounds run on the simulator's goroutine, each as an
+	// event of its own, and the member steps on what they sent it.
+	r.simSet = func(round func()) {
+		m.env.After(0, func() {
+			if !m.dead {
+				round()
+				m.settle()
+			}
+		})
+	}
 	if warm := cfg.Warm; warm != nil {
-		r.simWarm = func(v int64, slots []int) {
+		r.simWarm = func(v int64, slots []int, ready func()) {
 			warm(v, slices.Clone(slots), func() {
 				if m.dead {
 					return
 				}
-				r.inbox.send(func(ml *mail) { ml.warmed = append(ml.warmed, v) })
+				ready()
 				m.settle()
 			})
 		}
+	}
+	if cfg.Assigned != nil {
+		set, err := r.Watch(Handler{Assigned: cfg.Assigned, Revoked: cfg.Revoked, Secondary: cfg.Secondary}, cfg.Roles...)
+		if err != nil {
+			return nil, err
+		}
+		m.set = set
 	}
 	return m, nil
 }

@@ -255,10 +255,6 @@ func (r *Rink) applyIncoming() {
 			st.warmWait++
 		}
 	}
-	if r.simWarm != nil {
-		r.simWarm(st.incomingV, in)
-		st.warmWait++
-	}
 	if st.warmWait == 0 && len(in) > 0 {
 		st.warmReady, st.warmed, st.warmedIn = true, st.cur.Version, st.lineage
 	}

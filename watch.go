@@ -65,7 +65,12 @@ type RoleSet struct {
 	closed  bool
 	warmReq *warmReq // an announcement to warm up for
 	wake    chan struct{}
-	stopped chan struct{}
+	stopped chan struct{} // closed once the last round (see dispatcher.round) has run
+
+	d *dispatcher // what the handler was told (the set's goroutine, or the simulator's rounds)
+	// roundDue: in the simulator (Rink.simSet), a round is scheduled and
+	// has not run yet (simulator's goroutine only).
+	roundDue bool
 }
 
 // warmReq asks a set to warm up the roles of slots for the announcement
@@ -89,6 +94,26 @@ func (s *RoleSet) warmUp(v int64, slots []int) {
 // It returns the function that cancels them.
 func (s *RoleSet) startWarm(req *warmReq, wg *sync.WaitGroup) context.CancelFunc {
 	r := s.r
+	answer := func() { r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, req.v) }) }
+	if r.simSet != nil {
+		// The simulator warms up the slots of the set's roles in virtual
+		// time, and says when it is ready (see simhook.Config.Warm);
+		// without a warm-up, the set is ready at once.
+		if r.simWarm == nil {
+			answer()
+			return func() {}
+		}
+		var slots []int
+		s.mu.Lock()
+		for _, slot := range req.slots {
+			if len(s.bySlot[slot]) > 0 {
+				slots = append(slots, slot)
+			}
+		}
+		s.mu.Unlock()
+		r.simWarm(req.v, slots, answer)
+		return func() {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var roles []string
 	if s.h.Warm != nil {
@@ -112,7 +137,7 @@ func (s *RoleSet) startWarm(req *warmReq, wg *sync.WaitGroup) context.CancelFunc
 	go func() {
 		defer wg.Done()
 		calls.Wait()
-		r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, req.v) })
+		answer()
 	}()
 	return cancel
 }
@@ -143,6 +168,7 @@ func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
 	}
 	s := &RoleSet{r: r, h: h, bits: make([]atomic.Uint64, (r.opts.slots+63)/64), bySlot: map[int][]string{},
 		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	s.d = newDispatcher(s)
 	r.setsMu.Lock()
 	r.sets = append(r.sets, s)
 	r.publishSets()
@@ -151,7 +177,9 @@ func (r *Rink) Watch(h Handler, roles ...string) (*RoleSet, error) {
 		r.dropSet(s) // (the rink began to stop meanwhile)
 		return nil, err
 	}
-	go s.dispatch()
+	if r.simSet == nil {
+		go s.dispatch()
+	}
 	return s, nil
 }
 
@@ -238,6 +266,9 @@ func (s *RoleSet) Close() {
 		s.signal()
 	}
 	s.mu.Unlock()
+	if s.r.simSet != nil {
+		s.simRound() // (the simulator's goroutine: the round that stops the set runs now)
+	}
 	<-s.stopped
 	s.r.dropSet(s)
 }
@@ -252,10 +283,32 @@ func (r *Rink) dropSet(s *RoleSet) {
 	}
 }
 
+// signal asks for a round: it wakes the set's goroutine, or, in the
+// simulator, schedules one on its goroutine.
 func (s *RoleSet) signal() {
+	if sched := s.r.simSet; sched != nil {
+		if !s.roundDue {
+			s.roundDue = true
+			sched(s.simRound)
+		}
+		return
+	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
+	}
+}
+
+// simRound runs a round in the simulator, unless the set has stopped.
+func (s *RoleSet) simRound() {
+	s.roundDue = false
+	select {
+	case <-s.stopped:
+		return
+	default:
+	}
+	if s.d.round() {
+		close(s.stopped)
 	}
 }
 
@@ -270,108 +323,150 @@ func (s *RoleSet) changed(slot int) {
 	s.signal()
 }
 
-// dispatch is the set's goroutine: it calls the handler as the slots of
-// the set's roles are gained and lost.
+// dispatch is the set's goroutine: it runs a round each time it is
+// woken, until one stops the set.
 func (s *RoleSet) dispatch() {
 	defer close(s.stopped)
-	r := s.r
-	var warming sync.WaitGroup
-	stopWarm := func() {}
-	defer func() { stopWarm(); warming.Wait() }()
-	active := map[int]*slotState{} // holdings counted as running on (see enter)
-	assigned := map[int][]string{} // roles Assigned was called for, by slot
-	sec := newSecondaryCalls(s.h.Secondary)
-	defer sec.stop()
-	revoke := func(slot int, roles []string) {
-		if s.h.Revoked != nil {
-			for _, role := range roles {
-				s.h.Revoked(role)
-			}
-		}
-	}
-	end := func(slot int) {
-		revoke(slot, assigned[slot])
-		active[slot].leave(r)
-		delete(active, slot)
-		delete(assigned, slot)
-	}
 	for {
 		select {
 		case <-s.wake:
-		case <-r.done:
+		case <-s.r.done:
 		}
-		s.mu.Lock()
-		queue, closed, warm := s.queue, s.closed, s.warmReq
-		s.queue, s.warmReq = nil, nil
-		s.mu.Unlock()
-		if warm != nil && !closed {
-			stopWarm()
-			stopWarm = s.startWarm(warm, &warming)
-		}
-		select {
-		case <-r.done:
-			closed = true // the rink has stopped: every holding has ended
-		default:
-		}
-		if closed {
-			for slot := range active {
-				end(slot)
-			}
-			sec.stop()
-			if warm != nil {
-				// Counted among the sets to warm up: answer, with nothing
-				// to warm.
-				v := warm.v
-				r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, v) })
-			}
+		if s.d.round() {
 			return
 		}
-		slices.Sort(queue)
-		for _, slot := range slices.Compact(queue) {
-			cur := r.slots.load(slot)
-			held := cur != nil && cur.ctx != nil && cur.ctx.Err() == nil
-			if a := active[slot]; a != nil && (a != cur || !held) {
-				end(slot) // the holding ended
-			}
-			s.mu.Lock()
-			want := slices.Clone(s.bySlot[slot])
-			s.mu.Unlock()
-			sec.update(slot, r.secs.load(slot), want)
-			if !held {
-				if len(want) > 0 && cur == nil {
-					// Awaited: the run goroutine starts it among the first.
-					r.slots.at(slot).CompareAndSwap(nil, &slotState{changed: make(chan struct{})})
-				}
-				continue
-			}
-			if active[slot] == nil {
-				if len(want) == 0 || !cur.enter() {
-					continue // (ended meanwhile: its release queues the slot again)
-				}
-				active[slot] = cur
-			}
-			var gone []string
-			keep := assigned[slot][:0:0]
-			for _, role := range assigned[slot] {
-				if slices.Contains(want, role) {
-					keep = append(keep, role)
-				} else {
-					gone = append(gone, role)
-				}
-			}
-			revoke(slot, gone)
-			ctx := cur.handOut()
-			for _, role := range want {
-				if !slices.Contains(keep, role) {
-					keep = append(keep, role)
-					s.h.Assigned(ctx, role)
-				}
-			}
-			assigned[slot] = keep
-			if len(keep) == 0 {
-				end(slot)
-			}
+	}
+}
+
+// dispatcher is what a set's handler was told: the holdings it runs on,
+// the roles Assigned was called for, the Secondary calls and the Warm
+// calls under way. Its rounds run one at a time: on the set's goroutine,
+// or on the simulator's.
+//
+// Invariants: assigned has an entry only for a slot of active, and every
+// role in it had Assigned called and Revoked not since; a slot of active
+// is a holding entered (slotState.enter) and not yet left.
+type dispatcher struct {
+	s        *RoleSet
+	active   map[int]*slotState // holdings counted as running on (see enter)
+	assigned map[int][]string   // roles Assigned was called for, by slot
+	sec      *secondaryCalls
+	warming  sync.WaitGroup
+	stopWarm context.CancelFunc
+}
+
+func newDispatcher(s *RoleSet) *dispatcher {
+	sec := newSecondaryCalls(s.h.Secondary)
+	if s.r.simSet != nil {
+		sec.spawn = func(f func()) { f() } // (the simulator's handler records the call and returns)
+	}
+	return &dispatcher{s: s, active: map[int]*slotState{}, assigned: map[int][]string{}, sec: sec, stopWarm: func() {}}
+}
+
+// revoke calls Revoked for roles.
+func (d *dispatcher) revoke(roles []string) {
+	if d.s.h.Revoked != nil {
+		for _, role := range roles {
+			d.s.h.Revoked(role)
 		}
+	}
+}
+
+// end revokes slot's roles and leaves its holding.
+func (d *dispatcher) end(slot int) {
+	d.revoke(d.assigned[slot])
+	d.active[slot].leave(d.s.r)
+	delete(d.active, slot)
+	delete(d.assigned, slot)
+}
+
+// round calls the handler for what changed since the last one: the slots
+// queued, a warm-up asked for, the set closed or the rink stopped. It
+// reports whether the set has stopped: every role revoked, and every
+// Secondary and Warm call returned.
+func (d *dispatcher) round() (stopped bool) {
+	s, r := d.s, d.s.r
+	s.mu.Lock()
+	queue, closed, warm := s.queue, s.closed, s.warmReq
+	s.queue, s.warmReq = nil, nil
+	s.mu.Unlock()
+	if warm != nil && !closed {
+		d.stopWarm()
+		d.stopWarm = s.startWarm(warm, &d.warming)
+	}
+	select {
+	case <-r.done:
+		closed = true // the rink has stopped: every holding has ended
+	default:
+	}
+	if closed {
+		for slot := range d.active {
+			d.end(slot)
+		}
+		d.sec.stop()
+		if warm != nil {
+			// Counted among the sets to warm up: answer, with nothing
+			// to warm.
+			v := warm.v
+			r.inbox.send(func(m *mail) { m.warmed = append(m.warmed, v) })
+		}
+		d.stopWarm()
+		d.warming.Wait()
+		return true
+	}
+	slices.Sort(queue)
+	for _, slot := range slices.Compact(queue) {
+		d.look(slot)
+	}
+	return false
+}
+
+// look brings the handler in line with slot's holding and the set's roles
+// in it.
+func (d *dispatcher) look(slot int) {
+	s, r := d.s, d.s.r
+	cur := r.slots.load(slot)
+	held := cur != nil && cur.ctx != nil && cur.ctx.Err() == nil
+	if a := d.active[slot]; a != nil && (a != cur || !held) {
+		d.end(slot) // the holding ended
+	}
+	s.mu.Lock()
+	want := slices.Clone(s.bySlot[slot])
+	s.mu.Unlock()
+	d.sec.update(slot, r.secs.load(slot), want)
+	if !held {
+		if len(want) > 0 && cur == nil {
+			// Awaited: the run goroutine starts it among the first.
+			r.slots.at(slot).CompareAndSwap(nil, &slotState{changed: make(chan struct{})})
+		}
+		return
+	}
+	if d.active[slot] == nil {
+		if len(want) == 0 || !cur.enter() {
+			return // (ended meanwhile: its release queues the slot again)
+		}
+		d.active[slot] = cur
+	}
+	var gone []string
+	keep := d.assigned[slot][:0:0]
+	for _, role := range d.assigned[slot] {
+		if slices.Contains(want, role) {
+			keep = append(keep, role)
+		} else {
+			gone = append(gone, role)
+		}
+	}
+	d.revoke(gone)
+	ctx := cur.handOut()
+	for _, role := range want {
+		if !slices.Contains(keep, role) {
+			keep = append(keep, role)
+			s.h.Assigned(ctx, role)
+		}
+	}
+	d.assigned[slot] = keep
+	if len(keep) == 0 {
+		d.end(slot)
 	}
 }
 
@@ -380,13 +475,14 @@ func (s *RoleSet) dispatch() {
 // own derived from the holding's (dispatch goroutine only).
 type secondaryCalls struct {
 	f      func(ctx context.Context, role string)
+	spawn  func(func()) // runs a call (on a goroutine of its own but in the simulator)
 	wg     sync.WaitGroup
 	active map[int]*slotState                    // the secondary holding calls run for, by slot
 	calls  map[int]map[string]context.CancelFunc // by slot, by role
 }
 
 func newSecondaryCalls(f func(ctx context.Context, role string)) *secondaryCalls {
-	return &secondaryCalls{f: f, active: map[int]*slotState{}, calls: map[int]map[string]context.CancelFunc{}}
+	return &secondaryCalls{f: f, spawn: func(f func()) { go f() }, active: map[int]*slotState{}, calls: map[int]map[string]context.CancelFunc{}}
 }
 
 // update brings slot's calls in line with its published secondary state
@@ -429,10 +525,10 @@ func (c *secondaryCalls) update(slot int, cur *slotState, want []string) {
 		}
 		calls[role] = cancel
 		c.wg.Add(1)
-		go func() {
+		c.spawn(func() {
 			defer c.wg.Done()
 			c.f(ctx, role)
-		}()
+		})
 	}
 }
 

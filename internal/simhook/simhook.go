@@ -11,6 +11,7 @@
 package simhook
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 
@@ -72,6 +73,14 @@ type Config struct {
 	// runs: its number in the member's leadership (from 1), and the slots
 	// it moves.
 	LoadRound func(round int, moved []int)
+	// Roles, with Assigned set, are watched with a role set (rink.Watch)
+	// whose Handler calls Assigned, Revoked and Secondary (either may be
+	// nil), on the simulator's goroutine: Secondary must return at once,
+	// and ctx says when its holding ends.
+	Roles     []string
+	Assigned  func(ctx context.Context, role string)
+	Revoked   func(role string)
+	Secondary func(ctx context.Context, role string)
 	// Load runs the member's load reporter (every member runs one in
 	// production; a simulated member only when asked, so that histories
 	// without load play as before they had it).

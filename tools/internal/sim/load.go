@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"time"
-
-	"github.com/rink-go/rink/internal/wire"
 )
 
 // Load (Config.Load, rink-sim -load). The members run their load
@@ -64,15 +62,7 @@ func newLoad(seed uint64, cfg Config) *loadModel {
 	if !cfg.Load {
 		return nil
 	}
-	l := &loadModel{rng: rand.New(rand.NewPCG(seed, loadStream)), roles: make([]string, cfg.Slots)}
-	found := 0
-	for i := 0; found < cfg.Slots; i++ {
-		role := fmt.Sprintf("r%d", i)
-		if s := wire.SlotOf(role, cfg.Slots); l.roles[s] == "" {
-			l.roles[s] = role
-			found++
-		}
-	}
+	l := &loadModel{rng: rand.New(rand.NewPCG(seed, loadStream)), roles: slotRoles(cfg.Slots)}
 	l.draw()
 	return l
 }

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -162,6 +163,8 @@ type history struct {
 	// see warmup.go).
 	warm          *rand.Rand
 	warmUnchecked bool // the map was rewritten by hand under its version: early moves go unchecked
+	// roleBook is what the members' role sets told them (see roles.go).
+	roleBook *roleBook
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -223,6 +226,7 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	h.load = newLoad(seed, cfg)
+	h.roleBook = newRoleBook(cfg.Slots)
 	h.warm = newWarm(seed, cfg)
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
@@ -296,6 +300,10 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	}
 	m, err := simhook.NewMember(simhook.Config{
 		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
+		Roles:     h.roleBook.roles,
+		Assigned:  func(ctx context.Context, role string) { h.assigned(sm, ctx, role) },
+		Revoked:   func(role string) { h.revoked(sm, role) },
+		Secondary: func(ctx context.Context, role string) { h.secondary(sm, ctx, role) },
 		Options: append(opts,
 			rink.WithEvents(func(e rink.Event) {
 				h.observe(sm, e)
@@ -870,6 +878,10 @@ func (h *history) live() {
 		h.violate(fmt.Sprintf("liveness: members %v not ranked %v after the faults stopped", unranked, h.cfg.Quiet))
 	case replicas != "":
 		h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", replicas, h.cfg.Quiet))
+	default:
+		if why := h.liveRoles(); why != "" {
+			h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", why, h.cfg.Quiet))
+		}
 	}
 }
 

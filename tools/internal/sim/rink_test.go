@@ -205,11 +205,12 @@ func TestZoneLossDrawnOnlyWithZones(t *testing.T) {
 func TestShrinkFindsASmallerHistory(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Plant = "ignore-fence"
-	res := Run(1, cfg)
+	seed := uint64(2) // (the first seed that finds it since members watch roles)
+	res := Run(seed, cfg)
 	if res.Violation == "" {
-		t.Fatal("the planted bug is not found at seed 1")
+		t.Fatalf("the planted bug is not found at seed %d", seed)
 	}
-	small, sres := Shrink(1, cfg, 60)
+	small, sres := Shrink(seed, cfg, 60)
 	if sres.Violation == "" {
 		t.Fatal("the shrunk history does not fail")
 	}
