@@ -513,6 +513,18 @@ func (m *simMember) reportLoad() {
 }
 
 // Holding returns the slots whose holdings act now, with their tokens.
+// Rank returns the member's rank (see Rink.Rank).
+func (m *simMember) Rank() (index, size int) {
+	if m.r.rank.Load() == nil {
+		return -1, 0 // (not started yet: Start publishes it, as New does)
+	}
+	rk := m.r.Rank()
+	return rk.Index, rk.Size
+}
+
+// Owner returns role's owner (see Rink.Owner).
+func (m *simMember) Owner(role string) (string, bool) { return m.r.Owner(role) }
+
 func (m *simMember) Holding() map[int]int64 {
 	held := map[int]int64{}
 	if m.dead {

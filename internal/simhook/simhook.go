@@ -121,6 +121,12 @@ type Member interface {
 	Ranked() bool
 	// Joined reports whether the member has joined the rink once.
 	Joined() bool
+	// Rank returns the member's rank, as rink.Rink.Rank does: its index
+	// (-1: not ranked) and the number of ranked members.
+	Rank() (index, size int)
+	// Owner returns the member that role belongs to in the member's last
+	// applied map, as rink.Rink.Owner does.
+	Owner(role string) (string, bool)
 	// Describe tells what the member's core knows, for a failing history.
 	Describe() string
 	// Enter starts a function on the holding of slot s's primary, as Run

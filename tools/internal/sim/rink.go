@@ -200,10 +200,8 @@ var strayKeys = [][2]string{
 // cfg.Faults, then none for cfg.Quiet; safety is checked after every event,
 // liveness at the end.
 func Run(seed uint64, cfg Config) Result {
-	w := NewWorld(seed, 1)
-	w.Quiet = !cfg.Trace
-	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
-		zoneDown: map[string]time.Duration{}, left: map[string]bool{}}
+	h := newHistory(seed, cfg)
+	w := h.w
 	// Swarm testing: each seed draws the fault kinds it uses (unless
 	// told: see Shrink).
 	swarm := cfg.Swarm
@@ -226,13 +224,11 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	h.load = newLoad(seed, cfg)
-	h.roleBook = newRoleBook(cfg.Slots)
 	h.warm = newWarm(seed, cfg)
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
 	h.res.Kinds = h.fault
-	w.Etcd.OnPut = h.checkDecoders
 	var replicas string // (none in a rink without replicas or zones: its trace stays as it was)
 	if cfg.replicas() > 1 || cfg.Zones > 0 {
 		replicas = fmt.Sprintf(", %d replicas, %d zones", cfg.replicas(), cfg.Zones)
@@ -267,6 +263,17 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	h.res.Trace = w.Trace()
 	return *h.res
+}
+
+// newHistory returns the history of seed before anything happens in it:
+// its world, and its checks in place.
+func newHistory(seed uint64, cfg Config) *history {
+	w := NewWorld(seed, 1)
+	w.Quiet = !cfg.Trace
+	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
+		zoneDown: map[string]time.Duration{}, left: map[string]bool{}, roleBook: newRoleBook(cfg.Slots)}
+	w.Etcd.OnPut = h.checkDecoders
+	return h
 }
 
 // spawn starts a new member after d.
