@@ -129,9 +129,7 @@ type simWorld struct {
 	byName map[string]*simMember
 }
 
-func newSimWorld() *simWorld {
-	cfg := DefaultConfig()
-	cfg.Faults, cfg.Load = 0, true // (production members always run their load reporter)
+func newSimWorld(cfg Config) *simWorld {
 	return &simWorld{h: newHistory(1, cfg), byName: map[string]*simMember{}}
 }
 
@@ -195,7 +193,9 @@ func (s *simWorld) await(t *testing.T, names []string) *settledState {
 // prodWorld plays the script on production members and an embedded etcd.
 type prodWorld struct {
 	t       *testing.T
+	cfg     Config
 	ep      []string
+	rink    string
 	roles   []string
 	members map[string]*prodMember
 }
@@ -214,18 +214,17 @@ func (p *prodWorld) start(name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultConfig()
-	r, err := rink.New(cli, "sim", rink.WithMemberName(name), rink.WithSlots(cfg.Slots), rink.WithSessionTTL(cfg.TTL),
-		rink.WithRebalanceDelay(cfg.Delay), rink.WithLogger(zap.NewNop()),
-		rink.WithImbalanceTolerance(LoadTolerance), rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(3*LoadInterval))
+	r, err := rink.New(cli, p.rink, append(p.cfg.options(""), rink.WithMemberName(name), rink.WithLogger(zap.NewNop()))...)
 	if err != nil {
 		cli.Close()
 		t.Fatal(err)
 	}
 	m := &prodMember{cli: cli, r: r, ctx: map[string]context.Context{}}
 	m.set, err = r.Watch(rink.Handler{
-		Assigned: func(ctx context.Context, role string) { m.mu.Lock(); m.ctx[role] = ctx; m.mu.Unlock() },
-		Revoked:  func(role string) { m.mu.Lock(); delete(m.ctx, role); m.mu.Unlock() },
+		Assigned:  func(ctx context.Context, role string) { m.mu.Lock(); m.ctx[role] = ctx; m.mu.Unlock() },
+		Revoked:   func(role string) { m.mu.Lock(); delete(m.ctx, role); m.mu.Unlock() },
+		Warm:      func(context.Context, string) {},                     // (ready at once)
+		Secondary: func(ctx context.Context, _ string) { <-ctx.Done() }, // (keeps a copy until it ends)
 	}, p.roles...)
 	if err != nil {
 		t.Fatal(err)
@@ -293,8 +292,29 @@ func TestMembersAgainstProduction(t *testing.T) {
 		t.Skip("plays a script on an embedded etcd")
 	}
 	cli := startEtcd(t)
-	sim := newSimWorld()
-	prod := &prodWorld{t: t, ep: cli.Endpoints(), roles: sim.h.roleBook.roles, members: map[string]*prodMember{}}
+	// (Production members always run their load reporter: the simulated
+	// ones, with Load.)
+	plain := DefaultConfig()
+	plain.Faults, plain.Load = 0, true
+	replicas, warmup, drain := plain, plain, plain
+	replicas.Replicas = 2
+	warmup.Warmup = time.Second
+	drain.Drain = 300 * time.Millisecond
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{{"plain", plain}, {"replicas", replicas}, {"warmup", warmup}, {"drain", drain}} {
+		t.Run(c.name, func(t *testing.T) {
+			playScript(t, cli.Endpoints(), "diff-"+c.name, c.cfg)
+		})
+	}
+}
+
+// playScript plays the script in both worlds, with cfg, production's in
+// rink name.
+func playScript(t *testing.T, ep []string, name string, cfg Config) {
+	sim := newSimWorld(cfg)
+	prod := &prodWorld{t: t, cfg: cfg, ep: ep, rink: name, roles: sim.h.roleBook.roles, members: map[string]*prodMember{}}
 	t.Cleanup(func() {
 		for _, name := range slices.Sorted(maps.Keys(prod.members)) {
 			prod.leave(name)

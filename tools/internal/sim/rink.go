@@ -219,12 +219,6 @@ func Run(seed uint64, cfg Config) Result {
 	if cfg.KeyFaults {
 		h.fault = drawKeyKinds(seed, h.fault) // (not from h.rng: see KeyFaultKinds)
 	}
-	if cfg.Drift != 0 {
-		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (not from h.rng: see drawDrift)
-	}
-	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
-	h.load = newLoad(seed, cfg)
-	h.warm = newWarm(seed, cfg)
 	if cfg.Kinds != nil {
 		h.fault = cfg.Kinds // (drawn all the same: the kinds drawn give the same history)
 	}
@@ -265,6 +259,25 @@ func Run(seed uint64, cfg Config) Result {
 	return *h.res
 }
 
+// options are a member's options in a rink of cfg, in zone ("": none).
+func (cfg Config) options(zone string) []rink.Option {
+	opts := []rink.Option{rink.WithSlots(cfg.Slots), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay),
+		rink.WithReplicas(cfg.replicas())}
+	if cfg.Drain > 0 {
+		opts = append(opts, rink.WithDrainTimeout(cfg.Drain))
+	}
+	if cfg.Warmup > 0 {
+		opts = append(opts, rink.WithWarmup(cfg.Warmup))
+	}
+	if cfg.Load {
+		opts = append(opts, rink.WithImbalanceTolerance(LoadTolerance), rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(3*LoadInterval))
+	}
+	if zone != "" {
+		opts = append(opts, rink.WithZone(zone))
+	}
+	return opts
+}
+
 // newHistory returns the history of seed before anything happens in it:
 // its world, and its checks in place.
 func newHistory(seed uint64, cfg Config) *history {
@@ -273,6 +286,13 @@ func newHistory(seed uint64, cfg Config) *history {
 	h := &history{cfg: cfg, w: w, top: map[int]int64{}, holder: map[int]*simMember{}, res: &Result{Seed: seed, Ops: map[string]int{}}, rng: w.Rand(),
 		zoneDown: map[string]time.Duration{}, left: map[string]bool{}, roleBook: newRoleBook(cfg.Slots)}
 	w.Etcd.OnPut = h.checkDecoders
+	// (Each from a stream of its own, never from h.rng.)
+	if cfg.Drift != 0 {
+		h.drift = rand.New(rand.NewPCG(seed, driftStream)) // (see drawDrift)
+	}
+	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
+	h.load = newLoad(seed, cfg)
+	h.warm = newWarm(seed, cfg)
 	return h
 }
 
@@ -290,20 +310,12 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	c := w.NewClient(name)
 	env := &memberEnv{w: w, rng: rand.New(rand.NewPCG(h.rng.Uint64(), h.rng.Uint64())), e: h.drawDrift()}
 	sm := &simMember{name: name, idx: i, c: c, held: map[int]bool{}, secs: map[int]bool{}, work: map[int]*work{}, env: env}
-	opts := []any{rink.WithSlots(h.cfg.Slots), rink.WithSessionTTL(h.cfg.TTL), rink.WithRebalanceDelay(h.cfg.Delay),
-		rink.WithReplicas(h.cfg.replicas())}
-	if h.cfg.Drain > 0 {
-		opts = append(opts, rink.WithDrainTimeout(h.cfg.Drain))
-	}
-	if h.cfg.Warmup > 0 {
-		opts = append(opts, rink.WithWarmup(h.cfg.Warmup))
-	}
-	if h.cfg.Load {
-		opts = append(opts, rink.WithImbalanceTolerance(LoadTolerance), rink.WithLoadInterval(LoadInterval), rink.WithLoadWindow(3*LoadInterval))
-	}
 	if h.cfg.Zones > 0 {
 		sm.zone = fmt.Sprintf("z%d", i%h.cfg.Zones)
-		opts = append(opts, rink.WithZone(sm.zone))
+	}
+	var opts []any
+	for _, o := range h.cfg.options(sm.zone) {
+		opts = append(opts, o)
 	}
 	m, err := simhook.NewMember(simhook.Config{
 		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
