@@ -50,6 +50,7 @@ type simMember struct {
 
 	view, own *simFollower // the member's watches: its view, and its own key
 	set       *RoleSet     // the role set the simulator watches with (nil: none)
+	quietLeft bool         // it left without a hand-over, its key left to expire (see leaveNow)
 	lost      *incarnation // the incarnation whose end the core was told of
 
 	keep    *core.Keeper
@@ -276,18 +277,19 @@ func (m *simMember) Crash() {
 // heirs are ready, the leader tells it to leave, or its time is up (see
 // startLeaving; the core then decides to leave, and leaveNow departs);
 // else it departs at once (see leaveNow).
-func (m *simMember) Leave() {
+func (m *simMember) Leave() bool {
 	r := m.r
 	if m.dead || r.st.stopping || r.st.leaving {
-		return
+		return !m.quietLeft
 	}
 	if r.opts.warmup > 0 {
 		r.stopCtx = context.Background() // (as Shutdown's context, which never ends here)
 		m.trace("shutdown: leaving with a warm-up")
 		m.step(input{kind: inStop}) // (startLeaving, or at once leaveNow)
-		return
+		return !m.quietLeft
 	}
 	m.leaveNow()
+	return !m.quietLeft
 }
 
 // leaveNow shuts the member down as shutdown does: it leaves by handing
@@ -307,6 +309,7 @@ func (m *simMember) leaveNow() {
 		// the key keeps our slots from others until the lease expires.)
 		r.releaseAll()
 		m.trace("leaves without a hand-over")
+		m.quietLeft = true
 		m.Crash()
 		return
 	}

@@ -42,7 +42,8 @@ type Input struct {
 	// planMap: with replicas, moves go first where they keep roles warm).
 	Balance func(owners []string, members []string, capacity map[string]float64) wire.SlotTable
 	// Hold keeps every live member's replicas where they are (see
-	// planMap): only orphans and missing secondaries are placed; promoted
+	// planMap), by count and by load: only orphans and missing
+	// secondaries are placed, and no newcomer takes its share; promoted
 	// primaries stay on their secondaries, however uneven, and no
 	// secondary moves to balance. The leader holds them so for a TTL after
 	// a crash, with more than one replica: the other members of a zone
@@ -154,7 +155,12 @@ func Plan(cur wire.Map, in Input) wire.Map {
 	case len(members) == 0:
 	case in.ByLoad:
 		next.Table = placeOrphans(owners, members, in.Capacity, in.Load)
-		fillNewcomers(next.Table, members, in.Capacity, in.Load)
+		if !in.Hold {
+			// (Held, a crash's promotions stay where they are: a newcomer
+			// filled now would take promoted primaries, cold. It takes
+			// its share once the hold ends, as by count.)
+			fillNewcomers(next.Table, members, in.Capacity, in.Load)
+		}
 		next.ByLoad = true
 	case in.Balance != nil:
 		next.Table = in.Balance(owners, members, in.Capacity)

@@ -736,3 +736,42 @@ func promote(l *replicaLayout, sec secondaryTable) (promoted []int) {
 	}
 	return promoted
 }
+
+// TestPlanMapByLoadCrashHeirStaysCold: by load, a crashed member's
+// primaries go to their secondaries, and the waiting member that takes
+// the crashed member's index takes none of them while the leader holds
+// the replicas (Hold, a TTL after a crash). Filling the heir's share at
+// once, by load, moved promoted slots to it cold in the same map (the
+// simulator's warm-promotion check, once its members ran their load
+// reporter as production's do: seed 2 with -replicas 2 -zones 3).
+func TestPlanMapByLoadCrashHeirStaysCold(t *testing.T) {
+	names := []string{"m0", "m1", "m2", "m3"}
+	cur := planReplicated(2, 16, names, nil)
+	load := make([]float64, 16)
+	for s := range load {
+		load[s] = 1
+	}
+	cur.ByLoad = true
+	live := []string{"m0", "m2", "m3", "m9"}
+	for _, hold := range []bool{true, false} {
+		next := PlanMap(cur, Input{Live: live, Ready: map[string]bool{"m9": true}, Replicas: 2, ByLoad: true, Load: load, Hold: hold})
+		checkPlanned(t, next, 2, nil)
+		for s := range 16 {
+			if cur.Owner(s) != "m1" {
+				continue
+			}
+			if secs := cur.ReplicaNames(s)[1:]; !slices.Contains(secs, next.Owner(s)) && hold {
+				t.Errorf("hold: slot %d of m1 (crashed) goes to %s, not to its secondary %v", s, next.Owner(s), secs)
+			}
+		}
+		n := 0
+		for s := range 16 {
+			if next.Owner(s) == "m9" {
+				n++
+			}
+		}
+		if hold && n != 0 || !hold && n == 0 {
+			t.Errorf("hold %v: the heir m9 owns %d slots", hold, n)
+		}
+	}
+}

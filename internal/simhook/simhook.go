@@ -81,9 +81,12 @@ type Config struct {
 	Assigned  func(ctx context.Context, role string)
 	Revoked   func(role string)
 	Secondary func(ctx context.Context, role string)
-	// Load runs the member's load reporter (every member runs one in
-	// production; a simulated member only when asked, so that histories
-	// without load play as before they had it).
+	// Load runs the member's load reporter. Every member runs one in
+	// production, and the simulator's members do too: without one, the
+	// leader balances by slot count where production's balances by the
+	// load reported (the roles awaited, when nobody records work), and
+	// the simulator missed a crash's promotions going cold by load (see
+	// TestMembersAgainstProduction, which found the difference).
 	Load bool
 }
 
@@ -100,7 +103,12 @@ type Member interface {
 	// Leave shuts the member down as Shutdown does: its roles end, and
 	// it hands its slots over (see rink's depart) and revokes its lease,
 	// or, in a quiet time, ends and leaves its key to expire.
-	Leave()
+	//
+	// It reports false when the member ended at once without handing
+	// anything over (it was out of the rink, or in the quiet time after a
+	// restore): its key is left to expire, and until then the rink takes
+	// it for a member that crashed.
+	Leave() bool
 	// Holding returns the slots the member acts on now, with their
 	// fencing tokens: the holdings whose contexts have not ended.
 	Holding() map[int]int64

@@ -53,7 +53,7 @@ func main() {
 	keyFaults := flag.Bool("keys", false, "also draw an operator's deletions of live members' keys ("+strings.Join(sim.KeyFaultKinds, ", ")+"), from a stream of their own (without: every seed plays as before they existed)")
 	drift := flag.Float64("drift", 0, "bound the members' clock drift: each process's clock runs at a rate 1+e of etcd's, |e| ≤ drift, drawn from a stream of its own (0.02 is within the fence margin, 0.3 far beyond it; 0: none, and every seed plays as before drift existed)")
 	ttl := flag.Duration("ttl", sim.DefaultConfig().TTL, "the members' session TTL (whole seconds, at least 1s)")
-	load := flag.Bool("load", false, "the members report their load, balance by it and do work on their holdings (a Zipf rate per slot, moving once), and the end checks the balance (without: every seed plays as before)")
+	load := flag.Bool("load", false, "the members do work on their holdings (a Zipf rate per slot, moving once) and balance by it with a tolerance of 0.1, and the end checks the balance (without: they report the roles they watch, as production's members do, and every seed plays as before)")
 	slots := flag.Int("slots", 0, "the rink's slots (0: 16, or twice the members)")
 	warmup := flag.Duration("warmup", 0, "the members' warm-up (rink.WithWarmup): heirs warm up what is announced to them, taking a while, and no planned move may be made before the heir is ready or the warm-up has passed (0: none, and every seed plays as before)")
 	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")

@@ -318,7 +318,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 		opts = append(opts, o)
 	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: h.cfg.Load, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
 		Roles:     h.roleBook.roles,
 		Assigned:  func(ctx context.Context, role string) { h.assigned(sm, ctx, role) },
 		Revoked:   func(role string) { h.revoked(sm, role) },
