@@ -131,6 +131,7 @@ type history struct {
 	rng     *rand.Rand
 	fault   []string  // the fault kinds this seed draws (swarm testing)
 	maps    [][]byte  // whole maps seen at fault times, oldest first (for map-old)
+	floors  [][]byte  // floors seen at fault times, oldest first (for floor-old)
 	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
 	// startsFrom: no process starts before it (one TTL after a restore).
 	startsFrom time.Duration
@@ -175,6 +176,10 @@ type history struct {
 // history with zones (Config.Zones), and without them draws nothing. An operator's deletions of live
 // members' other keys are in KeyFaultKinds, drawn only with
 // Config.KeyFaults.
+//
+// floor-old (a floor of an earlier lineage put back) is in none of these
+// lists: it is drawn only when named (rink-sim -kinds), so that every
+// seed plays as before it existed.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
@@ -410,6 +415,7 @@ func (h *history) injectFault(k string) {
 		}
 	}
 	h.noteMap()
+	h.noteFloor()
 	pick := func() *simMember {
 		if len(live) == 0 {
 			return nil
@@ -531,7 +537,7 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore":
+	case "map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old":
 		if !h.operate(k) {
 			return
 		}
@@ -627,6 +633,19 @@ func (h *history) noteMap() {
 	h.maps = append(h.maps, m)
 }
 
+// noteFloor remembers the floor as it is at a fault's time, for
+// floor-old (it draws nothing: every seed plays as before).
+func (h *history) noteFloor() {
+	f, _ := h.get("rink/sim/floor")
+	if f == nil || len(h.floors) > 0 && string(h.floors[len(h.floors)-1]) == string(f) {
+		return
+	}
+	if len(h.floors) == 8 {
+		h.floors = slices.Delete(h.floors, 0, 1)
+	}
+	h.floors = append(h.floors, f)
+}
+
 // operate does one of an operator's faults, and reports whether it did
 // anything.
 func (h *history) operate(k string) bool {
@@ -672,6 +691,30 @@ func (h *history) operate(k string) bool {
 		v := h.maps[h.rng.IntN(len(h.maps)-1)]
 		w.Tracef("fault: operator puts back an older map")
 		h.put("rink/sim/map", v)
+	case "floor-old":
+		// A floor of an earlier map lineage put back (a script that
+		// restores keys from a backup taken before the map key was
+		// deleted): members ignore a floor of another lineage, and the
+		// leader writes its own again (see foreignFloor).
+		resp, err := w.Etcd.Range(&etcdserverpb.RangeRequest{Key: []byte("rink/sim/map")})
+		if err != nil || len(resp.Kvs) == 0 {
+			return false
+		}
+		lineage := resp.Kvs[0].CreateRevision
+		var old [][]byte
+		for _, f := range h.floors {
+			var v struct {
+				Lineage int64 `json:"lineage"`
+			}
+			if json.Unmarshal(f, &v) == nil && v.Lineage != 0 && v.Lineage != lineage {
+				old = append(old, f)
+			}
+		}
+		if len(old) == 0 {
+			return false
+		}
+		w.Tracef("fault: operator puts back a floor of an earlier lineage")
+		h.put("rink/sim/floor", old[h.rng.IntN(len(old))])
 	case "map-delete", "floor-delete", "acks-delete":
 		key, end := "rink/sim/map", []byte(nil)
 		switch k {

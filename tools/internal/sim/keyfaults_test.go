@@ -1,0 +1,28 @@
+package sim
+
+import "testing"
+
+// TestOldFloorPutBack plays histories in which an operator puts back a
+// floor of an earlier map lineage (floor-old, drawn only when named):
+// members ignore it, the leader writes its own again, and nothing else
+// goes wrong. rink-mutate's floor-other-lineage needs these histories.
+func TestOldFloorPutBack(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Kinds = []string{"map-delete", "floor-old", "join", "leave", "crash", "partition"}
+	n := 150
+	if testing.Short() {
+		n = 30
+	}
+	put := 0
+	for seed := uint64(1); seed <= uint64(n); seed++ {
+		res := Run(seed, cfg)
+		if res.Violation != "" {
+			t.Fatalf("seed %d: %s (replay: %s)", seed, res.Violation, replayCommand(cfg, seed))
+		}
+		put += res.Ops["floor-old"]
+	}
+	if put == 0 {
+		t.Fatalf("%d histories put back no old floor", n)
+	}
+	t.Logf("%d histories, %d old floors put back", n, put)
+}
