@@ -242,19 +242,33 @@ func Run(seed uint64, cfg Config) Result {
 	h.startLoad()
 	end := cfg.Faults + cfg.Quiet
 	track := cfg.replicas() > 1 // (reads the maps written: see trackMap)
-	for w.queue.Len() > 0 && w.queue[0].at <= end && h.res.Violation == "" {
-		w.Step()
-		if track {
-			h.trackMap()
+	play := func(until time.Duration) {
+		for w.queue.Len() > 0 && w.queue[0].at <= until && h.res.Violation == "" {
+			w.Step()
+			if track {
+				h.trackMap()
+			}
+			h.res.Events++
+			if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
+				break
+			}
 		}
-		h.res.Events++
-		if cfg.MaxSteps > 0 && h.res.Events >= cfg.MaxSteps {
-			break
+		if h.res.Violation == "" {
+			w.advance(until)
 		}
 	}
+	play(end)
 	if h.res.Violation == "" {
-		w.advance(end)
-		h.live()
+		if h.live(true, cfg.Quiet) {
+			// A move planned at the end (members report their load, and
+			// the leader may run a load round at any time) leaves a slot
+			// between holders for a moment: a TTL more, and it must be
+			// done.
+			play(end + cfg.TTL)
+			if h.res.Violation == "" {
+				h.live(false, cfg.Quiet+cfg.TTL)
+			}
+		}
 		h.checkLoad()
 	}
 	for _, m := range h.members {
@@ -847,7 +861,12 @@ func (h *history) forget(m *simMember) {
 // its primary's, and that its holders sit in min(k, zones of ranked live
 // members) distinct zones (with zones: when there are at least k zones
 // and each has a ranked live member, k distinct zones).
-func (h *history) live() {
+//
+// With grace, it only reports whether the check fails (see Run: a planned
+// move may be under way at the end, a load round's, and is given a TTL to
+// finish); otherwise it reports a failure as a violation, after the
+// faults stopped by after.
+func (h *history) live(grace bool, after time.Duration) (failed bool) {
 	k := h.cfg.replicas()
 	held := map[int]bool{}
 	primaries := make([][]*simMember, h.cfg.Slots) // each slot's holders, in h.members' order
@@ -922,29 +941,31 @@ func (h *history) live() {
 			replicas = fmt.Sprintf("slot %d held by %v in zones %v, %d distinct, not %d (ranked members in zones %v)", s, all, zs, len(inZones), wantZones, slices.Sorted(slices.Values(zones)))
 		}
 	}
-	if len(missing) > 0 || len(unranked) > 0 || replicas != "" {
-		for _, m := range h.members {
-			if m.alive {
-				h.w.Tracef("%s: %s", m.name, m.m.Describe())
-				if k > 1 {
-					h.w.Tracef("%s: zone %q, primaries %v, secondaries %v", m.name, m.zone,
-						slices.Sorted(maps.Keys(m.m.Holding())), slices.Sorted(maps.Keys(m.m.HoldingSecondaries())))
-				}
+	var why string
+	switch {
+	case len(missing) > 0:
+		why = fmt.Sprintf("slots %v held by nobody", missing)
+	case len(unranked) > 0:
+		why = fmt.Sprintf("members %v not ranked", unranked)
+	case replicas != "":
+		why = replicas
+	default:
+		why = h.liveRoles()
+	}
+	if why == "" || grace {
+		return why != ""
+	}
+	for _, m := range h.members {
+		if m.alive {
+			h.w.Tracef("%s: %s", m.name, m.m.Describe())
+			if k > 1 {
+				h.w.Tracef("%s: zone %q, primaries %v, secondaries %v", m.name, m.zone,
+					slices.Sorted(maps.Keys(m.m.Holding())), slices.Sorted(maps.Keys(m.m.HoldingSecondaries())))
 			}
 		}
 	}
-	switch {
-	case len(missing) > 0:
-		h.violate(fmt.Sprintf("liveness: slots %v held by nobody %v after the faults stopped", missing, h.cfg.Quiet))
-	case len(unranked) > 0:
-		h.violate(fmt.Sprintf("liveness: members %v not ranked %v after the faults stopped", unranked, h.cfg.Quiet))
-	case replicas != "":
-		h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", replicas, h.cfg.Quiet))
-	default:
-		if why := h.liveRoles(); why != "" {
-			h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", why, h.cfg.Quiet))
-		}
-	}
+	h.violate(fmt.Sprintf("liveness: %s %v after the faults stopped", why, after))
+	return true
 }
 
 func (h *history) violate(why string) {
