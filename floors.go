@@ -455,7 +455,12 @@ func (r *Rink) fold(a *aggregation, b watchBatch) {
 		}
 	}
 	f := v.Compute()
-	if f == nil {
+	if f == nil || a.rest.seen.Load() == 0 {
+		// (No floor before the run goroutine has folded the rink's keys
+		// in the wide view once in this leadership: until then it knows
+		// no ghost, and a floor counting none would free what a process
+		// cut off under a name another process took may still hold, where
+		// no map records leases. publishGhosts kicks us then.)
 		return
 	}
 	pending := a.pendingGhosts(b.rev) // (first: it reads seen before ghosts)

@@ -108,9 +108,10 @@ func (r *Rink) publishGhosts() {
 		kick = true
 	}
 	if st.view.wide && box.seen.Load() != st.rev {
-		box.seen.Store(st.rev) // (after ghosts: see restBox)
+		first := box.seen.Load() == 0 // (the aggregator writes no floor before: see fold)
+		box.seen.Store(st.rev)        // (after ghosts: see restBox)
 		w := box.waitRev.Load()
-		kick = kick || w != 0 && st.rev >= w
+		kick = kick || first || w != 0 && st.rev >= w
 	}
 	if !kick {
 		return

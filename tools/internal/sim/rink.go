@@ -132,6 +132,7 @@ type history struct {
 	fault   []string  // the fault kinds this seed draws (swarm testing)
 	maps    [][]byte  // whole maps seen at fault times, oldest first (for map-old)
 	floors  [][]byte  // floors seen at fault times, oldest first (for floor-old)
+	rawMaps [][]byte  // the map key's values seen at fault times, oldest first (for map-old-value)
 	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
 	// startsFrom: no process starts before it (one TTL after a restore).
 	startsFrom time.Duration
@@ -175,11 +176,14 @@ type history struct {
 // one zone crashes at once, and comes back later), is drawn only in a
 // history with zones (Config.Zones), and without them draws nothing. An operator's deletions of live
 // members' other keys are in KeyFaultKinds, drawn only with
-// Config.KeyFaults.
-//
-// floor-old (a floor of an earlier lineage put back) is in none of these
-// lists: it is drawn only when named (rink-sim -kinds), so that every
-// seed plays as before it existed.
+// Config.KeyFaults. Three more of an operator's writes are played only
+// when named (Config.Kinds), so that every seed draws and plays as before
+// them: map-unleased (the whole map written back without the leases it
+// records, as an earlier build or a script that knows its fields writes
+// it: it opens every member's lease gate), map-old-value (the map key's
+// value of an earlier revision put back as it was, often a change record
+// whose base is not the map before it) and floor-old (a floor of an
+// earlier lineage put back).
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
@@ -551,7 +555,7 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old":
+	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old":
 		if !h.operate(k) {
 			return
 		}
@@ -637,6 +641,12 @@ func (h *history) wholeMap() []byte {
 // noteMap remembers the whole map as it is at a fault's time, for
 // map-old.
 func (h *history) noteMap() {
+	if raw, _ := h.get("rink/sim/map"); raw != nil && (len(h.rawMaps) == 0 || string(h.rawMaps[len(h.rawMaps)-1]) != string(raw)) {
+		if len(h.rawMaps) == 8 {
+			h.rawMaps = slices.Delete(h.rawMaps, 0, 1)
+		}
+		h.rawMaps = append(h.rawMaps, raw)
+	}
 	m := h.wholeMap()
 	if m == nil || len(h.maps) > 0 && string(h.maps[len(h.maps)-1]) == string(m) {
 		return
@@ -696,6 +706,30 @@ func (h *history) operate(k string) bool {
 		m["table"], _ = json.Marshal(table)
 		v, _ := json.Marshal(m)
 		w.Tracef("fault: operator rewrites the map, same version, slots of %s and %s swapped", members[i], members[j])
+		h.put("rink/sim/map", v)
+	case "map-unleased":
+		h.warmUnchecked = true // (see earlyMoves)
+		// The whole map written back by hand as an earlier build wrote
+		// it, or a script that knows its fields: its version and table as
+		// they are, without the leases it records (issue 42: a map that
+		// records none opens every member's lease gate, see leaseGate).
+		var m map[string]json.RawMessage
+		if json.Unmarshal(h.wholeMap(), &m) != nil || m["leases"] == nil {
+			return false
+		}
+		delete(m, "leases")
+		v, _ := json.Marshal(m)
+		w.Tracef("fault: operator writes the map back without its leases")
+		h.put("rink/sim/map", v)
+	case "map-old-value":
+		// The map key's value of an earlier revision put back as it was
+		// (etcdctl get --rev, then put): a change record, often, whose
+		// base is not the map before it.
+		if len(h.rawMaps) < 2 {
+			return false
+		}
+		v := h.rawMaps[h.rng.IntN(len(h.rawMaps)-1)]
+		w.Tracef("fault: operator puts back the map key's value of an earlier revision")
 		h.put("rink/sim/map", v)
 	case "map-old":
 		// An older map put back (from a backup, or a script's memory).

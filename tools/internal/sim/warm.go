@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rink-go/rink/internal/wire"
 	"slices"
 )
 
@@ -34,6 +35,21 @@ func (h *history) leave(m *simMember) {
 	if !m.m.Leave() {
 		delete(h.left, m.name)
 	}
+}
+
+// departed reports whether name left gracefully and etcd shows it: its
+// member key is gone, or says it is leaving (with a warm-up). Until then
+// the leader cannot tell it from a live member.
+func (h *history) departed(name string) bool {
+	if !h.left[name] {
+		return false
+	}
+	kv := h.w.Etcd.kvs["rink/sim/members/"+name]
+	if kv == nil {
+		return true
+	}
+	var meta wire.MemberMeta
+	return json.Unmarshal(kv.Value, &meta) == nil && meta.Leaving
 }
 
 // trackedMap is a whole map as the simulator reads it from etcd.
@@ -130,8 +146,10 @@ func (h *history) checkPromotions(prev, next *trackedMap) {
 		var live []string
 		for _, y := range prev.secondaries(s) {
 			// (A member leaving gracefully is not promoted: with a warm-up
-			// it stays ranked, serving, until its heirs are ready.)
-			if slices.Contains(next.Members, y) && !h.left[y] {
+			// it stays ranked, serving, until its heirs are ready; once
+			// its leaving shows in etcd, that is: a leaver whose key
+			// still says nothing of it is live to the leader.)
+			if slices.Contains(next.Members, y) && !h.departed(y) {
 				live = append(live, y)
 			}
 		}
