@@ -25,7 +25,7 @@ type effects interface {
 	aggregate(el core.Elected, box *restBox) (stop context.CancelFunc)            // the leader's aggregator, until stop
 	proclaim(l *leadership, base, next wire.Map, mapRev int64, t wire.Transition) // → inProclaimed
 	checkOwnName(own int64)                                                       // → mail.selfChecked
-	dropLineage(rev int64)
+	dropLineage(inc *incarnation, rev int64)
 	awaitLeaseGone(name string, lease int64) // → mail.ghosts
 	revokeLease(lease int64)
 	deleteStray(inc *incarnation, key string, rev int64)
@@ -127,18 +127,39 @@ func (fx netEffects) checkOwnName(own int64) {
 }
 
 // dropLineage deletes the map key if it is still at rev (see
-// Rink.dropLineage), on a goroutine.
-func (fx netEffects) dropLineage(rev int64) {
+// Rink.dropLineage), on a goroutine: once without an incarnation, else
+// until it is done, the key has changed or inc ends.
+func (fx netEffects) dropLineage(inc *incarnation, rev int64) {
 	r := fx.r
+	key := r.keys.Map()
 	r.wg.Add(1)
+	if inc == nil {
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
+			defer cancel()
+			_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+			if err != nil && r.ctx.Err() == nil {
+				r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
+			}
+		}()
+		return
+	}
 	go func() {
 		defer r.wg.Done()
-		ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
-		defer cancel()
-		key := r.keys.Map()
-		_, err := r.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
-		if err != nil && r.ctx.Err() == nil {
-			r.log.Warn("deleting the map key of a restored lineage failed; the next map of that lineage retries", zap.Error(err))
+		d := core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next)
+		for {
+			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
+			resp, err := execTxn(ctx, r.cli, d.Txn())
+			cancel()
+			_, again := d.Replied(resp, err)
+			if again == 0 {
+				return
+			}
+			r.log.Warn("deleting the map key of a restored lineage failed, retrying", zap.Error(err), zap.Duration("backoff", again))
+			if !sleep(inc.ctx, again) {
+				return
+			}
 		}
 	}()
 }

@@ -18,6 +18,14 @@ import (
 func (r *Rink) plan() {
 	st := &r.st
 	l := st.lead
+	if l != nil && st.inc != nil && st.taint != 0 && st.taint == st.lineage && st.curRev != 0 && st.dropAsked != st.inc {
+		// A leader plans nothing in a lineage a restore brought back: it
+		// asks for its map key's deletion itself, once per incarnation
+		// (each retried while it lasts), since no next map of that
+		// lineage will (see dropLineage).
+		st.dropAsked = st.inc
+		r.dropLineage(st.curRev)
+	}
 	if l == nil || !st.view.wide || !st.dirty || l.busy || st.rev < l.waitRev || st.stopping || st.incompatible != nil && !waitsOut(st.incompatible) ||
 		st.inc == nil || !st.selfSeen || st.taint != 0 && st.taint == st.lineage && st.curRev != 0 {
 		return

@@ -176,8 +176,12 @@ func (m *simMember) ghostStep(g *core.GhostAsk, step core.GhostStep, then func(s
 	})
 }
 
-func (fx simEffects) dropLineage(rev int64) {
+func (fx simEffects) dropLineage(inc *incarnation, rev int64) {
 	key := fx.m.r.keys.Map()
+	if inc != nil {
+		fx.m.deleteStray(core.NewStrayDelete(key, rev, &inc.Inc, fx.m.backoff))
+		return
+	}
 	fx.m.etcd.Txn(&etcdserverpb.TxnRequest{
 		Compare: []*etcdserverpb.Compare{wire.ModRevisionEq(key, rev)},
 		Success: []*etcdserverpb.RequestOp{wire.Delete(key)},

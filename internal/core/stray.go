@@ -8,7 +8,8 @@ import (
 	"github.com/rink-go/rink/internal/wire"
 )
 
-// StrayDelete decides the deletion of a stray key (see sweepStrays): the
+// StrayDelete decides the deletion of a stray key (see sweepStrays), or of
+// the map key of a lineage a restore brought back (see dropLineage): the
 // key as the member saw it, guarded by the revision it saw it at, so that
 // a key written since is left alone; a request that fails is sent again
 // after a backoff, while the incarnation that saw it lasts. One machine,
