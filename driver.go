@@ -132,8 +132,8 @@ func (fx netEffects) checkOwnName(own int64) {
 func (fx netEffects) dropLineage(inc *incarnation, rev int64) {
 	r := fx.r
 	key := r.keys.Map()
-	r.wg.Add(1)
 	if inc == nil {
+		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			ctx, cancel := context.WithTimeout(r.ctx, r.opts.ttl)
@@ -145,23 +145,9 @@ func (fx netEffects) dropLineage(inc *incarnation, rev int64) {
 		}()
 		return
 	}
-	go func() {
-		defer r.wg.Done()
-		d := core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next)
-		for {
-			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
-			resp, err := execTxn(ctx, r.cli, d.Txn())
-			cancel()
-			_, again := d.Replied(resp, err)
-			if again == 0 {
-				return
-			}
-			r.log.Warn("deleting the map key of a restored lineage failed, retrying", zap.Error(err), zap.Duration("backoff", again))
-			if !sleep(inc.ctx, again) {
-				return
-			}
-		}
-	}()
+	fx.deleteGuarded(inc, key, rev, nil, func(err error, backoff time.Duration) {
+		r.log.Warn("deleting the map key of a restored lineage failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+	})
 }
 
 // awaitLeaseGone waits, on a goroutine, until lease is gone, then tells the
@@ -178,6 +164,13 @@ func (fx netEffects) awaitLeaseGone(name string, lease int64) {
 // deleteStray deletes key if it is still at rev, retrying on a goroutine
 // while inc lasts (see Rink.sweepStrays).
 func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
+	fx.deleteGuarded(inc, key, rev, func() { fx.r.log.Warn("deleted a stray key", zap.String("key", key)) }, nil)
+}
+
+// deleteGuarded carries out core.StrayDelete on a goroutine: key deleted
+// if it is still at rev, sent again after a failure while inc lasts.
+// deleted and retrying, when set, hear of a deletion and of each retry.
+func (fx netEffects) deleteGuarded(inc *incarnation, key string, rev int64, deleted func(), retrying func(err error, backoff time.Duration)) {
 	r := fx.r
 	r.wg.Add(1)
 	go func() {
@@ -187,9 +180,12 @@ func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
 			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
 			resp, err := execTxn(ctx, r.cli, d.Txn())
 			cancel()
-			deleted, again := d.Replied(resp, err)
-			if deleted {
-				r.log.Warn("deleted a stray key", zap.String("key", key))
+			done, again := d.Replied(resp, err)
+			if done && deleted != nil {
+				deleted()
+			}
+			if again > 0 && retrying != nil {
+				retrying(err, again)
 			}
 			if again == 0 || !sleep(inc.ctx, again) {
 				return
