@@ -234,11 +234,12 @@ func (t *Trader) Order(ctx context.Context, pair string, qty float64) (Book, err
 	if h.ctx.Err() != nil {
 		return Book{}, ErrNotHeld
 	}
-	// Requests end with the holding or the caller's context, whichever
-	// ends first, and within opTimeout.
-	rctx, cancel := context.WithTimeout(h.ctx, opTimeout)
+	// Requests end with the caller's context, and within opTimeout, but
+	// not with the holding: the fence, not the holding's context, decides
+	// whether a write lands. A write cancelled when the holding ends might
+	// land or not, and the caller could not know whether its order is in.
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
 	if h.dirty {
 		b, err := Claim(rctx, t.cli, pair, h.token)
 		if err != nil {

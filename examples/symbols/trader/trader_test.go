@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/rink-go/rink"
 	"github.com/rink-go/rink/examples/internal/extest"
@@ -141,5 +144,67 @@ func TestOrderNotHeld(t *testing.T) {
 	}
 	if _, err := tr.Order(context.Background(), "A/B", 1); !errors.Is(err, ErrNotHeld) {
 		t.Fatalf("order after Shutdown: %v, want %v", err, ErrNotHeld)
+	}
+}
+
+// TestHoldingEndsMidOrder ends a holding while its order's write is in
+// flight, as a rebalance does. The order's outcome must be known: either it
+// is acknowledged and stored, or it is refused (ErrNotHeld, ErrStale) and not
+// stored. (Order's requests ended with the holding: the write was cancelled
+// after it was sent, and Order returned context.Canceled, an outcome the
+// caller cannot know; the symbols example failed on it.)
+func TestHoldingEndsMidOrder(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv := extest.Etcd(t)
+	defer srv.Close()
+	var hook atomic.Pointer[func()]
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == "/etcdserverpb.KV/Txn" {
+				if f := hook.Swap(nil); f != nil {
+					(*f)()
+				}
+			}
+			return invoke(ctx, method, req, reply, cc, opts...)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	const pair = "BTC/ETH"
+	tr, err := Start(cli, Config{Rink: "midorder", Pairs: []string{pair}}, rink.WithSessionTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	eventually(t, "holds the pair", func() bool { return tr.Holds(pair) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := tr.Order(ctx, pair, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	// The holding ends as the next order's write is sent.
+	tr.mu.Lock()
+	real := tr.held[pair]
+	hctx, end := context.WithCancel(real.ctx)
+	defer end()
+	tr.held[pair] = &holding{ctx: hctx, token: real.token, book: real.book}
+	tr.mu.Unlock()
+	endNow := func() { end() }
+	hook.Store(&endNow)
+	_, err = tr.Order(ctx, pair, 2)
+	want := 1
+	switch {
+	case err == nil:
+		want = 2
+	case errors.Is(err, ErrNotHeld), errors.Is(err, ErrStale):
+	default:
+		t.Fatalf("order whose holding ended mid-write: %v, want success, %v or %v", err, ErrNotHeld, ErrStale)
+	}
+	if got := stored(t, cli, pair); got.Orders != want {
+		t.Errorf("stored book has %d orders; %d were acknowledged", got.Orders, want)
 	}
 }
