@@ -2,7 +2,6 @@ package rink
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -136,8 +135,8 @@ func (r *Rink) applyMap(kv, snap *mvccpb.KeyValue) {
 	if inPlace && err == nil {
 		st.prevOld = delta // (the map before shares the table now: see prevOwner)
 	}
-	if errors.Is(err, wire.ErrUnderived) {
-		r.underived(kv)
+	if wire.WrittenOver(err) {
+		r.underived(kv, err)
 		return
 	}
 	if err != nil {
@@ -286,24 +285,27 @@ func (r *Rink) prevOwner(s int) string {
 	return st.prev.Owner(s)
 }
 
-// underived handles a change record this member cannot apply (see
-// readMap): it applies nothing, so its acknowledgement stays where it was
+// underived handles a change record this member cannot apply, or a map
+// value nobody can (damaged by hand: see wire.ErrMapDamaged; see readMap):
+// it applies nothing, so its acknowledgement stays where it was
 // and nobody takes what it holds, and lists the rink again, reading the
 // whole map written with the newest record. A record without its whole
 // map (put back by hand) waits for the leader's next map, which comes
-// with one: it proclaims anew after a map whose version went back.
+// with one: it proclaims anew after a map whose version went back. A
+// damaged value waits for the leader's next map likewise: plan writes a
+// whole map over it.
 //
 // It lists once per record: the listing that shows the same record again
 // has no whole map for it either, and listing again at once would do so
 // every few milliseconds for good.
-func (r *Rink) underived(kv *mvccpb.KeyValue) {
+func (r *Rink) underived(kv *mvccpb.KeyValue, err error) {
 	st := &r.st
 	st.dirty = true // a leader writes a whole map over it (see plan)
 	if st.underivedRev == kv.ModRevision {
 		return // (listed for it already: wait for the next map)
 	}
 	st.underivedRev = kv.ModRevision
-	r.log.Info("a change record this member cannot apply: reading the whole map", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version))
+	r.log.Info("a map value this member cannot apply: reading the whole map; the leader writes one over it", zap.Int64("revision", kv.ModRevision), zap.Int64("seq", kv.Version), zap.Error(err))
 	r.fx().relist()
 }
 

@@ -30,6 +30,7 @@ type effects interface {
 	revokeLease(lease int64)
 	deleteStray(inc *incarnation, key string, rev int64)
 	rewriteMemberKey(inc *incarnation, value, why string)
+	repairKey(inc *incarnation, d *core.StrayDelete)
 	watchHeirs(inc *incarnation)        // → mail.heirs
 	rejoin(old *incarnation, join bool) // → inJoined
 }
@@ -145,7 +146,7 @@ func (fx netEffects) dropLineage(inc *incarnation, rev int64) {
 		}()
 		return
 	}
-	fx.deleteGuarded(inc, key, rev, nil, func(err error, backoff time.Duration) {
+	fx.guarded(inc, core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next), nil, func(err error, backoff time.Duration) {
 		r.log.Warn("deleting the map key of a restored lineage failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
 	})
 }
@@ -164,25 +165,33 @@ func (fx netEffects) awaitLeaseGone(name string, lease int64) {
 // deleteStray deletes key if it is still at rev, retrying on a goroutine
 // while inc lasts (see Rink.sweepStrays).
 func (fx netEffects) deleteStray(inc *incarnation, key string, rev int64) {
-	fx.deleteGuarded(inc, key, rev, func() { fx.r.log.Warn("deleted a stray key", zap.String("key", key)) }, nil)
+	fx.guarded(inc, core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next), func() { fx.r.log.Warn("deleted a stray key", zap.String("key", key)) }, nil)
 }
 
-// deleteGuarded carries out core.StrayDelete on a goroutine: key deleted
-// if it is still at rev, sent again after a failure while inc lasts.
-// deleted and retrying, when set, hear of a deletion and of each retry.
-func (fx netEffects) deleteGuarded(inc *incarnation, key string, rev int64, deleted func(), retrying func(err error, backoff time.Duration)) {
+// repairKey carries out d, a key written back (see Rink.writeOwnKeyBack),
+// on a goroutine, retrying while inc lasts.
+func (fx netEffects) repairKey(inc *incarnation, d *core.StrayDelete) {
+	fx.guarded(inc, d, nil, func(err error, backoff time.Duration) {
+		fx.r.log.Warn("writing the member key back failed, retrying", zap.Error(err), zap.Duration("backoff", backoff))
+	})
+}
+
+// guarded carries out d, a core.StrayDelete, on a goroutine: its key
+// deleted (or written) if it is still at the revision d saw, sent again
+// after a failure while inc lasts. done and retrying, when set, hear of
+// success and of each retry.
+func (fx netEffects) guarded(inc *incarnation, d *core.StrayDelete, done func(), retrying func(err error, backoff time.Duration)) {
 	r := fx.r
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		d := core.NewStrayDelete(key, rev, &inc.Inc, newBackoff().Next)
 		for {
 			ctx, cancel := context.WithTimeout(inc.ctx, r.opts.ttl)
 			resp, err := execTxn(ctx, r.cli, d.Txn())
 			cancel()
-			done, again := d.Replied(resp, err)
-			if done && deleted != nil {
-				deleted()
+			ok, again := d.Replied(resp, err)
+			if ok && done != nil {
+				done()
 			}
 			if again > 0 && retrying != nil {
 				retrying(err, again)

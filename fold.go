@@ -344,8 +344,8 @@ func (r *Rink) putKey(kv *mvccpb.KeyValue) {
 		if !existed || old.createRev != kv.CreateRevision || !slices.Equal(old.protocols, protocols) || old.capacity != capacity || old.leaving != leaving {
 			st.dirty = true // (a resume rebinds the key to a new lease: no change)
 		}
-		if name == r.opts.member && leaving && !st.leaving && st.inc != nil && kv.CreateRevision == st.inc.CreateRev {
-			r.notLeaving(st.inc)
+		if name == r.opts.member && st.inc != nil && kv.CreateRevision == st.inc.CreateRev && r.ownKeyEdited(kv.Value) {
+			r.writeOwnKeyBack(st.inc, kv.ModRevision)
 		}
 		if name == r.opts.member && st.inc != nil && !st.selfSeen && kv.CreateRevision == st.inc.CreateRev && kv.ModRevision >= st.inc.BoundRev {
 			// The view has reached our own join (or resume): from here on

@@ -197,12 +197,30 @@ func (r *Rink) noteCandidates(names func(yield func(string) bool), listed bool) 
 			if m, ok := st.members[name]; ok && m.lease == e.lease {
 				continue
 			}
-			if _, ok := st.ghosts[e.lease]; ok || !listed && r.rankedIndex(name) < 0 {
+			if _, ok := st.ghosts[e.lease]; ok || !listed && r.rankedIndex(name) < 0 || r.leaseInView(e.lease) {
 				continue
 			}
 			r.addGhost(name, e.lease)
 		}
 	}
+}
+
+// leaseInView reports whether a member key in view is bound to lease: its
+// process is that member, in view, and the barrier waits for it as for
+// any. An election key bound to it that names another member was edited
+// by hand (its value damaged: the simulator's key-edit fault found it); a
+// ghost made of it would last as long as the live member's lease, and
+// nothing would start for good. (Only an operator who binds a member key
+// to another process's lease, forging evidence rather than damaging it,
+// can make this answer wrong.) It costs a pass over the view: it is asked
+// only of mismatched candidates.
+func (r *Rink) leaseInView(lease int64) bool {
+	for _, m := range r.st.members {
+		if m.lease == lease {
+			return true
+		}
+	}
+	return false
 }
 
 // forgotten reports whether a name that the applied map does not rank

@@ -294,13 +294,13 @@ func TestUnderivedRecordListsOnce(t *testing.T) {
 	fx := &rejoinFx{netEffects: netEffects{b.r}}
 	b.r.simFx = fx
 	kv := &mvccpb.KeyValue{Key: []byte(b.r.keys.Map()), Value: []byte(`{"schema":3,"change":true,"version":9,"from":8}`), CreateRevision: 3, ModRevision: 80, Version: 18}
-	b.r.underived(kv)
-	b.r.underived(kv) // (the listing shows the same record)
+	b.r.underived(kv, wire.ErrUnderived)
+	b.r.underived(kv, wire.ErrUnderived) // (the listing shows the same record)
 	if fx.relists != 1 {
 		t.Fatalf("%d listings for one record, want 1", fx.relists)
 	}
 	kv2 := &mvccpb.KeyValue{Key: kv.Key, Value: kv.Value, CreateRevision: 3, ModRevision: 90, Version: 19}
-	b.r.underived(kv2)
+	b.r.underived(kv2, wire.ErrUnderived)
 	if fx.relists != 2 {
 		t.Fatalf("%d listings after a newer record, want 2", fx.relists)
 	}

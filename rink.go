@@ -34,10 +34,13 @@ var (
 	// the member name and its lease did not end within the join timeout.
 	ErrMemberExists = errors.New("rink: member name in use by a live member")
 	// ErrIncompatible means the rink's proclaimed map cannot be used by this
-	// member: another slot count, or a map that does not decode. New
-	// returns it; a running member stops holding roles and leaves until a
-	// usable map appears. (A map in a protocol this member does not speak
-	// is waited out instead: the member holds nothing but stays.)
+	// member: another slot count or number of replicas. New returns it; a
+	// running member stops holding roles and leaves until a usable map
+	// appears. (A map in a protocol this member does not speak is waited
+	// out instead: the member holds nothing but stays. A map value nobody
+	// can use — one that does not decode, or breaks a map's invariants, as
+	// an edit by hand can leave it — is neither: members keep what they
+	// hold, New joins, and the leader writes a whole map over it.)
 	ErrIncompatible = wire.ErrIncompatible
 	// ErrShutdown is returned once the rink has begun to shut down, and is
 	// the cause of role contexts cancelled by Shutdown. Whatever stopped
@@ -303,8 +306,8 @@ func (r *Rink) first(ctx context.Context) (*incarnation, error) {
 			snap = s[0]
 		}
 		m, err := wire.ReadMap(kvs[0], snap, &wire.Map{}, false, 0, 0, r.geometry())
-		if err != nil && !waitsOut(err) && !errors.Is(err, wire.ErrUnderived) {
-			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet is read once joined)
+		if err != nil && !waitsOut(err) && !wire.WrittenOver(err) {
+			return nil, err // (a map in a protocol we do not speak is waited out; one we cannot read yet, or nobody can, is read once joined, and written over by a leader)
 		}
 		// A rink of protocol 3 is followed in the narrow view from the
 		// start (see view.go): a member that joins a large rink lists

@@ -219,6 +219,8 @@ func (m *simMember) deleteStray(d *core.StrayDelete) {
 	})
 }
 
+func (fx simEffects) repairKey(inc *incarnation, d *core.StrayDelete) { fx.m.deleteStray(d) }
+
 func (fx simEffects) rewriteMemberKey(inc *incarnation, value, _ string) {
 	r := fx.m.r
 	key := r.keys.Member(r.opts.member)

@@ -390,11 +390,24 @@ func (r *Rink) heirsWarm() bool {
 	return announced == held
 }
 
-// notLeaving writes this member's key without the leaving flag that
-// somebody else wrote into it: the member is not shutting down.
-func (r *Rink) notLeaving(inc *incarnation) {
-	r.log.Warn("own member key says this member is leaving, and it is not: writing it back")
-	r.rewriteMemberKey(inc, r.ownMemberValue(false), "writing the member key back failed")
+// ownKeyEdited reports whether v, a value of this member's key in its
+// current incarnation, is not what this member writes: somebody else wrote
+// it (an edit by hand, a script), saying, say, that it leaves when it does
+// not, or speaks protocols it does not, which would keep it unranked for
+// good. The value it wrote before it began to leave is not an edit: its
+// write of the leaving flag follows.
+func (r *Rink) ownKeyEdited(v []byte) bool {
+	want := r.ownMemberValue(r.st.leaving)
+	return string(v) != want && !(r.st.leaving && string(v) == r.ownMemberValue(false))
+}
+
+// writeOwnKeyBack writes this member's key as this member writes it, over
+// the value somebody else wrote into it at mod revision rev (see
+// ownKeyEdited), retrying while inc lasts and the key is still at rev (a
+// write since is seen, and judged, in turn).
+func (r *Rink) writeOwnKeyBack(inc *incarnation, rev int64) {
+	r.log.Warn("own member key holds a value this member did not write: writing it back", zap.Int64("revision", rev))
+	r.fx().repairKey(inc, core.NewKeyRepair(r.keys.Member(r.opts.member), rev, r.ownMemberValue(r.st.leaving), &inc.Inc, r.newBackoff().Next))
 }
 
 // rewriteMemberKey puts value into this member's key, on a goroutine,

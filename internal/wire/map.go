@@ -87,8 +87,15 @@ type Waiter struct {
 	Since time.Time `json:"since"`
 }
 
+// ErrMapDamaged reports a map value nobody can use: it does not decode, or
+// it decodes but breaks a map's invariants (an edit by hand, a broken
+// script). It says nothing of the member that reads it, unlike the rest of
+// ErrIncompatible: members keep what they hold, and the leader writes a
+// whole map over it, as over a record nobody can apply (ErrUnderived).
+var ErrMapDamaged = fmt.Errorf("%w: damaged rank map", ErrIncompatible)
+
 // errMapInvalid reports a map that decodes but is internally inconsistent.
-var errMapInvalid = fmt.Errorf("%w: invalid rank map", ErrIncompatible)
+var errMapInvalid = fmt.Errorf("%w: invalid", ErrMapDamaged)
 
 // Geometry is what a member requires of the rink's maps: its slot count
 // and its replicas per slot. Zero in either takes what the map says
@@ -109,7 +116,7 @@ func decodeMapFor(data []byte, g Geometry) (Map, error) {
 	m, ok := ParseMap(data)
 	if !ok {
 		if err := json.Unmarshal(data, &m); err != nil {
-			return Map{}, fmt.Errorf("%w: map does not decode: %v", ErrIncompatible, err)
+			return Map{}, fmt.Errorf("%w: map does not decode: %v", ErrMapDamaged, err)
 		}
 	}
 	if err := m.UsableBy(g); err != nil {
@@ -123,6 +130,9 @@ func decodeMapFor(data []byte, g Geometry) (Map, error) {
 func (m Map) UsableBy(g Geometry) error {
 	if !slices.Contains(Speaks, m.Schema) {
 		return fmt.Errorf("%w: map schema %d, this member speaks %v", ErrUnknownProtocol, m.Schema, Speaks)
+	}
+	if m.Slots < 1 || m.Slots > MaxSlots {
+		return fmt.Errorf("%w: %d slots", errMapInvalid, m.Slots) // (damaged, not another configuration: see Validate)
 	}
 	if g.Slots != 0 && m.Slots != g.Slots {
 		return fmt.Errorf("%w: rink has %d slots, this member is configured with %d", ErrIncompatible, m.Slots, g.Slots)
@@ -152,6 +162,9 @@ func (m *Map) TableLen() int { return m.Slots * m.ReplicaCount() }
 func (m Map) Validate() error {
 	if m.Version < 1 {
 		return fmt.Errorf("%w: version %d", errMapInvalid, m.Version)
+	}
+	if m.Slots < 1 || m.Slots > MaxSlots {
+		return fmt.Errorf("%w: %d slots", errMapInvalid, m.Slots)
 	}
 	seen := make(map[string]bool, len(m.Members)+len(m.Waiting))
 	for _, name := range m.Members {

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -157,6 +158,13 @@ func (c *Record) Encode() []byte {
 // listed the rink after it, or missed a put), and no whole map was written
 // with it. The member reads the rink again (see relist).
 var ErrUnderived = fmt.Errorf("%w: a change record without the map it applies to", ErrIncompatible)
+
+// WrittenOver reports whether err, from ReadMap, says the map value is one
+// the leader writes a whole map over (a record nobody can apply, or a
+// damaged value), which members wait for, holding what they hold.
+func WrittenOver(err error) bool {
+	return errors.Is(err, ErrUnderived) || errors.Is(err, ErrMapDamaged)
+}
 
 // readMap returns the map that a put of the map key (kv) holds: the whole
 // map it holds (protocol 2, or the first map of a lineage), or the one its

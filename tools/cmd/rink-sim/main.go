@@ -46,7 +46,7 @@ func main() {
 	asJSON := flag.Bool("json", false, "end with one JSON object of the figures")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	faults := flag.Duration("faults", sim.DefaultConfig().Faults, "how long each history draws faults for (virtual time)")
-	kindsFlag := flag.String("kinds", "", "the fault kinds to draw from, comma-separated (default: drawn per seed)")
+	kindsFlag := flag.String("kinds", "", "the fault kinds to draw from, comma-separated (default: drawn per seed; "+strings.Join(sim.NamedKinds, ", ")+" are drawn only when named)")
 	shrink := flag.Bool("shrink", false, "shrink the first failing history (fewer members, faults, kinds) and print the command that replays it")
 	replicas := flag.Int("replicas", 1, "replicas per slot, the primary included (rink.WithReplicas)")
 	zones := flag.Int("zones", 0, "zones the members sit in, member i in zone z<i mod zones> (rink.WithZone; 0: none, and no zone-loss fault)")
@@ -112,6 +112,13 @@ func main() {
 	}
 	if *kindsFlag != "" {
 		cfg.Kinds = strings.Split(*kindsFlag, ",")
+		for _, k := range cfg.Kinds {
+			if !sim.KnownKind(k) {
+				fmt.Fprintf(os.Stderr, "rink-sim: no fault kind called %q (there are %s; drawn only when named: %s; with -keys: %s)\n", k,
+					strings.Join(sim.FaultKinds, ", "), strings.Join(sim.NamedKinds, ", "), strings.Join(sim.KeyFaultKinds, ", "))
+				os.Exit(2)
+			}
+		}
 	}
 	replay := func(c sim.Config, s uint64) string {
 		cmd := fmt.Sprintf("go run ./tools/cmd/rink-sim -members %d -faults %v -seed %d", c.Members, c.Faults, s)

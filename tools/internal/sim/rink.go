@@ -183,10 +183,19 @@ type history struct {
 // it: it opens every member's lease gate), map-old-value (the map key's
 // value of an earlier revision put back as it was, often a change record
 // whose base is not the map before it) and floor-old (a floor of an
-// earlier lineage put back).
+// earlier lineage put back), and key-edit (any of the rink's keys edited
+// by hand, its value damaged: see keyedit.go).
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
+
+// NamedKinds are the fault kinds drawn only when named in Config.Kinds.
+var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit"}
+
+// KnownKind reports whether k names a fault kind.
+func KnownKind(k string) bool {
+	return slices.Contains(FaultKinds, k) || slices.Contains(NamedKinds, k) || slices.Contains(KeyFaultKinds, k)
+}
 
 // zonal reports whether fault kind k needs zones.
 func zonal(k string) bool { return k == "zone-loss" }
@@ -555,7 +564,7 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old":
+	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "key-edit":
 		if !h.operate(k) {
 			return
 		}
@@ -779,6 +788,8 @@ func (h *history) operate(k string) bool {
 		sk := strayKeys[h.rng.IntN(len(strayKeys))]
 		w.Tracef("fault: operator puts stray key %q", "rink/sim/"+sk[0])
 		h.put("rink/sim/"+sk[0], []byte(sk[1]))
+	case "key-edit":
+		return h.editKey()
 	case "restore":
 		// The first draw saves a snapshot of etcd; the next brings it
 		// back, revisions bumped by a million (see restore.go).
