@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -94,9 +95,13 @@ type Result struct {
 	// With Config.Load, at the end: the most loaded ranked member's true
 	// load over the mean, and the hottest slot's (see checkLoad).
 	Imbalance, ImbalanceBound float64
-	LoadUnchecked             bool          // a load key was lost: the balance is not checked (see checkLoad)
-	At                        time.Duration // when it was found
-	Trace                     string        // the history, line by line (with Config.Trace)
+	LoadUnchecked             bool // a load key was lost: the balance is not checked (see checkLoad)
+	// StrayElections counts the election keys at the end that no campaign
+	// made (bound to no lease, or not named by the lease they are bound
+	// to): members delete them (see election-unleased).
+	StrayElections int
+	At             time.Duration // when it was found
+	Trace          string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
@@ -277,6 +282,11 @@ func Run(seed uint64, cfg Config) Result {
 	}
 	for _, m := range h.members {
 		h.res.MemberSteps += m.m.Steps()
+	}
+	for _, kv := range h.rangeKVs("rink/sim/election/", []byte("rink/sim/election0")) {
+		if kv.Lease == 0 || string(kv.Key) != "rink/sim/election/"+strconv.FormatInt(kv.Lease, 16) {
+			h.res.StrayElections++
+		}
 	}
 	h.res.Trace = w.Trace()
 	return *h.res
@@ -563,7 +573,7 @@ func (h *history) injectFault(k string) {
 		if !h.loseZone(live) {
 			return
 		}
-	case "election-delete", "member-keys-delete", "tail-delete", "duplicate":
+	case "election-delete", "member-keys-delete", "tail-delete", "duplicate", "election-unleased":
 		if !h.keyFault(k, live) {
 			return
 		}

@@ -1,0 +1,30 @@
+package sim
+
+import "testing"
+
+// TestUnleasedElectionKey plays histories in which an operator puts a
+// live member's election key again without its lease (election-unleased,
+// played only when named), half the time with the leader cut off first:
+// the key is a stray, which the candidate just above it deletes as it
+// campaigns, or the leader sweeps. No violation, and no stray election
+// key is left at the end (it would keep every newer candidate from being
+// elected).
+func TestUnleasedElectionKey(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Kinds = []string{"election-unleased", "crash", "join", "partition"}
+	put := 0
+	for seed := uint64(1); seed <= seedsToPlay(t, cfg, 30); seed++ {
+		res := Run(seed, cfg)
+		if res.Violation != "" {
+			t.Fatalf("seed %d: %s (replay: %s)", seed, res.Violation, replayCommand(cfg, seed))
+		}
+		if res.StrayElections != 0 {
+			t.Fatalf("seed %d: %d stray election keys left at the end (replay: %s)", seed, res.StrayElections, replayCommand(cfg, seed))
+		}
+		put += res.Ops["election-unleased"]
+	}
+	if put == 0 {
+		t.Fatal("no election key put again without its lease")
+	}
+	t.Logf("%d election keys put again without their leases", put)
+}
