@@ -188,7 +188,11 @@ type history struct {
 // it: it opens every member's lease gate), map-old-value (the map key's
 // value of an earlier revision put back as it was, often a change record
 // whose base is not the map before it) and floor-old (a floor of an
-// earlier lineage put back).
+// earlier lineage put back). So is pause-joining: a restart whose new
+// process pauses (a long GC, a suspended host), for between half a TTL
+// and two, as the answer to its join's lease grant reaches it: past 7/8
+// of a TTL its join's transaction is answered after the deadline the
+// lease allows (core.ErrJoinSlow), past the TTL the lease is gone.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
@@ -451,7 +455,7 @@ func (h *history) injectFault(k string) {
 		return live[h.rng.IntN(len(live))]
 	}
 	switch k {
-	case "crash", "restart", "leave":
+	case "crash", "restart", "leave", "pause-joining":
 		if len(live) <= 1 {
 			return
 		}
@@ -464,9 +468,14 @@ func (h *history) injectFault(k string) {
 		}
 		h.forget(m)
 		w.Tracef("fault: %s %s", k, m.name)
-		if k == "restart" {
+		if k == "restart" || k == "pause-joining" {
 			// The process comes back under its name, as a restarted pod.
-			h.start(m.idx, w.Between(0, h.cfg.TTL))
+			sm := h.start(m.idx, w.Between(0, h.cfg.TTL))
+			if k == "pause-joining" {
+				// ... and pauses as its lease is granted (see
+				// pauseAtGrant).
+				sm.env.pauseAtGrant = w.Between(h.cfg.TTL/2, 2*h.cfg.TTL)
+			}
 		} else if len(live) < h.cfg.Members {
 			h.spawn(w.Between(0, 2*h.cfg.TTL))
 		}
@@ -1027,8 +1036,11 @@ type memberEnv struct {
 	w           *World
 	rng         *rand.Rand
 	pausedUntil time.Duration
-	t0          time.Duration // the world's time when the process started
-	e           float64       // its clock's drift (0: none)
+	// pauseAtGrant, if set, pauses the process for that long as the
+	// answer to its next lease grant reaches it (see pause-joining).
+	pauseAtGrant time.Duration
+	t0           time.Duration // the world's time when the process started
+	e            float64       // its clock's drift (0: none)
 }
 
 // run runs fn now, or when the member resumes.
@@ -1092,7 +1104,14 @@ func (e clientEtcd) Txn(r *etcdserverpb.TxnRequest, done func(*etcdserverpb.TxnR
 	e.c.Txn(r, later(e, done))
 }
 func (e clientEtcd) LeaseGrant(r *etcdserverpb.LeaseGrantRequest, done func(*etcdserverpb.LeaseGrantResponse, error)) {
-	e.c.LeaseGrant(r, later(e, done))
+	e.c.LeaseGrant(r, func(resp *etcdserverpb.LeaseGrantResponse, err error) {
+		if d := e.env.pauseAtGrant; d > 0 && err == nil {
+			e.env.pauseAtGrant = 0
+			e.c.w.Tracef("%s: pauses for %v as its lease is granted", e.c.Name, d)
+			e.env.pausedUntil = max(e.env.pausedUntil, e.c.w.now+d)
+		}
+		later(e, done)(resp, err)
+	})
 }
 func (e clientEtcd) LeaseRevoke(r *etcdserverpb.LeaseRevokeRequest, done func(*etcdserverpb.LeaseRevokeResponse, error)) {
 	e.c.LeaseRevoke(r, later(e, done))

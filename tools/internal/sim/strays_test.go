@@ -1,6 +1,9 @@
 package sim
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestUnleasedElectionKey plays histories in which an operator puts a
 // live member's election key again without its lease (election-unleased,
@@ -27,4 +30,29 @@ func TestUnleasedElectionKey(t *testing.T) {
 		t.Fatal("no election key put again without its lease")
 	}
 	t.Logf("%d election keys put again without their leases", put)
+}
+
+// TestPausedJoin plays histories in which a member restarts and its new
+// process pauses, for between half a TTL and two, as its lease is
+// granted (pause-joining, played only when named): a join answered after
+// the deadline its lease allows gives the lease up and joins again. No
+// violation: the paused joiner acts on nothing with a lease it cannot
+// trust, and joins in the end.
+func TestPausedJoin(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Kinds = []string{"pause-joining", "crash", "partition"}
+	cfg.Trace = true
+	paused, slow := 0, 0
+	for seed := uint64(1); seed <= seedsToPlay(t, cfg, 20); seed++ {
+		res := Run(seed, cfg)
+		if res.Violation != "" {
+			t.Fatalf("seed %d: %s (replay: %s)", seed, res.Violation, replayCommand(cfg, seed))
+		}
+		paused += strings.Count(res.Trace, "as its lease is granted")
+		slow += strings.Count(res.Trace, "joining took longer than the lease allows")
+	}
+	if slow == 0 {
+		t.Fatalf("%d joins paused, none past its lease's deadline", paused)
+	}
+	t.Logf("%d joins paused, %d past their lease's deadline", paused, slow)
 }
