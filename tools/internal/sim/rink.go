@@ -65,6 +65,10 @@ type Config struct {
 	// on their holdings (see load.go); the end checks the balance. false:
 	// no load, as before it existed.
 	Load bool
+	// Knobs: the members' bounds on what they remember are lowered, as
+	// drawn per history from a stream of its own (see knobs.go). false:
+	// production's, as before knobs existed.
+	Knobs bool
 }
 
 // DriftBound is the drift the tests play within the fence margin: 2%,
@@ -172,6 +176,8 @@ type history struct {
 	warmUnchecked bool // the map was rewritten by hand under its version: early moves go unchecked
 	// roleBook is what the members' role sets told them (see roles.go).
 	roleBook *roleBook
+	// knobs are the members' (see knobs.go; zero: production's).
+	knobs simhook.Knobs
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -246,6 +252,9 @@ func Run(seed uint64, cfg Config) Result {
 		replicas = fmt.Sprintf(", %d replicas, %d zones", cfg.replicas(), cfg.Zones)
 	}
 	w.Tracef("seed %d: %d members%s, faults %s", seed, cfg.Members, replicas, strings.Join(h.fault, ","))
+	if cfg.Knobs {
+		w.Tracef("knobs: %+v", h.knobs)
+	}
 	for range cfg.Members {
 		h.spawn(w.Between(0, 200*time.Millisecond))
 	}
@@ -330,6 +339,7 @@ func newHistory(seed uint64, cfg Config) *history {
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	h.load = newLoad(seed, cfg)
 	h.warm = newWarm(seed, cfg)
+	h.knobs = drawKnobs(seed, cfg)
 	return h
 }
 
@@ -355,7 +365,7 @@ func (h *history) start(i int, d time.Duration) *simMember {
 		opts = append(opts, o)
 	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Knobs: h.knobs, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
 		Roles:     h.roleBook.roles,
 		Assigned:  func(ctx context.Context, role string) { h.assigned(sm, ctx, role) },
 		Revoked:   func(role string) { h.revoked(sm, role) },
