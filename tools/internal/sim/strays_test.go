@@ -3,6 +3,7 @@ package sim
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUnleasedElectionKey plays histories in which an operator puts a
@@ -55,4 +56,20 @@ func TestPausedJoin(t *testing.T) {
 		t.Fatalf("%d joins paused, none past its lease's deadline", paused)
 	}
 	t.Logf("%d joins paused, %d past their lease's deadline", paused, slow)
+}
+
+// TestWatchBrokenAfterAMinute plays histories of 80 s of faults in which
+// watch streams break now and then (break-watch, the one kind, so that
+// some watch lasts): a watch that had lasted a minute before it broke was
+// healthy, and the member follows again after the shortest wait
+// (core.Follower), which histories of 20 s never show. No violation.
+func TestWatchBrokenAfterAMinute(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Faults = 80 * time.Second
+	cfg.Kinds = []string{"break-watch"}
+	for seed := uint64(1); seed <= seedsToPlay(t, cfg, 3); seed++ {
+		if res := Run(seed, cfg); res.Violation != "" {
+			t.Fatalf("seed %d: %s (replay: %s -faults %v)", seed, res.Violation, replayCommand(cfg, seed), cfg.Faults)
+		}
+	}
 }
