@@ -99,7 +99,7 @@ type Result struct {
 	// With Config.Load, at the end: the most loaded ranked member's true
 	// load over the mean, and the hottest slot's (see checkLoad).
 	Imbalance, ImbalanceBound float64
-	LoadUnchecked             bool // a load key was lost: the balance is not checked (see checkLoad)
+	LoadUnchecked             bool // a load key was lost, or absurd work recorded: the balance is not checked (see checkLoad)
 	// StrayElections counts the election keys at the end that no campaign
 	// made (bound to no lease, or not named by the lease they are bound
 	// to): members delete them (see election-unleased).
@@ -170,6 +170,8 @@ type history struct {
 	// summary (see checkLoad).
 	load     *loadModel
 	loadLost bool
+	// loadAbsurd: an application recorded absurd work (see absurdLoad).
+	loadAbsurd bool
 	// warm draws how long warm-ups take, with Config.Warmup (nil without:
 	// see warmup.go).
 	warm          *rand.Rand
@@ -198,7 +200,11 @@ type history struct {
 // process pauses (a long GC, a suspended host), for between half a TTL
 // and two, as the answer to its join's lease grant reaches it: past 7/8
 // of a TTL its join's transaction is answered after the deadline the
-// lease allows (core.ErrJoinSlow), past the TTL the lease is gone.
+// lease allows (core.ErrJoinSlow), past the TTL the lease is gone. And
+// load-absurd: a member's application records absurd figures of work for
+// a while (rink.AddLoad of huge amounts: a counter that overflowed, units
+// mixed up), whose sums and rates overflow (see absurdLoad): its load
+// summary must still decode (see checkDecoders).
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
@@ -590,6 +596,10 @@ func (h *history) injectFault(k string) {
 		}
 	case "zone-loss":
 		if !h.loseZone(live) {
+			return
+		}
+	case "load-absurd":
+		if !h.absurdLoad(pick()) {
 			return
 		}
 	case "election-delete", "member-keys-delete", "tail-delete", "duplicate", "election-unleased":
