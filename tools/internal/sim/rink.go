@@ -590,7 +590,7 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old":
+	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "map-garbage":
 		if !h.operate(k) {
 			return
 		}
@@ -760,6 +760,23 @@ func (h *history) operate(k string) bool {
 		v, _ := json.Marshal(m)
 		w.Tracef("fault: operator writes the map back without its leases")
 		h.put("rink/sim/map", v)
+	case "map-garbage":
+		// A value that is no map put into the map key (a typo in an
+		// etcdctl put), and the whole map put back as it was a while
+		// later, as the operator notices: members leave the rink until
+		// then (see rink's unusable), and the leader's view cannot read it.
+		whole := h.wholeMap()
+		if whole == nil || !json.Valid(whole) {
+			return false // (garbage already: the operator puts back what was before it)
+		}
+		h.warmUnchecked = true // (see earlyMoves)
+		d := w.Between(0, h.cfg.TTL)
+		w.Tracef("fault: operator puts garbage into the map key, and the map back %v later", d)
+		h.put("rink/sim/map", []byte(`{"version":`))
+		w.After(d, func() {
+			w.Tracef("fault: operator puts the map back")
+			h.put("rink/sim/map", whole)
+		})
 	case "map-old-value":
 		// The map key's value of an earlier revision put back as it was
 		// (etcdctl get --rev, then put): a change record, often, whose

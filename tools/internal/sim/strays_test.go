@@ -73,3 +73,18 @@ func TestWatchBrokenAfterAMinute(t *testing.T) {
 		}
 	}
 }
+
+// TestGarbageMap plays histories in which an operator puts a value that is
+// no map into the map key, and the map back a while later (map-garbage,
+// played only when named): members leave the rink until it is back, the
+// leader's view cannot read it, and nothing goes wrong. No violation.
+func TestGarbageMap(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Kinds = []string{"map-garbage", "crash", "join", "partition"}
+	put := 0
+	playModels(t, []modelCase{{"map-garbage", cfg, 20}}, func(res Result) { put += res.Ops["map-garbage"] })
+	if put == 0 {
+		t.Fatal("no garbage put into the map key")
+	}
+	t.Logf("%d garbage values put into the map key", put)
+}
