@@ -56,6 +56,9 @@ func replayCommand(cfg Config, seed uint64) string {
 	if cfg.Knobs {
 		cmd += " -knobs"
 	}
+	if cfg.Capacities {
+		cmd += " -capacities"
+	}
 	if cfg.Kinds != nil {
 		cmd += " -kinds " + strings.Join(cfg.Kinds, ",")
 	}

@@ -65,6 +65,10 @@ type Config struct {
 	// on their holdings (see load.go); the end checks the balance. false:
 	// no load, as before it existed.
 	Load bool
+	// Capacities: member i (every process under the name "m<i>") has
+	// capacity capacityOf(i) (rink.WithCapacity; see capacity.go). false:
+	// every member's is 1, as before capacities were played.
+	Capacities bool
 	// Knobs: the members' bounds on what they remember are lowered, as
 	// drawn per history from a stream of its own (see knobs.go). false:
 	// production's, as before knobs existed.
@@ -369,6 +373,9 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	var opts []any
 	for _, o := range h.cfg.options(sm.zone) {
 		opts = append(opts, o)
+	}
+	if h.cfg.Capacities {
+		opts = append(opts, rink.WithCapacity(capacityOf(i)))
 	}
 	m, err := simhook.NewMember(simhook.Config{
 		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Knobs: h.knobs, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
