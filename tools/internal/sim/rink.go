@@ -182,6 +182,9 @@ type history struct {
 	warmUnchecked bool // the map was rewritten by hand under its version: early moves go unchecked
 	// roleBook is what the members' role sets told them (see roles.go).
 	roleBook *roleBook
+	// garbage: map-garbage put a value into the map key, and has not put
+	// the map back yet.
+	garbage bool
 	// knobs are the members' (see knobs.go; zero: production's).
 	knobs simhook.Knobs
 }
@@ -768,19 +771,25 @@ func (h *history) operate(k string) bool {
 		w.Tracef("fault: operator writes the map back without its leases")
 		h.put("rink/sim/map", v)
 	case "map-garbage":
-		// A value that is no map put into the map key (a typo in an
-		// etcdctl put), and the whole map put back as it was a while
-		// later, as the operator notices: members leave the rink until
-		// then (see rink's unusable), and the leader's view cannot read it.
+		// A value that is no usable map put into the map key (a typo in
+		// an etcdctl put, or a map edited by hand: see garbageMaps), and
+		// the whole map put back as it was a while later, as the
+		// operator notices: members leave the rink until then, or hold
+		// nothing (see rink's unusable), and the leader's view cannot
+		// read it.
 		whole := h.wholeMap()
-		if whole == nil || !json.Valid(whole) {
+		if whole == nil || h.garbage {
 			return false // (garbage already: the operator puts back what was before it)
 		}
+		kinds := garbageMaps(whole)
+		g := kinds[h.rng.IntN(len(kinds))]
 		h.warmUnchecked = true // (see earlyMoves)
 		d := w.Between(0, h.cfg.TTL)
-		w.Tracef("fault: operator puts garbage into the map key, and the map back %v later", d)
-		h.put("rink/sim/map", []byte(`{"version":`))
+		w.Tracef("fault: operator puts %s into the map key, and the map back %v later", g[0], d)
+		h.put("rink/sim/map", []byte(g[1]))
+		h.garbage = true
 		w.After(d, func() {
+			h.garbage = false
 			w.Tracef("fault: operator puts the map back")
 			h.put("rink/sim/map", whole)
 		})

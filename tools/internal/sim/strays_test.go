@@ -75,9 +75,10 @@ func TestWatchBrokenAfterAMinute(t *testing.T) {
 }
 
 // TestGarbageMap plays histories in which an operator puts a value that is
-// no map into the map key, and the map back a while later (map-garbage,
-// played only when named): members leave the rink until it is back, the
-// leader's view cannot read it, and nothing goes wrong. No violation.
+// no usable map into the map key (see garbageMaps), and the map back a
+// while later (map-garbage, played only when named): members leave the
+// rink or hold nothing until it is back, the leader's view cannot read
+// it, and nothing goes wrong. No violation.
 func TestGarbageMap(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"map-garbage", "crash", "join", "partition"}
