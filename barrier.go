@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 
@@ -168,7 +169,7 @@ func (r *Rink) pruneHistory() {
 			low = max(low, r.seqOfVersion(f.Floor))
 		}
 	}
-	low = max(low, st.hist.KeepingAtMost(maxHistChanges))
+	low = max(low, st.hist.KeepingAtMost(cmp.Or(r.simKnobs.HistChanges, maxHistChanges)))
 	if !st.hist.Covers(low) || low == st.hist.From {
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rink-go/rink/internal/simhook"
 	"github.com/rink-go/rink/internal/wire"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -159,6 +160,9 @@ type Rink struct {
 	// leading, runs: its number in the leadership, and the slots it moves.
 	simRound func(round int, moved []int)
 	plant    string // a bug the simulator planted (see plant.go; "": none)
+	// simKnobs, in the simulator, lowers bounds on what the member
+	// remembers (see simhook.Knobs); zero: production's.
+	simKnobs simhook.Knobs
 
 	// rejoinHook, when set (tests of the run goroutine's state alone),
 	// replaces starting the rejoin goroutine.

@@ -286,7 +286,8 @@ func (m *simMember) newAggregator(el core.Elected, box *restBox) *simAggregator 
 	r := m.r
 	ctx, cancel := context.WithCancel(incOf(el.Inc).ctx)
 	a := &simAggregator{m: m, box: box, ctx: ctx, cancel: cancel,
-		a: &aggregation{v: &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}},
+		a: &aggregation{v: &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{},
+			MaxMarks: r.simKnobs.Marks, Changes: core.ChangeLog{MaxLosses: r.simKnobs.Losses}},
 			loads: map[string]wire.LoadReport{}, reqs: make(chan []byte, 1), rest: box},
 		w: core.NewFloorWriter(r.keys, el.Key, el.Rev, r.log, core.NewBackoff(r.simRand))}
 	m.agg = a

@@ -101,6 +101,9 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 	if cfg.Plant != "" && !slices.Contains(plants, cfg.Plant) {
 		return nil, fmt.Errorf("%w: no bug called %q to plant (there are %v)", ErrInvalidOption, cfg.Plant, plants)
 	}
+	if k := cfg.Knobs; k.HistChanges < 0 || k.Marks < 0 || k.Marks == 1 || k.Losses < 0 || k.Losses == 1 {
+		return nil, fmt.Errorf("%w: knobs %+v (none negative, Marks and Losses not 1)", ErrInvalidOption, k)
+	}
 	o.member = cfg.Member
 	if why := validName(o.member, false); why != "" {
 		return nil, fmt.Errorf("%w: member name %q: %s", ErrInvalidName, o.member, why)
@@ -110,7 +113,7 @@ func newSimMember(cfg simhook.Config) (simhook.Member, error) {
 		m.trace = func(string, ...any) {}
 	}
 	r := newRink(cfg.Rink, o)
-	r.nowFn, r.clockFn, r.simRand, r.plant = cfg.Env.Now, cfg.Env.Clock, cfg.Env.Rand(), cfg.Plant
+	r.nowFn, r.clockFn, r.simRand, r.plant, r.simKnobs = cfg.Env.Now, cfg.Env.Clock, cfg.Env.Rand(), cfg.Plant, cfg.Knobs
 	r.simFx = simEffects{m}
 	m.r = r
 	m.acks = core.NewAckWriter(r.keys, o.member, r.log, core.NewBackoff(r.simRand))

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -25,6 +26,9 @@ type AckView struct {
 	Whole   *wire.Map        // the map of seq, when the view knows it (see records.go)
 	Snap    *mvccpb.KeyValue // the snapshot key as last seen
 	Floor   []byte           // the floor key's value; nil while it is absent
+	// MaxMarks bounds Marks (0: maxMarks; at least 2: the simulator
+	// lowers it, see simhook.Knobs).
+	MaxMarks int
 }
 
 // AckMember is a live member key in the leader's view.
@@ -100,8 +104,8 @@ func (v *AckView) Put(k wire.Keys, kv *mvccpb.KeyValue, listed bool) {
 			v.Marks = v.Marks[:0]
 			v.Changes.Reset()
 		}
-		if len(v.Marks) == maxMarks {
-			v.Marks = append(v.Marks[:0], v.Marks[maxMarks/2:]...)
+		if n := cmp.Or(v.MaxMarks, maxMarks); len(v.Marks) == n {
+			v.Marks = append(v.Marks[:0], v.Marks[n/2:]...)
 		}
 		v.Marks = append(v.Marks, MapMark{kv.ModRevision, kv.Version})
 		v.Lineage, v.Version, v.Seq, v.MapRev = kv.CreateRevision, version, kv.Version, kv.ModRevision

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"sort"
 
 	"github.com/rink-go/rink/internal/wire"
@@ -61,6 +62,9 @@ type ChangeLog struct {
 	at        map[string]*memberChanges
 	losses    []seqLoss
 	lossFrom  int64
+	// MaxLosses bounds losses (0: maxLosses; at least 2: the simulator
+	// lowers it, see simhook.Knobs).
+	MaxLosses int
 }
 
 // seqLoss says that the map of seq took a slot from name.
@@ -102,9 +106,9 @@ func (c *ChangeLog) See(seq int64, m MapShape) {
 		}
 		if lost && ch.took != seq {
 			ch.took = seq
-			if len(c.losses) == maxLosses {
-				c.lossFrom = c.losses[maxLosses/2-1].Seq
-				c.losses = append(c.losses[:0], c.losses[maxLosses/2:]...)
+			if n := cmp.Or(c.MaxLosses, maxLosses); len(c.losses) == n {
+				c.lossFrom = c.losses[n/2-1].Seq
+				c.losses = append(c.losses[:0], c.losses[n/2:]...)
 			}
 			c.losses = append(c.losses, seqLoss{seq, name})
 		}

@@ -88,6 +88,26 @@ type Config struct {
 	// the simulator missed a crash's promotions going cold by load (see
 	// TestMembersAgainstProduction, which found the difference).
 	Load bool
+	// Knobs lowers bounds that production sets high, so that what
+	// happens past them happens in a short history (as FoundationDB's
+	// BUGGIFY knobs do); a zero field keeps production's.
+	Knobs Knobs
+}
+
+// Knobs are bounds on what a member remembers. Past each, the oldest half
+// or the oldest entries go, and what needed them waits or falls back to a
+// lower bound: safe, and slower. Production's are far beyond what a
+// simulated history of a minute reaches.
+type Knobs struct {
+	// HistChanges bounds the slot changes a member's handover history
+	// keeps (production: 2,048; see rink's maxHistChanges).
+	HistChanges int
+	// Marks bounds the map puts the leader's view of the
+	// acknowledgements remembers (production: 1,024; see core.AckView).
+	Marks int
+	// Losses bounds the losses of slots the leader's change log
+	// remembers (production: 4,096; at least 2; see core.ChangeLog).
+	Losses int
 }
 
 // Plants lists the bugs a member can be built with (set by package rink).

@@ -57,6 +57,8 @@ func main() {
 	slots := flag.Int("slots", 0, "the rink's slots (0: 16, or twice the members)")
 	warmup := flag.Duration("warmup", 0, "the members' warm-up (rink.WithWarmup): heirs warm up what is announced to them, taking a while, and no planned move may be made before the heir is ready or the warm-up has passed (0: none, and every seed plays as before)")
 	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")
+	capacitiesFlag := flag.Bool("capacities", false, "member i has capacity 1, 2, 0.5 or 3 (i mod 4; rink.WithCapacity) (without: every capacity is 1, and every seed plays as before)")
+	knobs := flag.Bool("knobs", false, "lower the members' bounds on what they remember (handover history, the leader's map puts and losses), drawn per history from a stream of its own, so that what happens past them happens in a short history (without: production's, and every seed plays as before)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
 	if *plant != "" && !slices.Contains(simhook.Plants, *plant) {
@@ -102,6 +104,8 @@ func main() {
 	cfg.Drain = *drain
 	cfg.Warmup = *warmup
 	cfg.Load = *load
+	cfg.Knobs = *knobs
+	cfg.Capacities = *capacitiesFlag
 	if *ttl < time.Second || *ttl%time.Second != 0 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -ttl must be a whole number of seconds, at least 1s")
 		os.Exit(2)
@@ -135,6 +139,12 @@ func main() {
 		}
 		if c.Load {
 			cmd += " -load"
+		}
+		if c.Knobs {
+			cmd += " -knobs"
+		}
+		if c.Capacities {
+			cmd += " -capacities"
 		}
 		if c.TTL != sim.DefaultConfig().TTL {
 			cmd += fmt.Sprintf(" -ttl %v", c.TTL)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -23,6 +24,10 @@ import (
 // FuzzParseRecord; this check runs it on the values real histories write,
 // under the mutants rink-mutate plants.)
 
+// And a member's load summary (its load key) must decode (wire.DecodeLoad),
+// whatever work its application recorded: a rate that overflowed would
+// write a summary no leader can read (see load-absurd).
+
 // simKeys are the keys of the simulated rink, "sim".
 var simKeys = wire.NewKeys("sim")
 
@@ -39,6 +44,10 @@ func (h *history) checkDecoders(kv *mvccpb.KeyValue) {
 			if err := json.Unmarshal(kv.Value, &want); err != nil || !reflect.DeepEqual(got, want) {
 				h.violate(fmt.Sprintf("decoders: the fast floor decoder reads %s at revision %d as %+v; encoding/json: %+v (%v)", kv.Value, kv.ModRevision, got, want, err))
 			}
+		}
+	case strings.HasPrefix(k, simKeys.Prefix+".load/"):
+		if _, ok := wire.DecodeLoad(kv.Value, h.cfg.Slots); !ok && kv.Lease != 0 {
+			h.violate(fmt.Sprintf("decoders: the load summary %s put at revision %d does not decode: %s", k, kv.ModRevision, kv.Value))
 		}
 	case simKeys.IsMap(k):
 		if got, ok := wire.ParseRecord(kv.Value); ok {

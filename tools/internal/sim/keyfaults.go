@@ -41,6 +41,16 @@ import (
 // Config.Kinds (or Config.Swarm) they are drawn as any other kind.
 var KeyFaultKinds = []string{"election-delete", "member-keys-delete", "tail-delete", "duplicate"}
 
+// "election-unleased" is played only when named (Config.Kinds), so that
+// every seed draws and plays as before it: an operator puts a live
+// member's election key again without its lease (etcdctl put with no
+// --lease, or a script that restores keys), which makes it a stray (see
+// rink's stray.go), half the time with the leader (the member whose
+// election key is the lowest) cut off first, so that it does not sweep
+// it: the candidate just above, waiting on that key, lists, reads it,
+// finds no campaign made it and deletes it as it campaigns (see
+// core.Campaigner). TestUnleasedElectionKey plays it.
+
 // keyFault reports whether k is one of KeyFaultKinds.
 func keyFault(k string) bool { return slices.Contains(KeyFaultKinds, k) }
 
@@ -228,6 +238,27 @@ func (h *history) keyFault(k string, live []*simMember) bool {
 			}
 		}
 		return h.del("rink/sim/.tail")
+	case "election-unleased":
+		m := live[h.rng.IntN(len(live))]
+		mk := h.keysOf(m)
+		if len(mk.elections) == 0 {
+			return false
+		}
+		key := mk.elections[0]
+		kvs := h.rangeKVs(key, nil)
+		if len(kvs) == 0 {
+			return false
+		}
+		h.w.Tracef("fault: election-unleased: %s put again without its lease (%s)", key, m.name)
+		if h.rng.IntN(2) == 0 {
+			if l := h.leader(live); l != nil {
+				d := h.w.Between(h.cfg.TTL/2, 2*h.cfg.TTL)
+				h.w.Tracef("fault: election-unleased: the leader %s cut off first for %v", l.name, d)
+				l.c.Cut(d)
+			}
+		}
+		h.put(key, kvs[0].Value)
+		return true
 	case "duplicate":
 		m := live[h.rng.IntN(len(live))]
 		for _, o := range h.members {

@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -148,13 +149,46 @@ func (h *history) checkLoad() {
 	imbalance := load[most] / mean
 	bound := slices.Max(l.rates) / mean
 	h.res.Imbalance, h.res.ImbalanceBound = imbalance, bound
-	if h.loadLost {
+	if h.loadLost || h.loadAbsurd {
 		h.res.LoadUnchecked = true
 		return
 	}
 	if limit := LoadSlack * max(1+LoadTolerance, bound); imbalance > limit {
 		h.violate(fmt.Sprintf("load: %s carries %.2f of the mean after the faults stopped, more than %.2f (bound %.2f)", most, imbalance, limit, bound))
 	}
+}
+
+// absurdLoad has m's application record absurd figures of work (see
+// load-absurd) on a slot it holds, for two TTLs: MaxFloat64 units at once,
+// a sum that overflows, then MaxFloat64/6 units every 100 ms, which, at
+// the load interval of Config.Load, is a rate beyond MaxFloat64 once
+// averaged. It reports whether m held a slot.
+//
+// The balance is not checked at the end of such a history: the averages
+// the leader balances by decay from the largest rate a summary says
+// (wire.MaxRate) by a factor e per load window, and are still far from
+// the true rates by then.
+func (h *history) absurdLoad(m *simMember) bool {
+	if m == nil || len(m.held) == 0 {
+		return false
+	}
+	s := slices.Min(slices.Collect(maps.Keys(m.held)))
+	h.loadAbsurd = true
+	role := slotRoles(h.cfg.Slots)[s]
+	h.w.Tracef("fault: load-absurd: %s's application records absurd work on slot %d for %v", m.name, s, 2*h.cfg.TTL)
+	const every = 100 * time.Millisecond
+	for i := range int(2 * h.cfg.TTL / every) {
+		h.w.After(time.Duration(i)*every, func() {
+			if !m.alive || h.w.now < m.env.pausedUntil {
+				return
+			}
+			if i == 0 {
+				m.m.AddLoad(role, math.MaxFloat64)
+			}
+			m.m.AddLoad(role, math.MaxFloat64/6)
+		})
+	}
+	return true
 }
 
 // loadRounds returns the hook that checks the load rounds leader runs

@@ -62,3 +62,21 @@ func TestLoadDrawsItsOwnStream(t *testing.T) {
 		return nil
 	})
 }
+
+// TestAbsurdLoad plays histories whose members balance by load, in which
+// an application now and then records absurd figures of work for a while
+// (load-absurd, played only when named): sums and averaged rates that
+// overflow count for nothing in the member's summary (core.LoadMeter), and
+// every summary written decodes (see checkDecoders). No violation. (The
+// balance at the end is not checked: see absurdLoad.)
+func TestAbsurdLoad(t *testing.T) {
+	cfg := loadConfig()
+	cfg.KeyFaults = false
+	cfg.Kinds = []string{"load-absurd", "crash", "join"}
+	recorded := 0
+	playModels(t, []modelCase{{"load-absurd", cfg, 10}}, func(res Result) { recorded += res.Ops["load-absurd"] })
+	if recorded == 0 {
+		t.Fatal("no absurd work recorded")
+	}
+	t.Logf("%d absurd figures of work recorded", recorded)
+}

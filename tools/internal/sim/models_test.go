@@ -53,6 +53,15 @@ func replayCommand(cfg Config, seed uint64) string {
 	if cfg.Load {
 		cmd += " -load"
 	}
+	if cfg.Knobs {
+		cmd += " -knobs"
+	}
+	if cfg.Capacities {
+		cmd += " -capacities"
+	}
+	if cfg.Kinds != nil {
+		cmd += " -kinds " + strings.Join(cfg.Kinds, ",")
+	}
 	return cmd + fmt.Sprintf(" -seed %d", seed)
 }
 

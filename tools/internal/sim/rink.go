@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,6 +65,14 @@ type Config struct {
 	// on their holdings (see load.go); the end checks the balance. false:
 	// no load, as before it existed.
 	Load bool
+	// Capacities: member i (every process under the name "m<i>") has
+	// capacity capacityOf(i) (rink.WithCapacity; see capacity.go). false:
+	// every member's is 1, as before capacities were played.
+	Capacities bool
+	// Knobs: the members' bounds on what they remember are lowered, as
+	// drawn per history from a stream of its own (see knobs.go). false:
+	// production's, as before knobs existed.
+	Knobs bool
 }
 
 // DriftBound is the drift the tests play within the fence margin: 2%,
@@ -94,9 +103,13 @@ type Result struct {
 	// With Config.Load, at the end: the most loaded ranked member's true
 	// load over the mean, and the hottest slot's (see checkLoad).
 	Imbalance, ImbalanceBound float64
-	LoadUnchecked             bool          // a load key was lost: the balance is not checked (see checkLoad)
-	At                        time.Duration // when it was found
-	Trace                     string        // the history, line by line (with Config.Trace)
+	LoadUnchecked             bool // a load key was lost, or absurd work recorded: the balance is not checked (see checkLoad)
+	// StrayElections counts the election keys at the end that no campaign
+	// made (bound to no lease, or not named by the lease they are bound
+	// to): members delete them (see election-unleased).
+	StrayElections int
+	At             time.Duration // when it was found
+	Trace          string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
@@ -161,12 +174,19 @@ type history struct {
 	// summary (see checkLoad).
 	load     *loadModel
 	loadLost bool
+	// loadAbsurd: an application recorded absurd work (see absurdLoad).
+	loadAbsurd bool
 	// warm draws how long warm-ups take, with Config.Warmup (nil without:
 	// see warmup.go).
 	warm          *rand.Rand
 	warmUnchecked bool // the map was rewritten by hand under its version: early moves go unchecked
 	// roleBook is what the members' role sets told them (see roles.go).
 	roleBook *roleBook
+	// garbage: map-garbage put a value into the map key, and has not put
+	// the map back yet.
+	garbage bool
+	// knobs are the members' (see knobs.go; zero: production's).
+	knobs simhook.Knobs
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -183,14 +203,22 @@ type history struct {
 // it: it opens every member's lease gate), map-old-value (the map key's
 // value of an earlier revision put back as it was, often a change record
 // whose base is not the map before it) and floor-old (a floor of an
-// earlier lineage put back), and key-edit (any of the rink's keys edited
-// by hand, its value damaged: see keyedit.go).
+// earlier lineage put back). So is pause-joining: a restart whose new
+// process pauses (a long GC, a suspended host), for between half a TTL
+// and two, as the answer to its join's lease grant reaches it: past 7/8
+// of a TTL its join's transaction is answered after the deadline the
+// lease allows (core.ErrJoinSlow), past the TTL the lease is gone. And
+// load-absurd: a member's application records absurd figures of work for
+// a while (rink.AddLoad of huge amounts: a counter that overflowed, units
+// mixed up), whose sums and rates overflow (see absurdLoad): its load
+// summary must still decode (see checkDecoders). And key-edit: any of the
+// rink's keys edited by hand, its value damaged (see keyedit.go).
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
 
 // NamedKinds are the fault kinds drawn only when named in Config.Kinds.
-var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit"}
+var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased"}
 
 // KnownKind reports whether k names a fault kind.
 func KnownKind(k string) bool {
@@ -246,6 +274,9 @@ func Run(seed uint64, cfg Config) Result {
 		replicas = fmt.Sprintf(", %d replicas, %d zones", cfg.replicas(), cfg.Zones)
 	}
 	w.Tracef("seed %d: %d members%s, faults %s", seed, cfg.Members, replicas, strings.Join(h.fault, ","))
+	if cfg.Knobs {
+		w.Tracef("knobs: %+v", h.knobs)
+	}
 	for range cfg.Members {
 		h.spawn(w.Between(0, 200*time.Millisecond))
 	}
@@ -287,6 +318,11 @@ func Run(seed uint64, cfg Config) Result {
 	for _, m := range h.members {
 		h.res.MemberSteps += m.m.Steps()
 	}
+	for _, kv := range h.rangeKVs("rink/sim/election/", []byte("rink/sim/election0")) {
+		if kv.Lease == 0 || string(kv.Key) != "rink/sim/election/"+strconv.FormatInt(kv.Lease, 16) {
+			h.res.StrayElections++
+		}
+	}
 	h.res.Trace = w.Trace()
 	return *h.res
 }
@@ -325,6 +361,7 @@ func newHistory(seed uint64, cfg Config) *history {
 	h.drain, h.lingering = newDrain(seed, cfg), map[int][]*work{}
 	h.load = newLoad(seed, cfg)
 	h.warm = newWarm(seed, cfg)
+	h.knobs = drawKnobs(seed, cfg)
 	return h
 }
 
@@ -349,8 +386,11 @@ func (h *history) start(i int, d time.Duration) *simMember {
 	for _, o := range h.cfg.options(sm.zone) {
 		opts = append(opts, o)
 	}
+	if h.cfg.Capacities {
+		opts = append(opts, rink.WithCapacity(capacityOf(i)))
+	}
 	m, err := simhook.NewMember(simhook.Config{
-		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
+		Rink: "sim", Member: name, Etcd: clientEtcd{c, env}, Env: env, Plant: h.cfg.Plant, Knobs: h.knobs, Load: true /* (as production's: see simhook.Config.Load) */, Warm: h.warmFor(sm), EarlyMoves: h.earlyMoves(sm), LoadRound: h.loadRounds(sm),
 		Roles:     h.roleBook.roles,
 		Assigned:  func(ctx context.Context, role string) { h.assigned(sm, ctx, role) },
 		Revoked:   func(role string) { h.revoked(sm, role) },
@@ -450,7 +490,7 @@ func (h *history) injectFault(k string) {
 		return live[h.rng.IntN(len(live))]
 	}
 	switch k {
-	case "crash", "restart", "leave":
+	case "crash", "restart", "leave", "pause-joining":
 		if len(live) <= 1 {
 			return
 		}
@@ -463,9 +503,14 @@ func (h *history) injectFault(k string) {
 		}
 		h.forget(m)
 		w.Tracef("fault: %s %s", k, m.name)
-		if k == "restart" {
+		if k == "restart" || k == "pause-joining" {
 			// The process comes back under its name, as a restarted pod.
-			h.start(m.idx, w.Between(0, h.cfg.TTL))
+			sm := h.start(m.idx, w.Between(0, h.cfg.TTL))
+			if k == "pause-joining" {
+				// ... and pauses as its lease is granted (see
+				// pauseAtGrant).
+				sm.env.pauseAtGrant = w.Between(h.cfg.TTL/2, 2*h.cfg.TTL)
+			}
 		} else if len(live) < h.cfg.Members {
 			h.spawn(w.Between(0, 2*h.cfg.TTL))
 		}
@@ -564,7 +609,7 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "key-edit":
+	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "map-garbage", "key-edit":
 		if !h.operate(k) {
 			return
 		}
@@ -572,7 +617,11 @@ func (h *history) injectFault(k string) {
 		if !h.loseZone(live) {
 			return
 		}
-	case "election-delete", "member-keys-delete", "tail-delete", "duplicate":
+	case "load-absurd":
+		if !h.absurdLoad(pick()) {
+			return
+		}
+	case "election-delete", "member-keys-delete", "tail-delete", "duplicate", "election-unleased":
 		if !h.keyFault(k, live) {
 			return
 		}
@@ -730,6 +779,30 @@ func (h *history) operate(k string) bool {
 		v, _ := json.Marshal(m)
 		w.Tracef("fault: operator writes the map back without its leases")
 		h.put("rink/sim/map", v)
+	case "map-garbage":
+		// A value that is no usable map put into the map key (a typo in
+		// an etcdctl put, or a map edited by hand: see garbageMaps), and
+		// the whole map put back as it was a while later, as the
+		// operator notices (unless the leader wrote a whole map over a
+		// damaged one first: see wire.ErrMapDamaged); members hold
+		// nothing new until then, or leave (another slot count: see
+		// rink's unusable), and the leader's view cannot read it.
+		whole := h.wholeMap()
+		if whole == nil || h.garbage {
+			return false // (garbage already: the operator puts back what was before it)
+		}
+		kinds := garbageMaps(whole)
+		g := kinds[h.rng.IntN(len(kinds))]
+		h.warmUnchecked = true // (see earlyMoves)
+		d := w.Between(0, h.cfg.TTL)
+		w.Tracef("fault: operator puts %s into the map key, and the map back %v later", g[0], d)
+		h.put("rink/sim/map", []byte(g[1]))
+		h.garbage = true
+		w.After(d, func() {
+			h.garbage = false
+			w.Tracef("fault: operator puts the map back")
+			h.put("rink/sim/map", whole)
+		})
 	case "map-old-value":
 		// The map key's value of an earlier revision put back as it was
 		// (etcdctl get --rev, then put): a change record, often, whose
@@ -1028,8 +1101,11 @@ type memberEnv struct {
 	w           *World
 	rng         *rand.Rand
 	pausedUntil time.Duration
-	t0          time.Duration // the world's time when the process started
-	e           float64       // its clock's drift (0: none)
+	// pauseAtGrant, if set, pauses the process for that long as the
+	// answer to its next lease grant reaches it (see pause-joining).
+	pauseAtGrant time.Duration
+	t0           time.Duration // the world's time when the process started
+	e            float64       // its clock's drift (0: none)
 }
 
 // run runs fn now, or when the member resumes.
@@ -1093,7 +1169,14 @@ func (e clientEtcd) Txn(r *etcdserverpb.TxnRequest, done func(*etcdserverpb.TxnR
 	e.c.Txn(r, later(e, done))
 }
 func (e clientEtcd) LeaseGrant(r *etcdserverpb.LeaseGrantRequest, done func(*etcdserverpb.LeaseGrantResponse, error)) {
-	e.c.LeaseGrant(r, later(e, done))
+	e.c.LeaseGrant(r, func(resp *etcdserverpb.LeaseGrantResponse, err error) {
+		if d := e.env.pauseAtGrant; d > 0 && err == nil {
+			e.env.pauseAtGrant = 0
+			e.c.w.Tracef("%s: pauses for %v as its lease is granted", e.c.Name, d)
+			e.env.pausedUntil = max(e.env.pausedUntil, e.c.w.now+d)
+		}
+		later(e, done)(resp, err)
+	})
 }
 func (e clientEtcd) LeaseRevoke(r *etcdserverpb.LeaseRevokeRequest, done func(*etcdserverpb.LeaseRevokeResponse, error)) {
 	e.c.LeaseRevoke(r, later(e, done))
