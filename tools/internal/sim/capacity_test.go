@@ -6,6 +6,7 @@ import "testing"
 // (Config.Capacities), with the fault kinds each seed draws, and with key
 // faults, and requires no violation.
 func TestCapacityHistories(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Capacities = true
 	keyed := cfg

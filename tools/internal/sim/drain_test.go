@@ -22,6 +22,7 @@ func drainConfig() Config {
 // drift within the fence margin, and twenty have two replicas in three
 // zones.
 func TestRinkDrainHistories(t *testing.T) {
+	t.Parallel()
 	base := drainConfig()
 	drift := base
 	drift.Drift = DriftBound
@@ -41,6 +42,7 @@ func TestRinkDrainHistories(t *testing.T) {
 // functions outlast their holdings, and it replays byte for byte; without
 // it no function runs.
 func TestDrainDrawsItsOwnStream(t *testing.T) {
+	t.Parallel()
 	checkOwnStream(t, "a drain", func(c *Config) { c.Drain = 500 * time.Millisecond }, "after the holding ended",
 		func(a, b Result) error {
 			if a.Lingered != 0 || b.Lingered == 0 {

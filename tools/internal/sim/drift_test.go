@@ -11,6 +11,7 @@ import (
 // when it was made, and a timer set on it fires once that much has passed
 // on it, at most a nanosecond of the world's late, never early.
 func TestMemberClockDrifts(t *testing.T) {
+	t.Parallel()
 	for _, e := range []float64{-0.3, -0.02, -1e-9, 0, 0.013, 0.3} {
 		w := NewWorld(1, 1)
 		w.RunUntil(3 * time.Second)
@@ -48,6 +49,7 @@ func TestMemberClockDrifts(t *testing.T) {
 // processes' clocks are off the world's within the bound, and it replays
 // byte for byte.
 func TestDriftDrawsItsOwnStream(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Trace = true
 	drifted := cfg
@@ -72,6 +74,7 @@ func TestDriftDrawsItsOwnStream(t *testing.T) {
 // histories of a rink with two replicas per slot in three zones, every
 // fault kind drawn.
 func TestRinkDriftHistories(t *testing.T) {
+	t.Parallel()
 	keyed := DefaultConfig()
 	keyed.KeyFaults, keyed.Drift = true, DriftBound
 	rep := DefaultConfig()
@@ -116,6 +119,7 @@ func TestRinkDriftHistories(t *testing.T) {
 // it still acts on its slots while others hold them (at seed 1, as it
 // comes back and applies the maps it missed).
 func TestDriftBeyondTheMarginIsFound(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Drift = 0.3
 	for seed := uint64(1); seed <= 50; seed++ {

@@ -122,7 +122,10 @@ func (h *history) editKey() bool {
 		h.warmUnchecked = true // (see earlyMoves: a hand-edited map may move slots the leader never planned)
 	}
 	w.Tracef("fault: operator edits %s by hand: %.80q", kv.Key, v)
-	if _, err := w.Etcd.Put(&etcdserverpb.PutRequest{Key: kv.Key, Value: v, IgnoreLease: kv.Lease != 0}); err == nil {
+	h.byHand = true // (the decoders' check is for members' puts: see checkDecoders)
+	_, err = w.Etcd.Put(&etcdserverpb.PutRequest{Key: kv.Key, Value: v, IgnoreLease: kv.Lease != 0})
+	h.byHand = false
+	if err == nil {
 		w.pump()
 	}
 	return true

@@ -7,6 +7,7 @@ import "testing"
 // members ignore it, the leader writes its own again, and nothing else
 // goes wrong. rink-mutate's floor-other-lineage needs these histories.
 func TestOldFloorPutBack(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"map-delete", "floor-old", "join", "leave", "crash", "partition"}
 	n := 150
@@ -36,6 +37,7 @@ func TestOldFloorPutBack(t *testing.T) {
 // key left its member unranked, and an election key renamed made a ghost
 // of a live member.
 func TestKeysEditedByHand(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"key-edit", "join", "leave", "crash", "partition", "etcd-errors"}
 	n := 150

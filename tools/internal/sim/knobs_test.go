@@ -8,6 +8,7 @@ import "testing"
 // makes the members wait or fall back to a lower bound, never act on
 // less than they need, and every slot is held at the end.
 func TestKnobHistories(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Knobs = true
 	keyed := cfg
@@ -21,5 +22,6 @@ func TestKnobHistories(t *testing.T) {
 // fault kinds as without, its trace says the knobs drawn, and it replays
 // byte for byte.
 func TestKnobsDrawTheirOwnStream(t *testing.T) {
+	t.Parallel()
 	checkOwnStream(t, "knobs", func(c *Config) { c.Knobs = true }, "knobs: {HistChanges:", func(a, b Result) error { return nil })
 }

@@ -25,6 +25,7 @@ func loadConfig() Config {
 // operator deleted a load key) before the floor named the members whose
 // summaries the leader lacks (wire.AckFloor.Unreported).
 func TestRinkLoadHistories(t *testing.T) {
+	t.Parallel()
 	cfg := loadConfig()
 	worst, unchecked, played := 0.0, 0, 0
 	steps, took := playModels(t, []modelCase{{"load", cfg, 80}}, func(res Result) {
@@ -55,6 +56,7 @@ func TestRinkLoadHistories(t *testing.T) {
 // it the members report their load too (production's always do: the
 // roles they watch, no work), and no load round runs.
 func TestLoadDrawsItsOwnStream(t *testing.T) {
+	t.Parallel()
 	checkOwnStream(t, "load", func(c *Config) { c.Load = true }, "load round", func(a, b Result) error {
 		if a.Imbalance != 0 || b.Imbalance == 0 || !strings.Contains(a.Trace, "reported load") {
 			return fmt.Errorf("imbalance %v without load, %v with; load reported without: %v", a.Imbalance, b.Imbalance, strings.Contains(a.Trace, "reported load"))
@@ -70,6 +72,7 @@ func TestLoadDrawsItsOwnStream(t *testing.T) {
 // every summary written decodes (see checkDecoders). No violation. (The
 // balance at the end is not checked: see absurdLoad.)
 func TestAbsurdLoad(t *testing.T) {
+	t.Parallel()
 	cfg := loadConfig()
 	cfg.KeyFaults = false
 	cfg.Kinds = []string{"load-absurd", "crash", "join"}

@@ -187,6 +187,8 @@ type history struct {
 	garbage bool
 	// knobs are the members' (see knobs.go; zero: production's).
 	knobs simhook.Knobs
+	// byHand: the put under way is an operator's edit (see editKey).
+	byHand bool
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,

@@ -15,6 +15,7 @@ var rinkSeed = flag.Uint64("sim.rinkseed", 0, "play only this seed in TestRinkHi
 // TestRinkQuiet: members that join a rink with no fault get ranked and
 // hold every slot, and nothing is held twice.
 func TestRinkQuiet(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Faults = 0
 	cfg.Trace = true
@@ -30,6 +31,7 @@ func TestRinkQuiet(t *testing.T) {
 // TestRinkHistories plays seeded histories with faults and requires no
 // violation.
 func TestRinkHistories(t *testing.T) {
+	t.Parallel()
 	// The first seeds, and seeds that failed with a fix undone (see
 	// CHANGELOG: what the simulator found). A seed names a history of
 	// one version of the simulator and of the core: when either draws or
@@ -83,6 +85,7 @@ func TestRinkHistories(t *testing.T) {
 
 // TestRinkReplaysBySeed: a seed plays the same history, byte for byte.
 func TestRinkReplaysBySeed(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Trace = true
 	for _, seed := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 722} {
@@ -99,6 +102,7 @@ func TestRinkReplaysBySeed(t *testing.T) {
 // TestRinkReplaysBySeedWithReplicas: so does a seed of a rink with
 // replicas and zones, every fault kind drawn.
 func TestRinkReplaysBySeedWithReplicas(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Trace = true
 	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 3, 3, FaultKinds
@@ -126,6 +130,7 @@ func TestRinkReplaysBySeedWithReplicas(t *testing.T) {
 // beside its primary and its secondary). skip-drain can fail only with a
 // drain (Config.Drain): found at seed 1.
 func TestPlantedBugsAreFound(t *testing.T) {
+	t.Parallel()
 	if len(simhook.Plants) < 5 || !slices.Contains(simhook.Plants, "skip-replica-barrier") {
 		t.Fatalf("plants: %v", simhook.Plants)
 	}
@@ -150,6 +155,7 @@ func TestPlantedBugsAreFound(t *testing.T) {
 // slot at any acquisition, none as primary and secondary at once, and at
 // the end every slot has its primary and a secondary, in distinct zones.
 func TestRinkReplicaHistories(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 2, 3, FaultKinds
 	seeds := seedsToPlay(t, cfg, 200)
@@ -178,6 +184,7 @@ func TestRinkReplicaHistories(t *testing.T) {
 // kinds it drew before zone-loss existed, and never zone-loss; with zones,
 // it draws the same kinds, and zone-loss or not.
 func TestZoneLossDrawnOnlyWithZones(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Faults, cfg.Quiet = 0, time.Second
 	zoned := cfg
@@ -203,6 +210,7 @@ func TestZoneLossDrawnOnlyWithZones(t *testing.T) {
 // TestShrinkFindsASmallerHistory: a failing history (a planted bug) shrinks
 // to one with fewer members, faults or kinds that still fails.
 func TestShrinkFindsASmallerHistory(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Plant = "ignore-fence"
 	seed := uint64(2) // (the first seed that finds it since members watch roles)
@@ -225,6 +233,7 @@ func TestShrinkFindsASmallerHistory(t *testing.T) {
 // without (KeyFaultKinds come from a stream of their own), and a seed that
 // draws none of KeyFaultKinds plays the same history, byte for byte.
 func TestKeyFaultsLeaveSeedsAsTheyWere(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Faults, cfg.Quiet = 0, time.Second
 	keyed := cfg
@@ -272,6 +281,7 @@ func TestKeyFaultsLeaveSeedsAsTheyWere(t *testing.T) {
 // histories (counted in Result.Ops), the member cut off first in some of
 // them, and a seed with KeyFaults plays the same history twice.
 func TestKeyFaultsInjected(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Faults, cfg.Quiet = 10*time.Second, 2*time.Second
 	cfg.Kinds = slices.Concat([]string{"join", "crash"}, KeyFaultKinds)
@@ -309,6 +319,7 @@ func TestKeyFaultsInjected(t *testing.T) {
 // leader starts its slot 0 within 8 ms), so it runs only with
 // -sim.keyfaults until the fix lands.
 func TestRinkKeyFaultHistories(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.KeyFaults = true
 	seeds := []uint64{*rinkSeed}
@@ -358,6 +369,7 @@ func seedsToPlay(t *testing.T, cfg Config, n uint64) uint64 {
 // handed the name's slots over while the first still held them: it handed
 // over slots the map held for another lease.
 func TestDuplicateProcessHistories(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"duplicate", "crash", "partition"}
 	seeds := []uint64{7092}

@@ -14,6 +14,7 @@ import (
 // key is left at the end (it would keep every newer candidate from being
 // elected).
 func TestUnleasedElectionKey(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"election-unleased", "crash", "join", "partition"}
 	put := 0
@@ -40,6 +41,7 @@ func TestUnleasedElectionKey(t *testing.T) {
 // violation: the paused joiner acts on nothing with a lease it cannot
 // trust, and joins in the end.
 func TestPausedJoin(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"pause-joining", "crash", "partition"}
 	cfg.Trace = true
@@ -64,6 +66,7 @@ func TestPausedJoin(t *testing.T) {
 // healthy, and the member follows again after the shortest wait
 // (core.Follower), which histories of 20 s never show. No violation.
 func TestWatchBrokenAfterAMinute(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Faults = 80 * time.Second
 	cfg.Kinds = []string{"break-watch"}
@@ -80,6 +83,7 @@ func TestWatchBrokenAfterAMinute(t *testing.T) {
 // rink or hold nothing until it is back, the leader's view cannot read
 // it, and nothing goes wrong. No violation.
 func TestGarbageMap(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"map-garbage", "crash", "join", "partition"}
 	put := 0

@@ -12,6 +12,7 @@ import (
 // particular, every slot whose primary crashed goes to its oldest live
 // secondary (checkPromotions), and some do.
 func TestWarmPromotions(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Members, cfg.Replicas, cfg.Zones, cfg.Kinds = 6, 3, 3, FaultKinds
 	seeds := seedsToPlay(t, cfg, 150)

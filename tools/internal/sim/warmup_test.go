@@ -24,6 +24,7 @@ func warmupConfig() Config {
 // had said they were ready for later announcements; seed 2345 before a
 // member's readiness of an earlier lineage was no longer said in the next.
 func TestRinkWarmupHistories(t *testing.T) {
+	t.Parallel()
 	base := warmupConfig()
 	drift := base
 	drift.Drift = DriftBound
@@ -52,6 +53,7 @@ func TestRinkWarmupHistories(t *testing.T) {
 // its members warm up what is announced to them, and it replays byte for
 // byte; without it nothing is announced.
 func TestWarmupDrawsItsOwnStream(t *testing.T) {
+	t.Parallel()
 	checkOwnStream(t, "a warm-up", func(c *Config) { c.Warmup = 300 * time.Millisecond }, "warms up",
 		func(Result, Result) error { return nil })
 }

@@ -85,6 +85,7 @@ func busyWorld(seed uint64, d time.Duration) (*World, [][]int64) {
 // One seed, one history: the same seed gives the same trace byte for
 // byte, another seed another trace.
 func TestWorldReplaysBySeed(t *testing.T) {
+	t.Parallel()
 	a, _ := busyWorld(7, time.Minute)
 	b, _ := busyWorld(7, time.Minute)
 	c, _ := busyWorld(8, time.Minute)
@@ -103,6 +104,7 @@ func TestWorldReplaysBySeed(t *testing.T) {
 // writes of its range in revision order, each once, without a gap, until
 // it ends; one cancelled by a compaction says so.
 func TestWorldWatchesDeliverInOrder(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(20) {
 		w, seen := busyWorld(seed, 30*time.Second)
 		var want []int64 // every revision that wrote under k/, from the whole log
@@ -140,6 +142,7 @@ func TestWorldWatchesDeliverInOrder(t *testing.T) {
 // A new etcd leader renews every lease (ExtendLeases): a lease then lives
 // its TTL from that moment, not from its last keep-alive.
 func TestExtendLeases(t *testing.T) {
+	t.Parallel()
 	w := NewWorld(1, 2)
 	g, _ := w.Etcd.LeaseGrant(&etcdserverpb.LeaseGrantRequest{TTL: 4})
 	w.RunUntil(3 * time.Second)
