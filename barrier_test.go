@@ -59,6 +59,7 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	r.wideView.Store(true)
 	r.st.view.wide = true
 	r.rejoinHook = func(*incarnation, bool) {}
+	r.simFx = bareEffects{netEffects{r}}
 	inc := &incarnation{Inc: core.Inc{CreateRev: createRev, BoundRev: createRev, Lease: createRev}, lost: make(chan struct{})}
 	inc.setDeadline(time.Now().Add(time.Hour))
 	inc.ctx, inc.cancel = context.WithCancelCause(r.ctx)
@@ -66,6 +67,13 @@ func newBare(t testing.TB, self string, S int, createRev int64) *bare {
 	r.st.inc = inc
 	return &bare{t: t, r: r, sim: &core.AckView{Members: map[string]core.AckMember{}, Acks: map[string]core.AckKey{}, Ranked: map[string]bool{}}}
 }
+
+// bareEffects are a bare Rink's: netEffects, but the repair of its own
+// member key, which the harness writes with acknowledgements for values
+// (see memberKV), and which a bare Rink has no client to write.
+type bareEffects struct{ netEffects }
+
+func (bareEffects) repairKey(*incarnation, *core.StrayDelete) {}
 
 // memberKV stands for a member key created at createRev (its lease is
 // createRev too) and the member's acknowledgement of (lineage, ack) as of
