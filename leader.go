@@ -25,6 +25,10 @@ type leadership struct {
 	quietUntil time.Time
 	key        string // our election key
 	rev        int64  // its create revision: proclamations are guarded by it
+	// proclaimed is the highest version this leadership proclaimed: the
+	// next map is numbered above it even when this member never applied
+	// it (see nextVersion).
+	proclaimed int64
 
 	since   map[string]time.Time // when each waiting member was first seen (monotonic)
 	busy    bool                 // a proclamation is in flight

@@ -346,8 +346,17 @@ func batchWindow(delay time.Duration) time.Duration { return delay / 10 }
 
 // nextVersion numbers the next map: above every version applied in the
 // lineage, so that versions only ever rise, even after a map was written
-// back by hand.
-func (r *Rink) nextVersion() int64 { return max(r.st.cur.Version, r.st.topVer) + 1 }
+// back by hand, and above every version this leadership proclaimed: a
+// watch batch that has a later put of the map key too (a value damaged
+// by hand over it) applies only the later one, and the next map repeated
+// the version of the one the leader never applied.
+func (r *Rink) nextVersion() int64 {
+	v := max(r.st.cur.Version, r.st.topVer)
+	if l := r.st.lead; l != nil {
+		v = max(v, l.proclaimed)
+	}
+	return v + 1
+}
 
 // usable checks a planned map as members check what they apply: a leader
 // never proclaims a map that it would refuse itself.

@@ -107,6 +107,7 @@ func (r *Rink) onProclaimed(res proclaimResult) {
 	case res.ok:
 		l.retry.Reset()
 		l.waitRev = res.rev
+		l.proclaimed = max(l.proclaimed, res.version) // (see nextVersion)
 		r.log.Info("proclaimed map", zap.Int64("version", res.version), zap.Int64("revision", res.rev))
 	case res.lost:
 		r.log.Warn("lost leadership: our election key is gone")
