@@ -28,7 +28,9 @@ import (
 //
 // The draws: behind is each live member with probability 1/2 (at least
 // one, and not all), cut off or stopped (1/2 each) from the snapshot until
-// the restore plus [0, TTL/2]; the restore comes [TTL/4, 2 TTL] after the
+// the restore plus [0, TTL/2], and half the time a new process joins in
+// [0, TTL/2] in its place (a controller that gives up on a node it cannot
+// reach starts the pod elsewhere, under a new name); the restore comes [TTL/4, 2 TTL] after the
 // snapshot, so that behind sometimes outlives its lease's deadline (it
 // fences and rejoins, and its restored key is its own again) and sometimes
 // does not. At the restore each ahead process is, with probability 1/4
@@ -87,8 +89,16 @@ func (h *history) restoreUnseen(live []*simMember) bool {
 	u := &unseenRestore{snap: w.Etcd.Snapshot(), behind: behind, at: min(w.now+w.Between(ttl/4, 2*ttl), max(h.cfg.Faults, w.now))}
 	h.unseen = u
 	w.Tracef("fault: restore-unseen: snapshot saved at %d, etcd restored from it in %v", u.snap.Rev(), u.at-w.now)
+	n := len(live) // (live processes, and the replacements started: as join, at most twice the members)
 	for _, m := range behind {
 		h.isolate(m, h.rng.IntN(2) == 0, u.at-w.now+w.Between(0, ttl/2))
+		if h.rng.IntN(2) == 0 && n < 2*h.cfg.Members {
+			n++
+			// A replacement for it (a controller that gives up on a
+			// node it cannot reach starts the pod elsewhere).
+			w.Tracef("fault: restore-unseen: a replacement for %s joins", m.name)
+			h.spawn(w.Between(0, ttl/2))
+		}
 	}
 	w.After(u.at-w.now, func() { h.unseenRestored(u) })
 	return true
