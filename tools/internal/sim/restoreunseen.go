@@ -30,16 +30,18 @@ import (
 // one, and not all), cut off or stopped (1/2 each) from the snapshot until
 // the restore plus [0, TTL/2], and half the time a new process joins in
 // [0, TTL/2] in its place (a controller that gives up on a node it cannot
-// reach starts the pod elsewhere, under a new name); the restore comes [TTL/4, 2 TTL] after the
-// snapshot, so that behind sometimes outlives its lease's deadline (it
-// fences and rejoins, and its restored key is its own again) and sometimes
-// does not. At the restore each ahead process is, with probability 1/4
-// each, left alone (it sees the restore at once, as with "restore"), cut
-// off, stopped, or crashed; a cut or a stop lasts [0, 2 TTL], and a
-// crashed process starts again under its name (as a restarted pod). As
-// after "restore", no process starts within a TTL of the restore
-// (docs/operations.md), and one still joining then is stopped and started
-// again after.
+// reach starts the pod elsewhere, under a new name). The restore comes
+// [TTL/4, 2 TTL] after the snapshot (within the time of faults), so that
+// behind sometimes outlives its lease's deadline (it fences and rejoins,
+// and its restored key is its own again) and sometimes does not. At the
+// restore each ahead process is, with probability 1/5 each, left alone
+// (it sees the restore at once, as with "restore"), cut off, stopped,
+// crashed, or shut down gracefully (its hand-over begun at that instant,
+// so that its requests reach the restored etcd); a cut or a stop lasts
+// [0, 2 TTL], and a crashed process starts again under its name (as a
+// restarted pod). As after "restore", no process starts within a TTL of
+// the restore (docs/operations.md), and one still joining then is stopped
+// and started again after.
 //
 // One such fault is under way at a time; a draw while one is does nothing.
 
@@ -114,7 +116,7 @@ func (h *history) unseenRestored(u *unseenRestore) {
 		if !m.alive || m.doomed || slices.Contains(u.behind, m) {
 			continue
 		}
-		switch h.rng.IntN(4) {
+		switch h.rng.IntN(5) {
 		case 0: // it sees the restore
 		case 1:
 			h.isolate(m, false, w.Between(0, 2*ttl))
@@ -126,6 +128,14 @@ func (h *history) unseenRestored(u *unseenRestore) {
 			h.forget(m)
 			w.Tracef("fault: restore-unseen: %s crashes", m.name)
 			h.start(m.idx, w.Between(0, ttl)) // (no sooner than a TTL after the restore: see restoreFrom)
+		case 4:
+			// Shut down gracefully as etcd comes back (a rolling
+			// restart, or the site drained): its hand-over's requests
+			// reach the restored etcd.
+			m.alive = false
+			h.leave(m)
+			h.forget(m)
+			w.Tracef("fault: restore-unseen: %s leaves", m.name)
 		}
 	}
 	h.restoreFrom(u.snap)
