@@ -31,38 +31,42 @@ import (
 // first transaction, once the map is planned and encoded, so that
 // planning is not on the handover's path (the caller calls it anyway).
 // The decisions are handOver's; depart carries out its requests.
-func (r *Rink) depart(ctx context.Context, release func()) bool {
+//
+// wentBack reports that a listing showed the map key older than the map
+// applied: etcd was restored from a snapshot, and the caller must leave
+// the member key to expire with its lease (see handOver.wentBack).
+func (r *Rink) depart(ctx context.Context, release func()) (handed, wentBack bool) {
 	d, ok := r.newHandOver()
 	if !ok {
-		return false
+		return false, false
 	}
 	if d.narrow {
 		resp, err := execTxn(ctx, r.cli, d.listTxn())
 		if err != nil {
 			r.log.Warn("listing the rink to hand over failed", zap.Error(err))
-			return false
+			return false, false
 		}
 		if !d.listed(resp) {
-			return false
+			return false, d.wentBack
 		}
 	}
 	for ctx.Err() == nil {
 		txn, ok := d.next()
 		if !ok {
-			return false
+			return false, d.wentBack
 		}
 		release()
 		r.awaitDrains(r.stopCtx)
 		resp, err := execTxn(ctx, r.cli, txn)
 		if err != nil {
 			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
-			return false
+			return false, false
 		}
 		if d.answered(resp) {
-			return true
+			return true, d.wentBack
 		}
 	}
-	return false
+	return false, d.wentBack
 }
 
 // handOver plans a departure (see depart) from the run goroutine's state
@@ -88,6 +92,12 @@ type handOver struct {
 	done, ok           bool
 	lineage, createRev int64
 	lease              clientv3.LeaseID
+	// wentBack: a listing showed the map key older than the map applied
+	// (etcd was restored from a snapshot): the member key, restored with
+	// its lease, is what keeps the slots the restored map gives this
+	// member from others, some of whom may still act on them unseen, so
+	// the caller must not revoke the lease (see hush).
+	wentBack bool
 }
 
 // maxDepartures bounds the departure's transactions.
@@ -246,6 +256,9 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 			m, err := wire.ReadMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
 			if kv.ModRevision == prevRev {
 				m, err = d.cur, nil // (the guard failed on the member keys)
+			}
+			if prevRev != 0 && kv.ModRevision < prevRev || kv.CreateRevision == d.lineage && kv.Version < d.curSeq {
+				d.wentBack = true
 			}
 			if err != nil || kv.CreateRevision != d.lineage || kv.Version < d.curSeq {
 				return false // unusable, another lineage, or etcd went back: leave it to the leader

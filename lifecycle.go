@@ -188,9 +188,17 @@ func (r *Rink) shutdown(cause error) {
 		releaseAll()
 		r.abandon(st.inc, r.stopErr())
 	case st.inc != nil && cause == nil:
-		r.depart(ctx, releaseAll)
+		_, wentBack := r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
 		r.awaitDrains(r.stopCtx)
+		if wentBack {
+			// etcd was restored from a snapshot: our restored key is what
+			// keeps the slots the restored map gives us from others, who
+			// may still act on them unseen (see hush).
+			r.log.Warn("etcd went back in time while leaving (restored from a snapshot?): leaving the member key to expire with its lease")
+			r.abandon(st.inc, r.stopErr())
+			break
+		}
 		err = r.leave(ctx, st.inc, r.stopErr())
 	}
 	releaseAll()

@@ -313,8 +313,17 @@ func (m *simMember) leaveNow() {
 		m.Crash()
 		return
 	}
+	var d *handOver
 	revoke := func() {
 		r.releaseAll()
+		if d != nil && d.wentBack {
+			// (etcd went back: the key keeps the slots the restored map
+			// gives us from others until the lease expires, see depart.)
+			m.trace("leaves without revoking its lease: etcd went back")
+			m.quietLeft = true
+			m.Crash()
+			return
+		}
 		m.awaitDrains(func() {
 			m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.Lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
 				m.trace("left: lease revoked (%v)", err)
