@@ -32,10 +32,9 @@ import (
 // planning is not on the handover's path (the caller calls it anyway).
 // The decisions are handOver's; depart carries out its requests.
 //
-// wentBack reports that a listing showed the map key older than the map
-// applied: etcd was restored from a snapshot, and the caller must leave
-// the member key to expire with its lease (see handOver.wentBack).
-func (r *Rink) depart(ctx context.Context, release func()) (handed, wentBack bool) {
+// keep reports that the caller must leave the member key to expire with
+// its lease, not revoke it (see handOver.keep).
+func (r *Rink) depart(ctx context.Context, release func()) (handed, keep bool) {
 	d, ok := r.newHandOver()
 	if !ok {
 		return false, false
@@ -47,13 +46,13 @@ func (r *Rink) depart(ctx context.Context, release func()) (handed, wentBack boo
 			return false, false
 		}
 		if !d.listed(resp) {
-			return false, d.wentBack
+			return false, d.keep
 		}
 	}
 	for ctx.Err() == nil {
 		txn, ok := d.next()
 		if !ok {
-			return false, d.wentBack
+			return false, d.keep
 		}
 		release()
 		r.awaitDrains(r.stopCtx)
@@ -63,10 +62,10 @@ func (r *Rink) depart(ctx context.Context, release func()) (handed, wentBack boo
 			return false, false
 		}
 		if d.answered(resp) {
-			return true, d.wentBack
+			return true, d.keep
 		}
 	}
-	return false, d.wentBack
+	return false, d.keep
 }
 
 // handOver plans a departure (see depart) from the run goroutine's state
@@ -92,12 +91,17 @@ type handOver struct {
 	done, ok           bool
 	lineage, createRev int64
 	lease              clientv3.LeaseID
-	// wentBack: a listing showed the map key older than the map applied
-	// (etcd was restored from a snapshot): the member key, restored with
-	// its lease, is what keeps the slots the restored map gives this
-	// member from others, some of whom may still act on them unseen, so
-	// the caller must not revoke the lease (see hush).
-	wentBack bool
+	inc                *incarnation
+	// keep: the caller must leave the member key to expire with its lease
+	// rather than revoke it. A listing showed the map key older than the
+	// map applied (etcd was restored from a snapshot), or the incarnation
+	// ended (fenced, or past its deadline) before a transaction was sent:
+	// after a restore, the member key, restored with its lease, is what
+	// keeps the slots the restored map gives this member from others, some
+	// of whom may still act on them unseen (see hush), and a fenced
+	// incarnation hands nothing over (its slots may be others' now, and a
+	// restore may have brought its key back).
+	keep bool
 }
 
 // maxDepartures bounds the departure's transactions.
@@ -120,7 +124,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
 		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, leased: st.curLeased, narrow: !st.view.wide,
-		lineage: st.lineage, createRev: st.inc.CreateRev, lease: clientv3.LeaseID(st.inc.Lease)}, true
+		lineage: st.lineage, createRev: st.inc.CreateRev, lease: clientv3.LeaseID(st.inc.Lease), inc: st.inc}, true
 }
 
 // listTxn lists the member keys, the map key and the whole map, for a
@@ -152,6 +156,12 @@ func (d *handOver) listed(resp *etcdserverpb.TxnResponse) bool {
 func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	r := d.r
 	if d.done || d.attempts == maxDepartures {
+		return nil, false
+	}
+	if d.inc.ctx.Err() != nil || d.inc.expired() {
+		// Fenced (a process stopped past its deadline and resumed to
+		// leave): hand nothing over.
+		d.done, d.keep = true, true
 		return nil, false
 	}
 	d.attempts++
@@ -258,7 +268,7 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 				m, err = d.cur, nil // (the guard failed on the member keys)
 			}
 			if prevRev != 0 && kv.ModRevision < prevRev || kv.CreateRevision == d.lineage && kv.Version < d.curSeq {
-				d.wentBack = true
+				d.keep = true
 			}
 			if err != nil || kv.CreateRevision != d.lineage || kv.Version < d.curSeq {
 				return false // unusable, another lineage, or etcd went back: leave it to the leader

@@ -188,14 +188,14 @@ func (r *Rink) shutdown(cause error) {
 		releaseAll()
 		r.abandon(st.inc, r.stopErr())
 	case st.inc != nil && cause == nil:
-		_, wentBack := r.depart(ctx, releaseAll)
+		_, keep := r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
 		r.awaitDrains(r.stopCtx)
-		if wentBack {
-			// etcd was restored from a snapshot: our restored key is what
-			// keeps the slots the restored map gives us from others, who
-			// may still act on them unseen (see hush).
-			r.log.Warn("etcd went back in time while leaving (restored from a snapshot?): leaving the member key to expire with its lease")
+		if keep {
+			// etcd was restored from a snapshot, or we were fenced: our
+			// key may be what keeps the slots a restored map gives us
+			// from others, who may still act on them unseen (see hush).
+			r.log.Warn("etcd went back in time (restored from a snapshot?) or the session was lost while leaving: leaving the member key to expire with its lease")
 			r.abandon(st.inc, r.stopErr())
 			break
 		}

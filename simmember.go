@@ -316,10 +316,11 @@ func (m *simMember) leaveNow() {
 	var d *handOver
 	revoke := func() {
 		r.releaseAll()
-		if d != nil && d.wentBack {
-			// (etcd went back: the key keeps the slots the restored map
-			// gives us from others until the lease expires, see depart.)
-			m.trace("leaves without revoking its lease: etcd went back")
+		if d != nil && d.keep {
+			// (etcd went back, or we were fenced: the key may keep the
+			// slots a restored map gives us from others until the lease
+			// expires, see handOver.keep.)
+			m.trace("leaves without revoking its lease: etcd went back, or fenced")
 			m.quietLeft = true
 			m.Crash()
 			return
