@@ -39,9 +39,11 @@ import (
 // crashed, or shut down gracefully (its hand-over begun at that instant,
 // so that its requests reach the restored etcd); a cut or a stop lasts
 // [0, 2 TTL], and a crashed process starts again under its name (as a
-// restarted pod). As after "restore", no process starts within a TTL of
-// the restore (docs/operations.md), and one still joining then is stopped
-// and started again after.
+// restarted pod), and one that left is replaced by a new process, as
+// after "leave", while there are fewer live ones than Config.Members. As
+// after "restore", no process starts within a TTL of the restore
+// (docs/operations.md), and one still joining then is stopped and started
+// again after.
 //
 // One such fault is under way at a time; a draw while one is does nothing.
 
@@ -112,6 +114,7 @@ func (h *history) unseenRestored(u *unseenRestore) {
 	w := h.w
 	ttl := h.cfg.TTL
 	h.unseen = nil
+	left := 0
 	for _, m := range slices.Clone(h.members) {
 		if !m.alive || m.doomed || slices.Contains(u.behind, m) {
 			continue
@@ -136,7 +139,20 @@ func (h *history) unseenRestored(u *unseenRestore) {
 			h.leave(m)
 			h.forget(m)
 			w.Tracef("fault: restore-unseen: %s leaves", m.name)
+			left++
 		}
+	}
+	// As after "leave", new processes take the place of those that left
+	// (no sooner than a TTL after the restore: see restoreFrom).
+	live := 0
+	for _, m := range h.members {
+		if m.alive && !m.doomed {
+			live++
+		}
+	}
+	for ; left > 0 && live < h.cfg.Members; left-- {
+		live++
+		h.spawn(w.Between(0, 2*ttl))
 	}
 	h.restoreFrom(u.snap)
 }

@@ -12,15 +12,13 @@ import (
 // a leader that shut down gracefully as etcd came back: its hand-over saw
 // the map go back, gave up, and revoked its lease, whose restored key was
 // what kept its restored slots from a member behind, while a process that
-// joined after the snapshot, cut off, still held one of them. Seed 886
-// found a member stopped past its deadline, told to leave while stopped:
-// resumed, fenced, it still handed its restored slots over (its lease and
-// key were restored), while the member that had taken them after the
-// snapshot, stopped, still held one.
+// joined after the snapshot, cut off, still held one of them. (Seed 886,
+// before the fault's leavers were replaced, found a fenced member's
+// hand-over: see rink's TestHandOverFromFencedIncarnationSendsNothing.)
 func TestRestoreUnseenHistories(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"restore-unseen", "crash", "join", "leave", "partition"}
-	seeds := []uint64{358, 886}
+	seeds := []uint64{358}
 	n := 100
 	if testing.Short() {
 		n = 20
