@@ -31,38 +31,41 @@ import (
 // first transaction, once the map is planned and encoded, so that
 // planning is not on the handover's path (the caller calls it anyway).
 // The decisions are handOver's; depart carries out its requests.
-func (r *Rink) depart(ctx context.Context, release func()) bool {
+//
+// keep reports that the caller must leave the member key to expire with
+// its lease, not revoke it (see handOver.keep).
+func (r *Rink) depart(ctx context.Context, release func()) (handed, keep bool) {
 	d, ok := r.newHandOver()
 	if !ok {
-		return false
+		return false, false
 	}
 	if d.narrow {
 		resp, err := execTxn(ctx, r.cli, d.listTxn())
 		if err != nil {
 			r.log.Warn("listing the rink to hand over failed", zap.Error(err))
-			return false
+			return false, false
 		}
 		if !d.listed(resp) {
-			return false
+			return false, d.keep
 		}
 	}
 	for ctx.Err() == nil {
 		txn, ok := d.next()
 		if !ok {
-			return false
+			return false, d.keep
 		}
 		release()
 		r.awaitDrains(r.stopCtx)
 		resp, err := execTxn(ctx, r.cli, txn)
 		if err != nil {
 			r.log.Warn("hand-over failed; successors wait for the lease to be revoked", zap.Error(err))
-			return false
+			return false, false
 		}
 		if d.answered(resp) {
-			return true
+			return true, d.keep
 		}
 	}
-	return false
+	return false, d.keep
 }
 
 // handOver plans a departure (see depart) from the run goroutine's state
@@ -88,6 +91,17 @@ type handOver struct {
 	done, ok           bool
 	lineage, createRev int64
 	lease              clientv3.LeaseID
+	inc                *incarnation
+	// keep: the caller must leave the member key to expire with its lease
+	// rather than revoke it. A listing showed the map key older than the
+	// map applied (etcd was restored from a snapshot), or the incarnation
+	// ended (fenced, or past its deadline) before a transaction was sent:
+	// after a restore, the member key, restored with its lease, is what
+	// keeps the slots the restored map gives this member from others, some
+	// of whom may still act on them unseen (see hush), and a fenced
+	// incarnation hands nothing over (its slots may be others' now, and a
+	// restore may have brought its key back).
+	keep bool
 }
 
 // maxDepartures bounds the departure's transactions.
@@ -110,7 +124,7 @@ func (r *Rink) newHandOver() (*handOver, bool) {
 	}
 	return &handOver{r: r, members: st.members, cur: st.cur, curRev: st.curRev, curSeq: st.curSeq, viewRev: st.rev,
 		version: r.nextVersion(), ghosts: st.ghosts, leases: st.recorded, leased: st.curLeased, narrow: !st.view.wide,
-		lineage: st.lineage, createRev: st.inc.CreateRev, lease: clientv3.LeaseID(st.inc.Lease)}, true
+		lineage: st.lineage, createRev: st.inc.CreateRev, lease: clientv3.LeaseID(st.inc.Lease), inc: st.inc}, true
 }
 
 // listTxn lists the member keys, the map key and the whole map, for a
@@ -142,6 +156,12 @@ func (d *handOver) listed(resp *etcdserverpb.TxnResponse) bool {
 func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	r := d.r
 	if d.done || d.attempts == maxDepartures {
+		return nil, false
+	}
+	if d.inc.ctx.Err() != nil || d.inc.expired() {
+		// Fenced (a process stopped past its deadline and resumed to
+		// leave): hand nothing over.
+		d.done, d.keep = true, true
 		return nil, false
 	}
 	d.attempts++
@@ -246,6 +266,9 @@ func (d *handOver) relisted(resp *etcdserverpb.TxnResponse) bool {
 			m, err := wire.ReadMap(kv, snap, &d.cur, prevRev != 0, d.curSeq, d.lineage, r.geometry())
 			if kv.ModRevision == prevRev {
 				m, err = d.cur, nil // (the guard failed on the member keys)
+			}
+			if prevRev != 0 && kv.ModRevision < prevRev || kv.CreateRevision == d.lineage && kv.Version < d.curSeq {
+				d.keep = true
 			}
 			if err != nil || kv.CreateRevision != d.lineage || kv.Version < d.curSeq {
 				return false // unusable, another lineage, or etcd went back: leave it to the leader

@@ -188,9 +188,17 @@ func (r *Rink) shutdown(cause error) {
 		releaseAll()
 		r.abandon(st.inc, r.stopErr())
 	case st.inc != nil && cause == nil:
-		r.depart(ctx, releaseAll)
+		_, keep := r.depart(ctx, releaseAll)
 		releaseAll() // before the revocation below lets others start
 		r.awaitDrains(r.stopCtx)
+		if keep {
+			// etcd was restored from a snapshot, or we were fenced: our
+			// key may be what keeps the slots a restored map gives us
+			// from others, who may still act on them unseen (see hush).
+			r.log.Warn("etcd went back in time (restored from a snapshot?) or the session was lost while leaving: leaving the member key to expire with its lease")
+			r.abandon(st.inc, r.stopErr())
+			break
+		}
 		err = r.leave(ctx, st.inc, r.stopErr())
 	}
 	releaseAll()

@@ -316,8 +316,18 @@ func (m *simMember) leaveNow() {
 		m.Crash()
 		return
 	}
+	var d *handOver
 	revoke := func() {
 		r.releaseAll()
+		if d != nil && d.keep {
+			// (etcd went back, or we were fenced: the key may keep the
+			// slots a restored map gives us from others until the lease
+			// expires, see handOver.keep.)
+			m.trace("leaves without revoking its lease: etcd went back, or fenced")
+			m.quietLeft = true
+			m.Crash()
+			return
+		}
 		m.awaitDrains(func() {
 			m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: int64(inc.Lease)}, func(_ *etcdserverpb.LeaseRevokeResponse, err error) {
 				m.trace("left: lease revoked (%v)", err)

@@ -43,7 +43,17 @@ func (e *Etcd) Snapshot() *Snapshot {
 // its revision plus bump, compacted there: every watch owes revisions the
 // store no longer has, and is cancelled at its next delivery.
 func (e *Etcd) Restore(s *Snapshot, bump int64) {
-	e.rev = max(s.rev+bump, e.rev+1) // (never back: the cluster restarts with the bump)
+	prev := e.rev
+	// Never back: the bump must exceed the revisions written since the
+	// snapshot, and an operator restoring an older snapshot after an
+	// earlier restore (two restores of one history: restore-unseen's and
+	// restore's snapshots) bumps past the revision etcd is at. A revision
+	// that only went one past it would leave a watch that owes nothing
+	// uncancelled, and the restore unseen by a watcher of any key.
+	e.rev = s.rev + bump
+	if e.rev <= prev {
+		e.rev = prev + bump
+	}
 	e.compacted = e.rev
 	e.log = nil
 	e.kvs = make(map[string]*mvccpb.KeyValue, len(s.kvs))

@@ -147,6 +147,8 @@ type history struct {
 	floors  [][]byte  // floors seen at fault times, oldest first (for floor-old)
 	rawMaps [][]byte  // the map key's values seen at fault times, oldest first (for map-old-value)
 	snap    *Snapshot // a snapshot saved and not restored yet (see restore)
+	// unseen: a restore-unseen under way (see restoreunseen.go).
+	unseen *unseenRestore
 	// startsFrom: no process starts before it (one TTL after a restore).
 	startsFrom time.Duration
 	// zoneDown: no process of a zone starts before its time here (see
@@ -214,13 +216,16 @@ type history struct {
 // a while (rink.AddLoad of huge amounts: a counter that overflowed, units
 // mixed up), whose sums and rates overflow (see absurdLoad): its load
 // summary must still decode (see checkDecoders). And key-edit: any of the
-// rink's keys edited by hand, its value damaged (see keyedit.go).
+// rink's keys edited by hand, its value damaged (see keyedit.go). And
+// restore-unseen, a restore of etcd from a snapshot while the members that
+// saw the history since are cut off, stopped or lost, and those that come
+// back into it saw none of it (see restoreunseen.go).
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
 
 // NamedKinds are the fault kinds drawn only when named in Config.Kinds.
-var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased"}
+var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased", "restore-unseen"}
 
 // KnownKind reports whether k names a fault kind.
 func KnownKind(k string) bool {
@@ -615,6 +620,10 @@ func (h *history) injectFault(k string) {
 		if !h.operate(k) {
 			return
 		}
+	case "restore-unseen":
+		if !h.restoreUnseen(live) {
+			return
+		}
 	case "zone-loss":
 		if !h.loseZone(live) {
 			return
@@ -873,25 +882,32 @@ func (h *history) operate(k string) bool {
 			w.Tracef("fault: snapshot saved at %d", h.snap.Rev())
 			return true
 		}
-		w.Tracef("fault: etcd restored from the snapshot of %d", h.snap.Rev())
-		w.Etcd.Restore(h.snap, 1_000_000)
+		h.restoreFrom(h.snap)
 		h.snap = nil
-		h.loadLost = true // (see checkLoad)
-		h.startsFrom = w.now + h.cfg.TTL
-		// Processes still joining are stopped, and start again a TTL
-		// later (see start).
-		for _, m := range slices.Clone(h.members) {
-			if m.alive && !m.m.Joined() {
-				m.alive = false
-				m.m.Crash()
-				h.forget(m)
-				w.Tracef("fault: %s, still joining, stopped until a TTL after the restore", m.name)
-				h.start(m.idx, 0)
-			}
-		}
-		w.pump()
 	}
 	return true
+}
+
+// restoreFrom restores etcd from snap, revisions bumped by a million (see
+// restore.go), as an operator does: no process starts within a TTL of it,
+// and processes still joining are stopped, and start again a TTL later
+// (see start).
+func (h *history) restoreFrom(snap *Snapshot) {
+	w := h.w
+	w.Tracef("fault: etcd restored from the snapshot of %d", snap.Rev())
+	w.Etcd.Restore(snap, 1_000_000)
+	h.loadLost = true // (see checkLoad)
+	h.startsFrom = w.now + h.cfg.TTL
+	for _, m := range slices.Clone(h.members) {
+		if m.alive && !m.m.Joined() {
+			m.alive = false
+			m.m.Crash()
+			h.forget(m)
+			w.Tracef("fault: %s, still joining, stopped until a TTL after the restore", m.name)
+			h.start(m.idx, 0)
+		}
+	}
+	w.pump()
 }
 
 // observe checks, as each acquisition happens, that nobody else holds the
