@@ -534,14 +534,14 @@ func (m *simMember) Owner(role string) (string, bool) { return m.r.Owner(role) }
 // Owners returns role's owners (see Rink.Owners).
 func (m *simMember) Owners(role string) ([]string, bool) { return m.r.Owners(role) }
 
-// Leader returns the leader and Settled of the member's rank (see
-// Rink.Rank).
-func (m *simMember) Leader() (string, bool) {
+// View returns the leader, map version and Settled of the member's rank
+// (see Rink.Rank).
+func (m *simMember) View() (string, int64, bool) {
 	if m.r.rank.Load() == nil {
-		return "", false // (not started yet, as in Rank)
+		return "", 0, false // (not started yet, as in Rank)
 	}
 	rk := m.r.Rank()
-	return rk.Leader, rk.Settled
+	return rk.Leader, rk.Version, rk.Settled
 }
 
 func (m *simMember) Holding() map[int]int64 {

@@ -158,10 +158,11 @@ type Member interface {
 	// Owners returns the members that hold role in the member's last
 	// applied map, its primary first, as rink.Rink.Owners does.
 	Owners(role string) ([]string, bool)
-	// Leader returns the rink's leader as the member's rank names it, and
-	// whether the rink is at rest as the member last heard: Leader and
-	// Settled of rink.Rink.Rank ("" and false before the member started).
-	Leader() (leader string, settled bool)
+	// View returns the rink's leader as the member's rank names it, the
+	// version of the map it applied last, and whether the rink is at rest
+	// as it last heard: Leader, Version and Settled of rink.Rink.Rank
+	// ("", 0 and false before the member started).
+	View() (leader string, version int64, settled bool)
 	// Describe tells what the member's core knows, for a failing history.
 	Describe() string
 	// Enter starts a function on the holding of slot s's primary, as Run

@@ -95,13 +95,18 @@ func (p *prodWorld) work(m *prodMember, role string, ctx context.Context) error 
 		p.mu.Unlock()
 	}
 	<-ctx.Done()
+	if ctx.Err() == nil {
+		p.mu.Lock()
+		p.fault("%s: Run's function for role %s: Done closed, Err nil", m.name, role)
+		p.mu.Unlock()
+	}
 	if p.cfg.Drain > 0 {
 		time.Sleep(drainWork) // (work it finishes after its context ended: the heir waits for it)
 	}
 	p.mu.Lock()
 	p.running[role] = slices.DeleteFunc(p.running[role], func(o *runCall) bool { return o == c })
 	p.mu.Unlock()
-	return nil
+	return context.Cause(ctx) // (as a function cut short says why: Run logs it)
 }
 
 // checkAPI checks production's API after a step, what, once live have
@@ -204,9 +209,9 @@ func (p *prodWorld) checkAPI(t *testing.T, what string, live []string, st *settl
 			go func() {
 				defer awaits.Done()
 				const wait = 50 * time.Millisecond
+				began := time.Now() // (before the deadline is set)
 				ctx, cancel := context.WithTimeout(context.Background(), wait)
 				defer cancel()
-				began := time.Now()
 				ac, err := r.AwaitRoleContext(ctx, role)
 				if took := time.Since(began); err != context.DeadlineExceeded || ac != nil || took < wait {
 					errorf("%s: AwaitRoleContext(%s), a role held by %s, returned %v after %v (want its context's end after %v)", name, role, st.owners[role], err, took, wait)
@@ -214,9 +219,8 @@ func (p *prodWorld) checkAPI(t *testing.T, what string, live []string, st *settl
 			}()
 		}
 		p.checkMisuse(errorf, m)
+		m.ready = true
 	}
-	// A role set's Remove revokes a role held, which stays held, and Add
-	// assigns it again.
 	m := p.members[live[0]]
 	held := m.set.Held()
 	if len(held) == 0 {
@@ -224,6 +228,47 @@ func (p *prodWorld) checkAPI(t *testing.T, what string, live []string, st *settl
 	}
 	role := held[0]
 	g, _ := m.r.Get(role)
+	// Run with a context of its own on a role held: its function runs at
+	// once with the holding's token, until that context ends, while the
+	// role stays held; Run returns the context's error.
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan int64, 1)
+	ran := make(chan error, 1)
+	go func() {
+		ran <- m.r.Run(ctx, role, func(fctx context.Context) error {
+			started <- tokenOf(fctx)
+			<-fctx.Done()
+			if !errors.Is(context.Cause(fctx), context.Canceled) {
+				errorf("%s: Run(%s)'s function ended by %v, not by its Run's context", m.name, role, context.Cause(fctx))
+			}
+			return fctx.Err()
+		})
+	}()
+	select {
+	case tok := <-started:
+		if tok != tokenOf(g) {
+			errorf("%s: Run(%s)'s function runs with token %d, Get's is %d", m.name, role, tok, tokenOf(g))
+		}
+	case err := <-ran:
+		errorf("%s: Run(%s) on a role held returned %v before running its function", m.name, role, err)
+	case <-time.After(5 * time.Second):
+		errorf("%s: Run(%s) on a role held has not run its function in 5 s", m.name, role)
+	}
+	cancel()
+	select {
+	case err := <-ran:
+		if err != context.Canceled {
+			errorf("%s: Run(%s) returned %v once its context ended", m.name, role, err)
+		}
+	case <-time.After(5 * time.Second):
+		errorf("%s: Run(%s) did not return in 5 s once its context ended", m.name, role)
+		<-ran
+	}
+	if g2, ok := m.r.Get(role); !ok || tokenOf(g2) != tokenOf(g) {
+		errorf("%s: Get(%s) after a Run's context ended: %v, token %d (was %d)", m.name, role, ok, tokenOf(g2), tokenOf(g))
+	}
+	// A role set's Remove revokes a role held, which stays held, and Add
+	// assigns it again.
 	m.set.Remove(role)
 	if !p.eventually(func() bool { return !slices.Contains(m.live(ctxs), role) }) {
 		errorf("%s: RoleSet.Remove(%s): not revoked", m.name, role)
@@ -273,6 +318,13 @@ func probe(r *rink.Rink) (int, string) {
 // checkMisuse requires m's refusals of an empty role and a nil function.
 func (p *prodWorld) checkMisuse(errorf func(string, ...any), m *prodMember) {
 	r := m.r
+	var none context.Context
+	if tok, ok := rink.Token(none); ok || tok != 0 {
+		errorf("Token of no context: %d, %v", tok, ok)
+	}
+	if tok, ok := rink.Token(context.Background()); ok || tok != 0 {
+		errorf("Token of a context not a role's: %d, %v", tok, ok)
+	}
 	if _, ok := r.Get(""); ok {
 		errorf("%s: Get of the empty role ok", m.name)
 	}
@@ -570,6 +622,9 @@ func (p *prodWorld) checkEvents(t *testing.T) {
 		if (kinds[c.kind] > 0) != c.want {
 			t.Errorf("%d events %s (want some: %v)", kinds[c.kind], c.kind, c.want)
 		}
+	}
+	if k := rink.EventKind(99); k.String() != "EventKind(99)" || (rink.Event{Kind: k, Slot: -1}).String() != "EventKind(99)" {
+		t.Errorf("a kind that is none prints as %q, its event as %q", k, rink.Event{Kind: k, Slot: -1})
 	}
 	var counts []string
 	for _, k := range slices.Sorted(maps.Keys(kinds)) {

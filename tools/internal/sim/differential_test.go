@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -32,6 +33,11 @@ type diffWorld interface {
 	start(name string)
 	leave(name string)
 	crash(name string)
+	// restart crashes member name and starts it again under its name at
+	// once, as a restarted pod: it waits out its predecessor's lease.
+	restart(name string)
+	// deleteKey deletes member name's key, as an operator's etcdctl del.
+	deleteKey(name string)
 	// settled returns, for the live members names, the state they agree
 	// on, once every member is ranked among them, every role has one
 	// owner that all of them name and whose role set was assigned it
@@ -39,31 +45,42 @@ type diffWorld interface {
 	// of each other (rebalanced); every role's Owners agree too, name its
 	// owner first and as many secondaries as the replicas allow, whose
 	// role sets' Secondary calls hold it (and no other role); and every
-	// member names the same leader and says the rink is settled
-	// (Rank.Settled). Until then, nil and the first thing missing.
-	settled(names []string) (*settledState, string)
+	// member names the same leader and map, newer than version after,
+	// and says the rink is settled (Rank.Settled). Until then, nil and the
+	// first thing missing.
+	settled(names []string, after int64) (*settledState, string)
 }
 
 // settledState is a rink settled (see diffWorld.settled): each member's
 // rank, each role's owner and secondaries, and the rink's leader.
 type settledState struct {
-	ranks  string              // "name: rank i of n" lines
-	owners map[string]string   // by role
-	secs   map[string][]string // by role: Owners after the primary
-	leader string
+	rank    map[string]int      // each member's index
+	owners  map[string]string   // by role
+	secs    map[string][]string // by role: Owners after the primary
+	leader  string
+	version int64 // of the map every member applied
 }
 
 // shape renders what both worlds must agree on after a step, from the
-// state before it (nil: none): the ranks, the leader, each member's count
-// of roles and of roles it is a secondary of, and, with moves, how many
-// roles moved. Which roles move where may differ with timing; after a join
-// or a graceful leave, how many may not. After a crash it may: the orphans
-// are placed, and a load round may even the members' reported loads out
-// before or after, so 5 or 7 roles moved in production where the crashed
-// member held 5 (and 7 in the simulator).
-func (s *settledState) shape(before *settledState, moves bool) string {
+// state before it (nil: none): the ranks (with ranks, which member has
+// which), the leader, each member's count of roles and of roles it is a
+// secondary of, and, with moves, how many roles moved. Which roles move
+// where may differ with timing; after a join or a graceful leave, how many
+// may not. After a crash it may: the orphans are placed, and a load round
+// may even the members' reported loads out before or after, so 5 or 7
+// roles moved in production where the crashed member held 5 (and 7 in the
+// simulator). After a member's key is deleted, who ranks where may differ
+// too: the member writes its key again at once, and whether the leader saw
+// it gone first (and ranks it anew, last) is a race.
+func (s *settledState) shape(before *settledState, moves, ranks bool) string {
 	var b strings.Builder
-	b.WriteString(s.ranks)
+	for _, name := range slices.Sorted(maps.Keys(s.rank)) {
+		if ranks {
+			fmt.Fprintf(&b, "%s: rank %d of %d\n", name, s.rank[name], len(s.rank))
+		} else {
+			fmt.Fprintf(&b, "%s: ranked, of %d\n", name, len(s.rank))
+		}
+	}
 	fmt.Fprintf(&b, "leader %s\n", s.leader)
 	count, secs := map[string]int{}, map[string]int{}
 	moved := 0
@@ -93,32 +110,30 @@ type memberView struct {
 	rank      func(name string) (int, int)
 	owner     func(name, role string) (string, bool)
 	owners    func(name, role string) ([]string, bool)
-	leader    func(name string) (string, bool) // and Settled
-	assigned  func(name string) []string       // the roles its role set's Assigned holds, sorted
-	secondary func(name string) []string       // the roles its Secondary calls hold, sorted
+	view      func(name string) (leader string, version int64, settled bool)
+	assigned  func(name string) []string // the roles its role set's Assigned holds, sorted
+	secondary func(name string) []string // the roles its Secondary calls hold, sorted
 }
 
 // agreed returns the settled state of members named names (see
-// diffWorld.settled), with replicas per slot, or nil and the first thing
-// that is not settled yet.
-func agreed(names []string, roles []string, replicas int, v memberView) (*settledState, string) {
-	st := &settledState{owners: map[string]string{}, secs: map[string][]string{}}
-	var b strings.Builder
+// diffWorld.settled), with replicas per slot, on a map newer than version
+// after, or nil and the first thing that is not settled yet.
+func agreed(names []string, roles []string, replicas int, after int64, v memberView) (*settledState, string) {
+	st := &settledState{rank: map[string]int{}, owners: map[string]string{}, secs: map[string][]string{}}
 	count := map[string]int{}
 	for _, name := range names {
 		i, n := v.rank(name)
 		if i < 0 || n != len(names) {
 			return nil, fmt.Sprintf("%s: rank %d of %d", name, i, n)
 		}
-		fmt.Fprintf(&b, "%s: rank %d of %d\n", name, i, n)
+		st.rank[name] = i
 	}
-	st.ranks = b.String()
 	for k, name := range names {
-		l, settled := v.leader(name)
-		if !settled || !slices.Contains(names, l) || k > 0 && l != st.leader {
-			return nil, fmt.Sprintf("%s: leader %q, settled %v", name, l, settled)
+		l, version, settled := v.view(name)
+		if !settled || !slices.Contains(names, l) || version <= after || k > 0 && (l != st.leader || version != st.version) {
+			return nil, fmt.Sprintf("%s: leader %q, map v%d (after v%d), settled %v", name, l, version, after, settled)
 		}
-		st.leader = l
+		st.leader, st.version = l, version
 	}
 	want := min(replicas, len(names))
 	for _, role := range roles {
@@ -215,31 +230,44 @@ func (s *simWorld) crash(name string) {
 	delete(s.byName, name)
 }
 
-func (s *simWorld) settled(names []string) (*settledState, string) {
+func (s *simWorld) settled(names []string, after int64) (*settledState, string) {
 	if s.h.res.Violation != "" {
 		panic(s.h.res.Violation)
 	}
 	b := s.h.roleBook
 	m := func(name string) simhook.Member { return s.byName[name].m }
-	return agreed(names, b.roles, s.h.cfg.replicas(), memberView{
+	return agreed(names, b.roles, s.h.cfg.replicas(), after, memberView{
 		rank:      func(name string) (int, int) { return m(name).Rank() },
 		owner:     func(name, role string) (string, bool) { return m(name).Owner(role) },
 		owners:    func(name, role string) ([]string, bool) { return m(name).Owners(role) },
-		leader:    func(name string) (string, bool) { return m(name).Leader() },
+		view:      func(name string) (string, int64, bool) { return m(name).View() },
 		assigned:  func(name string) []string { return liveRoles(b.prim, s.byName[name]) },
 		secondary: func(name string) []string { return liveRoles(b.sec, s.byName[name]) },
 	})
 }
 
+func (s *simWorld) restart(name string) {
+	s.crash(name)
+	s.start(name)
+}
+
+func (s *simWorld) deleteKey(name string) {
+	w := s.h.w
+	if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte("rink/sim/members/" + name)}); err != nil {
+		panic(err)
+	}
+	w.pump()
+}
+
 // await steps the simulator until settled says something, for at most a
 // minute of virtual time.
-func (s *simWorld) await(t *testing.T, names []string) *settledState {
+func (s *simWorld) await(t *testing.T, names []string, after int64) *settledState {
 	t.Helper()
 	end := s.h.w.now + time.Minute
 	why := "no step"
 	for s.h.w.now < end && s.h.w.Step() {
 		var got *settledState
-		if got, why = s.settled(names); got != nil {
+		if got, why = s.settled(names, after); got != nil {
 			return got
 		}
 	}
@@ -252,6 +280,7 @@ type prodWorld struct {
 	t       *testing.T
 	cfg     Config
 	ep      []string
+	ctl     *clientv3.Client // an operator's
 	rink    string
 	roles   []string // by slot, as the simulator's
 	members map[string]*prodMember
@@ -274,7 +303,10 @@ type prodMember struct {
 	ev   []rink.Event               // WithEvents's, in order
 	runs sync.WaitGroup             // Run's calls, one per role
 	ran  map[string]error           // what Run returned, by role
-	rank rink.Rank                  // at the last check (see checkRank)
+	rank rink.Rank                  // at the last check (see checkAPI)
+	// ready: Ready was true at a check, and so must stay until the
+	// member stops (see await).
+	ready bool
 }
 
 // drainWork is how long Run's functions work on after their context ends,
@@ -347,13 +379,29 @@ func (p *prodWorld) stop(name string, crash bool) {
 func (p *prodWorld) leave(name string) { p.stop(name, false) }
 func (p *prodWorld) crash(name string) { p.stop(name, true) }
 
-func (p *prodWorld) settled(names []string) (*settledState, string) {
+func (p *prodWorld) restart(name string) {
+	p.crash(name)
+	p.start(name) // (New waits for the crashed one's key to go)
+}
+
+func (p *prodWorld) deleteKey(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if resp, err := p.ctl.Delete(ctx, "rink/"+p.rink+"/members/"+name); err != nil || resp.Deleted != 1 {
+		p.t.Fatalf("deleting %s's key: %v (%v)", name, err, resp)
+	}
+}
+
+func (p *prodWorld) settled(names []string, after int64) (*settledState, string) {
 	m := func(name string) *prodMember { return p.members[name] }
-	return agreed(names, p.roles, p.cfg.replicas(), memberView{
+	return agreed(names, p.roles, p.cfg.replicas(), after, memberView{
 		rank:   func(name string) (int, int) { rk := m(name).r.Rank(); return rk.Index, rk.Size },
 		owner:  func(name, role string) (string, bool) { return m(name).r.Owner(role) },
 		owners: func(name, role string) ([]string, bool) { return m(name).r.Owners(role) },
-		leader: func(name string) (string, bool) { rk := m(name).r.Rank(); return rk.Leader, rk.Settled },
+		view: func(name string) (string, int64, bool) {
+			rk := m(name).r.Rank()
+			return rk.Leader, rk.Version, rk.Settled
+		},
 		assigned: func(name string) []string {
 			return m(name).live(func(m *prodMember) map[string]context.Context { return m.ctx })
 		},
@@ -378,14 +426,22 @@ func (m *prodMember) live(of func(m *prodMember) map[string]context.Context) []s
 	return held
 }
 
-// await polls until settled says something, for at most 30 s.
-func (p *prodWorld) await(t *testing.T, names []string) *settledState {
+// await polls until settled says something, for at most 30 s. Meanwhile
+// every member once Ready must stay so, whatever the step does to it (a
+// fence and the rejoin that follows included).
+func (p *prodWorld) await(t *testing.T, names []string, after int64) *settledState {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var why string
 	for time.Now().Before(deadline) {
+		for _, name := range slices.Sorted(maps.Keys(p.members)) {
+			if m := p.members[name]; m.ready && !m.r.Ready() {
+				t.Errorf("%s: Ready went false (Rank %+v)", name, m.r.Rank())
+				m.ready = false
+			}
+		}
 		var got *settledState
-		if got, why = p.settled(names); got != nil {
+		if got, why = p.settled(names, after); got != nil {
 			return got
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -424,7 +480,12 @@ func TestMembersAgainstProduction(t *testing.T) {
 // settled state (see checkAPI).
 func playScript(t *testing.T, ep []string, name string, cfg Config) {
 	sim := newSimWorld(cfg)
-	prod := &prodWorld{t: t, cfg: cfg, ep: ep, rink: name, roles: sim.h.roleBook.roles, members: map[string]*prodMember{},
+	ctl, err := clientv3.New(clientv3.Config{Endpoints: ep, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.Close() })
+	prod := &prodWorld{t: t, cfg: cfg, ep: ep, ctl: ctl, rink: name, roles: sim.h.roleBook.roles, members: map[string]*prodMember{},
 		running: map[string][]*runCall{}, tokens: map[string]holding{}}
 	t.Cleanup(func() {
 		for _, name := range slices.Sorted(maps.Keys(prod.members)) {
@@ -434,13 +495,23 @@ func playScript(t *testing.T, ep []string, name string, cfg Config) {
 	})
 	live := []string{}
 	var simWas, prodWas *settledState
-	step := func(what string, do func(w diffWorld)) {
+	// step does what in both worlds, and compares what they settle on
+	// (on a map newer than before: the settled state before a step is not
+	// the settled state after it, even where the step changes no member).
+	// With moves, how many roles moved: not after a crash, nor a member
+	// key deleted (that member leaves the rink and joins it again); with
+	// ranks, which member has which rank: not after a member key deleted
+	// (see shape).
+	step := func(what string, moves, ranks bool, do func(w diffWorld)) {
 		t.Helper()
 		do(sim)
 		do(prod)
-		simIs, prodIs := sim.await(t, live), prod.await(t, live)
-		moves := !strings.Contains(what, "crash")
-		want, got := simIs.shape(simWas, moves), prodIs.shape(prodWas, moves)
+		var simAfter, prodAfter int64
+		if simWas != nil {
+			simAfter, prodAfter = simWas.version, prodWas.version
+		}
+		simIs, prodIs := sim.await(t, live, simAfter), prod.await(t, live, prodAfter)
+		want, got := simIs.shape(simWas, moves, ranks), prodIs.shape(prodWas, moves, ranks)
 		if want != got {
 			t.Fatalf("after %s, the simulator settled on\n%s\nproduction on\n%s", what, want, got)
 		}
@@ -450,12 +521,14 @@ func playScript(t *testing.T, ep []string, name string, cfg Config) {
 	}
 	for _, name := range []string{"m0", "m1", "m2"} {
 		live = append(live, name)
-		step(name+" joins", func(w diffWorld) { w.start(name) })
+		step(name+" joins", true, true, func(w diffWorld) { w.start(name) })
 	}
 	live = slices.DeleteFunc(live, func(n string) bool { return n == "m1" })
-	step("m1 leaves", func(w diffWorld) { w.leave("m1") })
+	step("m1 leaves", true, true, func(w diffWorld) { w.leave("m1") })
 	live = append(live, "m3")
-	step("m3 joins", func(w diffWorld) { w.start("m3") })
+	step("m3 joins", true, true, func(w diffWorld) { w.start("m3") })
 	live = slices.DeleteFunc(live, func(n string) bool { return n == "m0" })
-	step("m0 crashes", func(w diffWorld) { w.crash("m0") })
+	step("m0 crashes", false, true, func(w diffWorld) { w.crash("m0") })
+	step("m2 crashes and restarts under its name", false, true, func(w diffWorld) { w.restart("m2") })
+	step("an operator deletes m3's member key", false, false, func(w diffWorld) { w.deleteKey("m3") })
 }
