@@ -22,11 +22,15 @@ import (
 // members run the library's core and its executors in virtual time; a
 // production member runs the same core with the clientv3 executors, the
 // goroutines and the clock. TestMembersAgainstProduction plays one script
-// (joins one at a time, a graceful leave, a join, a crash) in both, on the
-// model of etcd and on an embedded etcd, and requires the same settled
-// rink after each step: every member's rank, every member's answer to
-// Owner for every role, and the roles each member's role set was assigned.
-// The timing differs between the two; what the rink settles on must not.
+// (joins one at a time, a graceful leave, a join, a crash, a crash and a
+// restart under the same name, an operator deleting a member key) in both,
+// on the model of etcd and on an embedded etcd, and requires the same
+// settled rink after each step: every member's rank, every member's answer
+// to Owner and Owners for every role, the leader, Rank.Settled, and the
+// roles each member's role set was assigned or holds as a secondary. The
+// timing differs between the two; what the rink settles on must not. Then
+// it checks the rest of production's API against that state (see
+// differential_api_test.go).
 
 // diffWorld is one of the two places the script plays in.
 type diffWorld interface {
@@ -402,12 +406,8 @@ func (p *prodWorld) settled(names []string, after int64) (*settledState, string)
 			rk := m(name).r.Rank()
 			return rk.Leader, rk.Version, rk.Settled
 		},
-		assigned: func(name string) []string {
-			return m(name).live(func(m *prodMember) map[string]context.Context { return m.ctx })
-		},
-		secondary: func(name string) []string {
-			return m(name).live(func(m *prodMember) map[string]context.Context { return m.sec })
-		},
+		assigned:  func(name string) []string { return m(name).live(ctxs) },
+		secondary: func(name string) []string { return m(name).live(secs) },
 	})
 }
 
