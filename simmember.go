@@ -541,6 +541,19 @@ func (m *simMember) Rank() (index, size int) {
 // Owner returns role's owner (see Rink.Owner).
 func (m *simMember) Owner(role string) (string, bool) { return m.r.Owner(role) }
 
+// Owners returns role's owners (see Rink.Owners).
+func (m *simMember) Owners(role string) ([]string, bool) { return m.r.Owners(role) }
+
+// View returns the leader, map version and Settled of the member's rank
+// (see Rink.Rank).
+func (m *simMember) View() (string, int64, bool) {
+	if m.r.rank.Load() == nil {
+		return "", 0, false // (not started yet, as in Rank)
+	}
+	rk := m.r.Rank()
+	return rk.Leader, rk.Version, rk.Settled
+}
+
 func (m *simMember) Holding() map[int]int64 {
 	held := map[int]int64{}
 	if m.dead {

@@ -155,6 +155,14 @@ type Member interface {
 	// Owner returns the member that role belongs to in the member's last
 	// applied map, as rink.Rink.Owner does.
 	Owner(role string) (string, bool)
+	// Owners returns the members that hold role in the member's last
+	// applied map, its primary first, as rink.Rink.Owners does.
+	Owners(role string) ([]string, bool)
+	// View returns the rink's leader as the member's rank names it, the
+	// version of the map it applied last, and whether the rink is at rest
+	// as it last heard: Leader, Version and Settled of rink.Rink.Rank
+	// ("", 0 and false before the member started).
+	View() (leader string, version int64, settled bool)
 	// Describe tells what the member's core knows, for a failing history.
 	Describe() string
 	// Enter starts a function on the holding of slot s's primary, as Run
