@@ -158,9 +158,11 @@ func (d *handOver) next() (*etcdserverpb.TxnRequest, bool) {
 	if d.done || d.attempts == maxDepartures {
 		return nil, false
 	}
-	if d.inc.ctx.Err() != nil || d.inc.expired() {
+	if d.inc != nil && (d.inc.fenced.Load() || d.inc.expired()) {
 		// Fenced (a process stopped past its deadline and resumed to
-		// leave): hand nothing over.
+		// leave): hand nothing over. (Not merely cancelled: a Shutdown
+		// whose context ended cancels the incarnation's roles, and still
+		// hands over.)
 		d.done, d.keep = true, true
 		return nil, false
 	}
