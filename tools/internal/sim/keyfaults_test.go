@@ -14,14 +14,7 @@ func TestOldFloorPutBack(t *testing.T) {
 	if testing.Short() {
 		n = 30
 	}
-	put := 0
-	for seed := uint64(1); seed <= uint64(n); seed++ {
-		res := Run(seed, cfg)
-		if res.Violation != "" {
-			t.Fatalf("seed %d: %s (replay: %s)", seed, res.Violation, replayCommand(cfg, seed))
-		}
-		put += res.Ops["floor-old"]
-	}
+	put := opsOver(t, cfg, n, "floor-old")
 	if put == 0 {
 		t.Fatalf("%d histories put back no old floor", n)
 	}
@@ -44,16 +37,24 @@ func TestKeysEditedByHand(t *testing.T) {
 	if testing.Short() {
 		n = 30
 	}
-	edits := 0
+	edits := opsOver(t, cfg, n, "key-edit")
+	if edits == 0 {
+		t.Fatalf("%d histories edited no key", n)
+	}
+	t.Logf("%d histories, %d keys edited", n, edits)
+}
+
+// opsOver plays seeds 1 to n of cfg, fails on the first violation, and
+// returns how many times the histories did fault kind k.
+func opsOver(t *testing.T, cfg Config, n int, k string) int {
+	t.Helper()
+	ops := 0
 	for seed := uint64(1); seed <= uint64(n); seed++ {
 		res := Run(seed, cfg)
 		if res.Violation != "" {
 			t.Fatalf("seed %d: %s (replay: %s)", seed, res.Violation, replayCommand(cfg, seed))
 		}
-		edits += res.Ops["key-edit"]
+		ops += res.Ops[k]
 	}
-	if edits == 0 {
-		t.Fatalf("%d histories edited no key", n)
-	}
-	t.Logf("%d histories, %d keys edited", n, edits)
+	return ops
 }
