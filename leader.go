@@ -49,6 +49,8 @@ type leadership struct {
 	reports  map[string]wire.LoadReport // members' load summaries, from the aggregator
 	est      []float64                  // each slot's estimated load
 	estOK    []bool                     // est holds a reported figure
+	estYoung []int                      // est's figure is a new owner's first, not yet mature, since this tick (+1; 0: mature)
+	ticks    int                        // load rounds due so far, run or not
 	estRate  bool                       // est is of rates (else of awaited roles)
 	round    int                        // load rounds so far
 	movedAt  map[int]int                // slot -> the round that last moved it

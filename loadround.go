@@ -1,6 +1,7 @@
 package rink
 
 import (
+	"math"
 	"slices"
 
 	"github.com/rink-go/rink/internal/core"
@@ -15,7 +16,12 @@ import (
 //
 //   - A rate comes from the owner's summary once the owner has held the
 //     slot for half a load window; until then (a slot that moved) the
-//     previous figure stands.
+//     previous figure stands. A slot with no figure yet takes its owner's
+//     first one, and is young (estYoung) until a mature one comes: a new
+//     owner's first figures run low (the holder adds load only once it
+//     holds the roles, some time after it gained the slot, and the meter
+//     divides by the time since the gain), so no load round runs on them
+//     (see loadRound).
 //   - Roles: a slot counts the roles its owner awaits in it, held or not
 //     (see loadReport.Await): a slot is worth what its owner will run.
 //     So the figure does not change while the owner is fenced, or before
@@ -38,7 +44,7 @@ func (r *Rink) estimate() []float64 {
 		}
 	}
 	if l.est == nil || rate != l.estRate {
-		l.est, l.estOK, l.estRate = make([]float64, S), make([]bool, S), rate
+		l.est, l.estOK, l.estYoung, l.estRate = make([]float64, S), make([]bool, S), make([]int, S), rate
 	}
 	if !rate {
 		if l.rolesOf == nil {
@@ -75,6 +81,12 @@ func (r *Rink) estimate() []float64 {
 				continue
 			}
 			l.est[e.Slot], l.estOK[e.Slot] = e.Rate, true
+			switch {
+			case e.Age >= mature || !(e.Rate > 0):
+				l.estYoung[e.Slot] = 0
+			case l.estYoung[e.Slot] == 0:
+				l.estYoung[e.Slot] = l.ticks + 1
+			}
 		}
 	}
 	return slices.Clone(l.est)
@@ -129,6 +141,10 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	if !r.allReported(*next, l.estRate) {
 		return // some member's load is unknown yet
 	}
+	l.ticks++
+	if r.youngEstimate() {
+		return // some slot's only figure is its new owner's first (see estimate)
+	}
 	frozen := make([]bool, next.Slots)
 	for s, at := range l.movedAt {
 		if l.round-at < loadFreeze {
@@ -156,6 +172,31 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	}
 	r.log.Info("balancing by load", zap.Int("slots", len(moved)), zap.Float64("imbalance", before),
 		zap.Float64("expected", plan.Imbalance(*next, in.Load, in.Capacity)))
+}
+
+// youngEstimate reports whether some slot has only a young figure (see
+// estimate) that may still mature: the owners' reporters write a summary
+// again as a slot matures (core.LoadReporter), within half a load window
+// of its gain. A figure young for longer than that (youngRounds; its owner
+// does not hold the slot, or wrote no summary since) holds no round up.
+func (r *Rink) youngEstimate() bool {
+	l := r.st.lead
+	if !l.estRate {
+		return false
+	}
+	for _, since := range l.estYoung {
+		if since > 0 && l.ticks-(since-1) <= r.youngRounds() {
+			return true
+		}
+	}
+	return false
+}
+
+// youngRounds is how many load rounds wait for a young figure to mature:
+// as many as half a load window spans, and one more for the summary to
+// come.
+func (r *Rink) youngRounds() int {
+	return int(math.Ceil(r.opts.loadWindow.Seconds()/2/r.opts.loadEvery.Seconds())) + 1
 }
 
 // A load round moves at most loadBudgetPercent of the slots, and a slot it
