@@ -41,6 +41,7 @@ func wantFast(t *testing.T, what string, err error, took, limit time.Duration, w
 }
 
 func TestNewRefusedSaysWhy(t *testing.T) {
+	t.Parallel()
 	dead := freeURL() // nothing listens here
 	cli := newClient(t, dead.Host)
 	began := time.Now()

@@ -97,6 +97,7 @@ func TestOwnMemberKeyWrittenBack(t *testing.T) {
 // under its own key, and a ghost would last as long as its lease, with
 // nothing started meanwhile. (The simulator's key-edit fault found it.)
 func TestElectionKeyRenamedMakesNoGhost(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, ms, clis := cluster(t, h, 3)
 	settle(t, h, ms...)

@@ -55,6 +55,7 @@ func cutOffHolder(t *testing.T, h *history, opts, xOpts []Option) (name string, 
 // start the old incarnation's slots while that incarnation may still hold
 // them (until its lease is gone), though they are ranked to its name.
 func TestSameNameReplacementWaitsForOldLease(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, _, _, role, ctxOld := cutOffHolder(t, h, nil, []Option{h.as("x-old")})
 	if _, err := newClient(t).Delete(context.Background(), newKeys(name).Member("x")); err != nil {

@@ -257,12 +257,14 @@ func cutOffGoneOnlyAfterX(t *testing.T, h *history, role string, s int, ended fu
 // still held them. No deletion of keys frees a slot: only the end of the
 // lease x holds it under, or x's own release.
 func TestElectionKeyDeletedWhileCutOff(t *testing.T) {
+	t.Parallel()
 	testKeysDeletedWhileCutOff(t, false)
 }
 
 // Issue 42, history 1 with x's ack key and load key deleted too: nothing
 // of x is left in etcd but its lease.
 func TestElectionAckLoadKeysDeletedWhileCutOff(t *testing.T) {
+	t.Parallel()
 	testKeysDeletedWhileCutOff(t, true)
 }
 
@@ -397,6 +399,7 @@ func TestFencedResumeDoesNotStallOthersHandover(t *testing.T) {
 // for x's lease; only the slots given to a are measured. It passes on
 // 8bab17f, and guards that a fix keeps it so.
 func TestGhostOfKilledMemberCostsOnlyItsSlots(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name      string
 		deleteKey bool

@@ -163,6 +163,7 @@ func TestMapPutBackUnchanged(t *testing.T) {
 // members follow it like any map, through the barrier, and the rink
 // heals by itself.
 func TestMapRewrittenSameVersion(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, ms, _ := cluster(t, h, 3, WithSlots(64))
 	settle(t, h, ms...)

@@ -14,6 +14,7 @@ import (
 // gone, and the history showed two holders (found by rink-chaos -mode
 // storm -seed 24).
 func TestKeyDeletedWhileCutOff(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, a, _, role, ctxX := cutOffHolder(t, h, nil, []Option{h.hook()})
 	if _, err := newClient(t).Delete(context.Background(), newKeys(name).Member("x")); err != nil {

@@ -72,6 +72,7 @@ func BenchmarkAddLoad(b *testing.B) {
 // member writes its load key at most once per interval, and not at all
 // while its figures hold still.
 func TestLoadReported(t *testing.T) {
+	t.Parallel()
 	name := rinkName(t)
 	// Balanced by count: the roles stay where they hash (by load, the
 	// leader would even out the three and the one).
@@ -234,6 +235,7 @@ func TestGainedSlotsReportRoles(t *testing.T) {
 // it in the floor's "unreported", and the member writes its summary again
 // at once; the floor then names nobody.
 func TestDeletedLoadKeyIsWrittenAgain(t *testing.T) {
+	t.Parallel()
 	name := rinkName(t)
 	opts := []Option{WithLoadInterval(time.Second), WithLoadWindow(3 * time.Second), WithSlots(16), WithImbalanceTolerance(0.1)}
 	a := join(t, newClient(t), name, append(opts, WithMemberName("a"))...)

@@ -15,6 +15,7 @@ import (
 // awaited roles, when nobody records load) ends with one role per member,
 // or within one of it, with every acquisition and release checked.
 func TestFewRolesFairShares(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ members, roles int }{{3, 3}, {4, 10}} {
 		t.Run(fmt.Sprintf("%d roles on %d members", c.roles, c.members), func(t *testing.T) {
 			h := &history{}

@@ -65,6 +65,7 @@ func TestRedteamShutdownDrainLongerThanTTL(t *testing.T) {
 // heir starts the role while holding 1's function is still running, long
 // before the drain timeout.
 func TestRedteamDrainOfEarlierHoldingForgotten(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name := rinkName(t)
 	const S = 2

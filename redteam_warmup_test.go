@@ -46,6 +46,7 @@ func redteamRolePerSlot(S int) []string {
 // announcement), instead of moving "at once, cold" after the lease
 // expires.
 func TestRedteamCrashDuringWarmLeaveOrphansGoToLeaver(t *testing.T) {
+	t.Parallel()
 	const S = 12
 	const warmup = 12 * time.Second
 	h := &history{}

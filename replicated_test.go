@@ -230,6 +230,7 @@ func settleReplicated(t *testing.T, h *history, ms ...*Rink) {
 // and a crashed member's primaries go to their secondaries, which held them
 // warm; never more than two holders of a slot.
 func TestReplicasCrashPromotesSecondaries(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name := rinkName(t)
 	zones := []string{"a", "b", "c"}
@@ -354,6 +355,7 @@ func TestReplicaMismatch(t *testing.T) {
 // slot's primary moves once (the newcomer takes the index with every
 // replica), its secondaries likewise, and never more than k hold a slot.
 func TestReplicasRollingDeploy(t *testing.T) {
+	t.Parallel()
 	for _, watched := range []bool{false, true} {
 		t.Run(fmt.Sprint("roles watched ", watched), func(t *testing.T) { replicasRollingDeploy(t, watched) })
 	}
@@ -445,6 +447,7 @@ func TestReplicasGracefulLeavePromotes(t *testing.T) {
 // primary and no secondary is acquired for three load intervals once it
 // says it is at rest, with roles in use on every member.
 func TestReplicasAtRestMoveNothing(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	roles := partitions(settleRoles)
 	loops := newRoleLoops(t, roles)
@@ -472,6 +475,7 @@ func TestReplicasAtRestMoveNothing(t *testing.T) {
 // A member cut off from etcd holds its primaries and secondaries until it
 // fences; others take them only after, and never more than k hold a slot.
 func TestReplicasPartition(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	p := newProxy(t)
 	name := rinkName(t)
@@ -506,6 +510,7 @@ func TestReplicasPartition(t *testing.T) {
 // load" rebalanced by count, and moved slots a rolling deploy had just
 // handed over: rinkbench replicas moved 6 of 1,024 roles three times.)
 func TestNewLeaderKeepsLoadBalance(t *testing.T) {
+	t.Parallel()
 	for _, k := range []int{1, 2} {
 		t.Run(fmt.Sprint("replicas ", k), func(t *testing.T) {
 			h := &history{}
@@ -558,6 +563,7 @@ func TestNewLeaderKeepsLoadBalance(t *testing.T) {
 // of their own, they drew secondaries away from slots whose primaries
 // they held, which then failed over cold; found by examples/replicated.)
 func TestReplicasZoneLossWarm(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name := rinkName(t)
 	var ms []*Rink

@@ -48,6 +48,7 @@ func startEtcdAt(t *testing.T, dir string, client, peer url.URL) *embed.Etcd {
 // role held twice and tokens still rising (the restore bumps revisions, as
 // docs/operations.md says it must).
 func TestRestoreFromSnapshot(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	client, peer := freeURL(), freeURL()
 	e := startEtcdAt(t, filepath.Join(dir, "data"), client, peer)
@@ -181,6 +182,7 @@ func proxyTo(t testing.TB, endpoint, from string) proxy.Server {
 // restored one is live again, and its key is what keeps a's old slots from
 // others).
 func TestRestoreWhileMembersAway(t *testing.T) {
+	t.Parallel()
 	// Long enough that b still acts when a comes back.
 	const ttl = 6 * time.Second
 	dir := t.TempDir()

@@ -214,6 +214,7 @@ func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 }
 
 func TestSingletonAcrossThree(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name := rinkName(t)
 	var ms []*Rink
@@ -280,6 +281,7 @@ func pair(t testing.TB, h *history, first, second string, opts ...Option) (a, b 
 // TestGracefulHandover hands a role over by Shutdown, with the holder as
 // a plain member and as the rink's leader, and logs the gaps.
 func TestGracefulHandover(t *testing.T) {
+	t.Parallel()
 	for _, holderLeads := range []bool{false, true} {
 		t.Run(fmt.Sprintf("holder_leads=%v", holderLeads), func(t *testing.T) {
 			const rounds = 5
@@ -335,6 +337,7 @@ func TestGracefulHandover(t *testing.T) {
 // TestCrashFailover closes a holder's client without revoking its lease:
 // the role moves once the lease expires.
 func TestCrashFailover(t *testing.T) {
+	t.Parallel()
 	const rounds = 3
 	var failovers []time.Duration
 	for i := 0; i < rounds; i++ {
@@ -519,6 +522,7 @@ func partitions(n int) []string {
 // TestRollingDeploy replaces each of 4 members by a newcomer: every role
 // moves exactly once, and user code awaiting roles sees one holder each.
 func TestRollingDeploy(t *testing.T) {
+	t.Parallel()
 	roles := partitions(64)
 	h := &history{}
 	// Every member, old and new, runs a loop per role, as a user would.
@@ -554,6 +558,7 @@ func TestRollingDeploy(t *testing.T) {
 // TestScaleOut adds a fifth member after the rebalance delay: it takes only
 // its share, and no other member's role is interrupted.
 func TestScaleOut(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, ms, _ := cluster(t, h, 4)
 	settle(t, h, ms...)
@@ -594,6 +599,7 @@ func TestScaleOut(t *testing.T) {
 // TestLeaderCrash crashes the leader: only its slots move, spread over the
 // survivors, and nothing else is interrupted.
 func TestLeaderCrash(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	_, ms, cs := cluster(t, h, 4)
 	settle(t, h, ms...)
@@ -716,6 +722,7 @@ func TestMemberNameReuse(t *testing.T) {
 // running member that meets a map it cannot use stops holding roles until
 // a usable map appears.
 func TestIncompatibleMap(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	cli := newClient(t)
 	name := rinkName(t)
@@ -837,6 +844,7 @@ func TestShutdownHonoursContext(t *testing.T) {
 // TestMapKeyDeleted: an operator deletes the map key under a running rink.
 // The leader starts a new lineage; no role ever has two holders.
 func TestMapKeyDeleted(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, ms, _ := cluster(t, h, 3)
 	settle(t, h, ms...)

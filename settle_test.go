@@ -248,6 +248,7 @@ func moves(h *history, mark time.Time, allowed func(Event) bool) []Event {
 // TestSettledQuietRinkMovesNothing: the rink, left alone once it
 // looks settled, makes no acquisition for three load intervals.
 func TestSettledQuietRinkMovesNothing(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	roles := partitions(settleRoles)
 	loops := newRoleLoops(t, roles)
@@ -322,6 +323,7 @@ func TestSettledFenceAndReturnMovesNothing(t *testing.T) {
 // exactly once: through the deploy, and in the three load intervals after
 // the rink looks settled at its end.
 func TestSettledRollingDeployAfterFirstSettle(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	roles := partitions(settleRoles)
 	loops := newRoleLoops(t, roles)

@@ -173,6 +173,7 @@ func TestErrClientClosedIsShutdown(t *testing.T) {
 // because its context ended, before the rink has stopped, Owner answers
 // nothing already.
 func TestShutdownGivenUpOwnerAnswersNothing(t *testing.T) {
+	t.Parallel()
 	r := join(t, newClient(t), rinkName(t))
 	if _, err := r.AwaitRoleContext(ctxTimeout(t, 10*time.Second), "r44"); err != nil {
 		t.Fatal(err)

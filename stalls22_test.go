@@ -47,6 +47,7 @@ func threeSettled(t *testing.T, h *history, cliB *clientv3.Client, opts ...Optio
 // it was a live member forever, was given slots nobody held, and its
 // unknown acknowledgement blocked every later handover.
 func TestLeaselessMemberKeyIsStray(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name, a, b, c := threeSettled(t, h, newClient(t))
 	op := newClient(t)
@@ -136,6 +137,7 @@ func TestAckKeysHeal(t *testing.T) {
 // hold up only slots b could hold: c's graceful departure hands the slots
 // that go to a over at once, not a TTL later.
 func TestFenceBlocksOnlyItsSlots(t *testing.T) {
+	t.Parallel()
 	const ttl = 4 * time.Second // b fences at 7/8 of it: 0.5 s to come back
 	h := &history{}
 	p := newProxy(t)
@@ -170,8 +172,9 @@ func TestFenceBlocksOnlyItsSlots(t *testing.T) {
 // --lease) can write nothing any more: its acknowledgements are guarded
 // by its own lease. It fences, and joins again once that key is gone.
 func TestOwnKeyReboundFences(t *testing.T) {
+	t.Parallel()
 	h := &history{}
-	name, a, b, _ := threeSettled(t, h, newClient(t))
+	name, a, b, c := threeSettled(t, h, newClient(t))
 	role := roleOf(t, b)
 	ctxB, err := b.AwaitRoleContext(ctxTimeout(t, 5*time.Second), role)
 	if err != nil {
@@ -196,6 +199,7 @@ func TestOwnKeyReboundFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 15*time.Second, "b rejoined and ranked", func() bool { return rejoinedSince(h, "b", mark) && b.Rank().Index >= 0 })
-	eventually(t, 10*time.Second, role+" held", func() bool { return len(holding(role, a, b)) == 1 })
+	// (b may rejoin anew rather than resume, and the role move to c.)
+	eventually(t, 10*time.Second, role+" held", func() bool { return len(holding(role, a, b, c)) == 1 })
 	h.check(t)
 }

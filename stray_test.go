@@ -65,6 +65,7 @@ func fences(h *history) []string {
 // Every slot stays held by exactly one member, ranks do not change, nobody
 // fences, and elections still work.
 func TestStrayKeys(t *testing.T) {
+	t.Parallel()
 	t.Run("running", func(t *testing.T) {
 		h := &history{}
 		name, ms, _ := cluster(t, h, 3)

@@ -138,6 +138,7 @@ func TestWatch(t *testing.T) {
 // With a drain timeout the heir starts a moved role once Revoked has
 // returned on the previous holder.
 func TestWatchDrains(t *testing.T) {
+	t.Parallel()
 	h := &history{}
 	name := rinkName(t)
 	opts := []Option{WithSlots(16), WithDrainTimeout(5 * time.Second), h.hook()}
