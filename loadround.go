@@ -82,11 +82,16 @@ func (r *Rink) estimate() []float64 {
 			}
 			l.est[e.Slot], l.estOK[e.Slot] = e.Rate, true
 			switch {
-			case e.Age >= mature || !(e.Rate > 0):
+			case e.Age >= mature:
 				l.estYoung[e.Slot] = 0
 			case l.estYoung[e.Slot] == 0:
 				l.estYoung[e.Slot] = l.ticks + 1
 			}
+		}
+	}
+	for s, ok := range l.estOK {
+		if !ok && l.estYoung[s] == 0 {
+			l.estYoung[s] = l.ticks + 1 // no figure yet: as young as can be
 		}
 	}
 	return slices.Clone(l.est)
@@ -138,8 +143,12 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	if in.Load == nil {
 		return
 	}
-	if !r.allReported(*next, l.estRate) {
-		return // some member's load is unknown yet
+	if !r.allReported(*next, true) {
+		// Some member's load is unknown yet; or its summary is the one it
+		// joined with, which names the roles it awaits and no rates yet:
+		// balanced by roles now, the rink would move slots for nothing
+		// when the rates come, within a load interval.
+		return
 	}
 	l.ticks++
 	if r.youngEstimate() {

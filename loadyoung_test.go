@@ -15,7 +15,9 @@ import (
 // the first rounds made the rink less balanced, not more: 4 or 5 rounds
 // where the same plan with true loads takes 3. So no load round runs while
 // some slot's only figure is its new owner's first, young one; it runs once
-// the figure matures, or after youngRounds if it never does.
+// the figure matures, or after youngRounds if it never does. Nor does one
+// run on the summaries members join with, which name the roles they await
+// and no rates yet.
 func TestNoLoadRoundOnYoungFigures(t *testing.T) {
 	const S = 16
 	b := newBare(t, "a", S, 1)
@@ -57,6 +59,29 @@ func TestNoLoadRoundOnYoungFigures(t *testing.T) {
 		return moved
 	}
 
+	// The summaries members join with name the roles they await and no
+	// rates: no round by roles while they stand.
+	r.st.lead.reports = map[string]wire.LoadReport{}
+	for _, n := range names {
+		var rep wire.LoadReport
+		rep.Unmeasured = true
+		for s := range S {
+			if cur.Owner(s) == n {
+				roles := 1
+				if n == "a" {
+					roles = 10
+				}
+				rep.Await = append(rep.Await, wire.SlotRoles{Slot: s, Roles: roles})
+			}
+		}
+		r.st.lead.reports[n] = rep
+	}
+	for range 2 * r.youngRounds() {
+		if moved := round(); moved > 0 {
+			t.Fatalf("a round by roles moved %d slots on the summaries the members joined with", moved)
+		}
+	}
+
 	report(0.5) // young: under half the load window
 	for i := range r.youngRounds() {
 		if moved := round(); moved > 0 {
@@ -66,6 +91,17 @@ func TestNoLoadRoundOnYoungFigures(t *testing.T) {
 	report(2) // mature
 	if moved := round(); moved == 0 {
 		t.Fatal("no round once the figures matured")
+	}
+
+	// A slot with no figure at all (its owner's summary does not list it)
+	// holds rounds up as a young one does.
+	r.st.lead = &leadership{since: map[string]time.Time{}, movedAt: map[int]int{}, warmAcks: map[string]int64{}}
+	report(2)
+	rep := r.st.lead.reports["b"]
+	rep.Slots = rep.Slots[1:]
+	r.st.lead.reports["b"] = rep
+	if moved := round(); moved > 0 {
+		t.Fatalf("moved %d slots with a slot of b's not reported", moved)
 	}
 
 	// A figure that never matures holds rounds up for youngRounds only.
