@@ -943,6 +943,8 @@ func (h *history) observe(m *simMember, e rink.Event) {
 		m.secs[e.Slot] = true
 	case rink.EventSecondaryReleased:
 		delete(m.secs, e.Slot)
+	case rink.EventFenced:
+		h.checkFence(m)
 	}
 }
 
@@ -1087,6 +1089,9 @@ func (h *history) live(grace bool, after time.Duration) (failed bool) {
 		why = replicas
 	default:
 		why = h.liveRoles()
+	}
+	if why == "" {
+		why = h.unacked()
 	}
 	if why == "" || grace {
 		return why != ""
