@@ -89,7 +89,11 @@ func (h *history) checkFence(m *simMember) {
 		}
 	}
 	lease, ok, first := m.m.Trusted()
-	if !ok || first || lease == 0 || h.w.Etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}).TTL < 0 {
+	if first {
+		return
+	}
+	h.res.FencesChecked++
+	if !ok || lease == 0 || h.w.Etcd.LeaseTimeToLive(&etcdserverpb.LeaseTimeToLiveRequest{ID: lease}).TTL < 0 {
 		return
 	}
 	kvs := h.rangeKVs(simKeys.Member(m.name), nil)

@@ -108,8 +108,11 @@ type Result struct {
 	// made (bound to no lease, or not named by the lease they are bound
 	// to): members delete them (see election-unleased).
 	StrayElections int
-	At             time.Duration // when it was found
-	Trace          string        // the history, line by line (with Config.Trace)
+	// FencesChecked counts the fences of rejoined members that
+	// checkFence looked at (see rest.go).
+	FencesChecked int
+	At            time.Duration // when it was found
+	Trace         string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
