@@ -660,6 +660,16 @@ func (m *simMember) Unfenced(s int) bool {
 	return ok && rc.Context.Err() == nil && rc.inc.expired()
 }
 
+// Trusted returns the current incarnation's lease, whether its deadline
+// has not passed, and whether it is the process's first (see simhook).
+func (m *simMember) Trusted() (int64, bool, bool) {
+	inc := m.r.st.inc
+	if m.dead || inc == nil {
+		return 0, false, false
+	}
+	return int64(inc.Lease), !inc.expired(), m.r.st.joins == 1
+}
+
 // Steps counts the inputs the core handled.
 func (m *simMember) Steps() int { return m.steps }
 

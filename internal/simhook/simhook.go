@@ -177,6 +177,11 @@ type Member interface {
 	// function that waits on the context's Done channel (rather than
 	// asking its Err, which checks the deadline) still acts on it.
 	Unfenced(s int) bool
+	// Trusted returns the lease of the member's current incarnation (0:
+	// none), whether the member still trusts it (its fence deadline has
+	// not passed on the member's clock), and whether the incarnation is
+	// the process's first (its join, not a rejoin after a fence).
+	Trusted() (lease int64, ok, first bool)
 }
 
 // Work is a function running on a holding (see Member.Enter).

@@ -108,8 +108,11 @@ type Result struct {
 	// made (bound to no lease, or not named by the lease they are bound
 	// to): members delete them (see election-unleased).
 	StrayElections int
-	At             time.Duration // when it was found
-	Trace          string        // the history, line by line (with Config.Trace)
+	// FencesChecked counts the fences of rejoined members that
+	// checkFence looked at (see rest.go).
+	FencesChecked int
+	At            time.Duration // when it was found
+	Trace         string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
@@ -943,6 +946,8 @@ func (h *history) observe(m *simMember, e rink.Event) {
 		m.secs[e.Slot] = true
 	case rink.EventSecondaryReleased:
 		delete(m.secs, e.Slot)
+	case rink.EventFenced:
+		h.checkFence(m)
 	}
 }
 
@@ -1087,6 +1092,9 @@ func (h *history) live(grace bool, after time.Duration) (failed bool) {
 		why = replicas
 	default:
 		why = h.liveRoles()
+	}
+	if why == "" {
+		why = h.unacked()
 	}
 	if why == "" || grace {
 		return why != ""
