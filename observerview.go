@@ -139,7 +139,15 @@ func (v *observerView) apply(kv *mvccpb.KeyValue, deleted bool) {
 // applyMap takes in the map key, as listed, put or deleted.
 func (v *observerView) applyMap(kv *mvccpb.KeyValue, deleted bool) {
 	if deleted {
-		v.mapErr = "" // the leader writes it again; keep showing the last one
+		// The leader writes it again: keep showing the last map, when
+		// it is the one the key held. After a put the view could not
+		// read (a record it has not the map before of: derived is
+		// false), the map it showed before is outdated, perhaps of an
+		// earlier lineage, and lineage and seq are the put's: it shows
+		// none until the next map.
+		if v.derived {
+			v.mapErr = ""
+		}
 		return
 	}
 	// Observers take any slot count. A change record applies to the map
