@@ -2,10 +2,8 @@ package rink
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/rink-go/rink/internal/core"
 	"maps"
 	"slices"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/rink-go/rink/internal/wire"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -270,20 +267,10 @@ func NewObserverContext(ctx context.Context, cli *clientv3.Client, name string, 
 	}
 }
 
-// run owns the observer's view and publishes a State after each batch.
+// run owns the observer's view (see observerView) and publishes a State
+// after each batch.
 func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
-	members := map[string]memberInfo{}
-	elect := map[string]electInfo{}
-	acks := map[string]core.AckKey{}
-	loads := map[string]memberLoad{}
-	var cur wire.Map
-	var floor wire.AckFloor
-	var lineage, seq, rev int64
-	var mapErr string
-	var snap *mvccpb.KeyValue // the snapshot key (see records.go)
-	var mapRev int64          // the map key's mod revision
-	derived := false          // cur is the map at mapRev
-	var strays strayLog
+	v := newObserverView(ob.name, ob.keys, ob.log)
 	first := true
 	for {
 		var b watchBatch
@@ -292,114 +279,9 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 		case <-ob.ctx.Done():
 			return
 		}
-		apply := func(kv *mvccpb.KeyValue, deleted bool) {
-			key, kvVal, createRev := string(kv.Key), kv.Value, kv.CreateRevision
-			switch {
-			case ob.keys.IsMember(key):
-				name, ok := ob.keys.ValidMember(key)
-				if !ok {
-					if !deleted {
-						strays.note(ob.log, key, "not a member name")
-					}
-					return
-				}
-				if deleted || kv.Lease == 0 {
-					if !deleted {
-						strays.note(ob.log, key, "bound to no lease")
-					}
-					delete(members, name)
-					return
-				}
-				protocols, capacity := wire.MetaOf(kvVal)
-				members[name] = memberInfo{createRev: createRev, lease: kv.Lease, protocols: protocols, capacity: capacity, zone: wire.ZoneOf(kvVal)}
-			case ob.keys.IsAck(key):
-				name := ob.keys.AckName(key)
-				if deleted {
-					delete(acks, name)
-					return
-				}
-				a := core.AckKey{Lease: kv.Lease}
-				_ = json.Unmarshal(kvVal, &a.AckValue)
-				acks[name] = a
-			case ob.keys.IsLoad(key):
-				name := ob.keys.LoadName(key)
-				if deleted {
-					delete(loads, name)
-					return
-				}
-				if rep, ok := wire.DecodeLoad(kvVal, MaxSlots); ok {
-					loads[name] = memberLoad{lease: kv.Lease, report: rep}
-				} else {
-					delete(loads, name)
-				}
-			case ob.keys.IsFloor(key):
-				floor = wire.AckFloor{}
-				if !deleted && json.Unmarshal(kvVal, &floor) != nil {
-					floor = wire.AckFloor{} // unreadable: nothing is known
-				}
-			case ob.keys.IsElection(key):
-				if deleted || !ob.keys.IsCandidate(kv) {
-					if !deleted {
-						strays.note(ob.log, key, "not made by a campaign")
-					}
-					delete(elect, key)
-					return
-				}
-				elect[key] = electInfo{createRev: createRev, value: candidateName(kvVal)}
-			case ob.keys.IsMap(key):
-				if deleted {
-					mapErr = "" // the leader writes it again; keep showing the last one
-					return
-				}
-				// Observers take any slot count. A change record
-				// applies to the map before it, or comes with the whole
-				// map in the snapshot key (see readMap).
-				m, err := wire.ReadMap(kv, snap, &cur, mapErr == "" && cur.Version > 0, seq, lineage, wire.Geometry{})
-				mapRev = kv.ModRevision
-				switch {
-				case errors.Is(err, wire.ErrUnderived):
-					mapErr, derived = err.Error(), false // (the snapshot key follows, in this batch)
-					seq, lineage = kv.Version, createRev
-					return
-				case err != nil:
-					mapErr = err.Error()
-				default:
-					// Any decodable put is the next map, as for members
-					// (see applyMap), even one whose version went back.
-					cur, lineage, seq, mapErr, derived = m, createRev, kv.Version, "", true
-				}
-				if mapErr != "" {
-					ob.log.Warn("the rink's map cannot be used", zap.String("error", mapErr))
-				}
-			case ob.keys.IsSnapshot(key):
-				if deleted {
-					snap = nil
-					return
-				}
-				snap = kv
-				if !derived && mapRev == kv.ModRevision {
-					if m, err := wire.DecodeMap(kvVal, wire.PeekSlots(kvVal)); err == nil {
-						cur, mapErr, derived = m, "", true
-					}
-				}
-			}
-		}
-		if b.snapshot {
-			clear(members)
-			clear(elect)
-			clear(acks)
-			clear(loads)
-			floor = wire.AckFloor{}
-			for _, kv := range b.kvs {
-				apply(kv, false)
-			}
-		} else {
-			for _, ev := range b.events {
-				apply(ev.Kv, ev.Type == clientv3.EventTypeDelete)
-			}
-		}
-		rev = max(rev, b.rev)
-		ob.publish(cur, lineage, seq, rev, &floor, mapErr, members, elect, acks, loads)
+		s := v.batch(b)
+		old := ob.state.Swap(&observed{s})
+		close(old.s.changed)
 		if first {
 			first = false
 			close(ready)
@@ -411,52 +293,6 @@ func (ob *Observer) run(batches <-chan watchBatch, ready chan struct{}) {
 type memberLoad struct {
 	lease  int64
 	report wire.LoadReport
-}
-
-func (ob *Observer) publish(cur wire.Map, lineage, seq, rev int64, floor *wire.AckFloor, mapErr string, members map[string]memberInfo, elect map[string]electInfo, acks map[string]core.AckKey, loads map[string]memberLoad) {
-	s := State{Rink: ob.name, Version: cur.Version, Lineage: lineage, Slots: cur.Slots, Revision: rev, MapError: mapErr, table: cur.Table, names: cur.Members, changed: make(chan struct{})}
-	if cur.Version > 0 {
-		s.Protocol, s.Replicas = cur.Schema, cur.ReplicaCount()
-	}
-	s.ByLoad = cur.ByLoad
-	s.Leader = elect[lowestKey(elect)].value
-	count, secondaries := slotCounts(&cur)
-	loadOf, rolesOf := memberFigures(&cur, members, loads)
-	listed := map[string]bool{}
-	for i, name := range cur.Members {
-		m, live := members[name]
-		ack := int64(-1)
-		if a, ok := acks[name]; live && ok && a.Lease == m.lease && a.Lineage == lineage {
-			ack = a.Ack
-		}
-		if floor.Still && floor.Lineage == lineage && floor.Seq == seq && live {
-			// The leader counts a member whose slots no map since its
-			// acknowledgement changed as having acknowledged its map
-			// (see still.go): it writes none for such maps.
-			if b := floor.Of(name); b > ack && b <= cur.Version {
-				ack = b
-			}
-		}
-		ms := MemberState{Name: name, Index: i, Slots: count[i], Secondaries: secondaries[i], Zone: m.zone, Ack: ack, Live: live, Protocols: m.protocols, Capacity: m.capacity}
-		if live && loadOf != nil {
-			ms.Load, ms.Roles = loadOf[i], rolesOf[i]
-		}
-		s.Members = append(s.Members, ms)
-		listed[name] = true
-	}
-	for _, w := range cur.Waiting {
-		m := members[w.Name]
-		s.Waiting = append(s.Waiting, WaitingState{Name: w.Name, Since: w.Since, Protocols: m.protocols, Capacity: m.capacity, Zone: m.zone})
-		listed[w.Name] = true
-	}
-	for _, name := range liveByAge(members) {
-		if !listed[name] {
-			s.Joining = append(s.Joining, name)
-		}
-	}
-	settleState(&s, cur, lineage, seq, floor)
-	old := ob.state.Swap(&observed{s})
-	close(old.s.changed)
 }
 
 // slotFigure is a slot's load rate and the roles awaited in it, as a

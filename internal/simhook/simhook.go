@@ -197,3 +197,27 @@ type Work interface {
 
 // NewMember builds a simulated member (set by package rink).
 var NewMember func(Config) (Member, error)
+
+// ObserverConfig is what a simulated Observer is made of.
+type ObserverConfig struct {
+	Rink string
+	Etcd Etcd
+	Env  Env
+	// Published gets each State the observer publishes (a rink.State:
+	// this package cannot name the type), on the simulator's goroutine.
+	Published func(state any)
+}
+
+// Observer is one simulated rink.Observer: the production observer's
+// view of the rink (every decision it makes on what its watch hands it),
+// fed by a watcher of the model that carries out the production
+// watcher's decisions.
+type Observer interface {
+	// Start begins following the rink, as NewObserver does.
+	Start()
+	// Crash stops the observer at once: it acts on nothing from now on.
+	Crash()
+}
+
+// NewObserver builds a simulated observer (set by package rink).
+var NewObserver func(ObserverConfig) Observer

@@ -58,6 +58,7 @@ func main() {
 	warmup := flag.Duration("warmup", 0, "the members' warm-up (rink.WithWarmup): heirs warm up what is announced to them, taking a while, and no planned move may be made before the heir is ready or the warm-up has passed (0: none, and every seed plays as before)")
 	drain := flag.Duration("drain", 0, "the members' drain timeout (rink.WithDrainTimeout): functions run on their holdings and outlast them, and no heir may start a slot while one still runs within it (0: no drain, and every seed plays as before)")
 	capacitiesFlag := flag.Bool("capacities", false, "member i has capacity 1, 2, 0.5 or 3 (i mod 4; rink.WithCapacity) (without: every capacity is 1, and every seed plays as before)")
+	observer := flag.Bool("observer", false, "an Observer (rink.NewObserver) follows the rink, and every map it shows is checked against the map key's history; observer-cut, named in -kinds, resets its connection (without: none, and every seed plays as before)")
 	knobs := flag.Bool("knobs", false, "lower the members' bounds on what they remember (handover history, the leader's map puts and losses), drawn per history from a stream of its own, so that what happens past them happens in a short history (without: production's, and every seed plays as before)")
 	plant := flag.String("plant", "", "plant a known bug in every member's core, to show that it is found: "+strings.Join(simhook.Plants, ", "))
 	flag.Parse()
@@ -105,6 +106,7 @@ func main() {
 	cfg.Warmup = *warmup
 	cfg.Load = *load
 	cfg.Knobs = *knobs
+	cfg.Observer = *observer
 	cfg.Capacities = *capacitiesFlag
 	if *ttl < time.Second || *ttl%time.Second != 0 {
 		fmt.Fprintln(os.Stderr, "rink-sim: -ttl must be a whole number of seconds, at least 1s")
@@ -142,6 +144,9 @@ func main() {
 		}
 		if c.Knobs {
 			cmd += " -knobs"
+		}
+		if c.Observer {
+			cmd += " -observer"
 		}
 		if c.Capacities {
 			cmd += " -capacities"

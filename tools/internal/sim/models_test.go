@@ -59,6 +59,9 @@ func replayCommand(cfg Config, seed uint64) string {
 	if cfg.Capacities {
 		cmd += " -capacities"
 	}
+	if cfg.Observer {
+		cmd += " -observer"
+	}
 	if cfg.Kinds != nil {
 		cmd += " -kinds " + strings.Join(cfg.Kinds, ",")
 	}

@@ -73,6 +73,10 @@ type Config struct {
 	// drawn per history from a stream of its own (see knobs.go). false:
 	// production's, as before knobs existed.
 	Knobs bool
+	// Observer: an Observer follows the rink, and each State it
+	// publishes is checked against the map key's history (see
+	// observer.go). false: none, as before it was played.
+	Observer bool
 }
 
 // DriftBound is the drift the tests play within the fence margin: 2%,
@@ -111,8 +115,11 @@ type Result struct {
 	// FencesChecked counts the fences of rejoined members that
 	// checkFence looked at (see rest.go).
 	FencesChecked int
-	At            time.Duration // when it was found
-	Trace         string        // the history, line by line (with Config.Trace)
+	// Observed counts the States the observer published, each checked
+	// (with Config.Observer; see checkObserved).
+	Observed int
+	At       time.Duration // when it was found
+	Trace    string        // the history, line by line (with Config.Trace)
 }
 
 // simMember is one member process of a history.
@@ -194,6 +201,9 @@ type history struct {
 	knobs simhook.Knobs
 	// byHand: the put under way is an operator's edit (see editKey).
 	byHand bool
+	// observer is the history's observer, with Config.Observer (nil
+	// without: see observer.go).
+	observer *simObserver
 }
 
 // FaultKinds lists every fault kind: the first ten are the process's,
@@ -222,13 +232,16 @@ type history struct {
 // rink's keys edited by hand, its value damaged (see keyedit.go). And
 // restore-unseen, a restore of etcd from a snapshot while the members that
 // saw the history since are cut off, stopped or lost, and those that come
-// back into it saw none of it (see restoreunseen.go).
+// back into it saw none of it (see restoreunseen.go). And observer-cut,
+// the connection of the observer (Config.Observer) reset and cut off for
+// a while (see observer.go), and whole-map-delete, the whole map beside
+// the map key's change record (".map") deleted by an operator.
 var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "delete-key", "break-watch", "etcd-slow", "pause", "compact",
 	"map-reput", "map-rewrite", "map-old", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore",
 	"etcd-errors", "zone-loss"}
 
 // NamedKinds are the fault kinds drawn only when named in Config.Kinds.
-var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased", "restore-unseen"}
+var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased", "restore-unseen", "observer-cut", "whole-map-delete"}
 
 // KnownKind reports whether k names a fault kind.
 func KnownKind(k string) bool {
@@ -328,6 +341,9 @@ func Run(seed uint64, cfg Config) Result {
 	for _, m := range h.members {
 		h.res.MemberSteps += m.m.Steps()
 	}
+	if h.observer != nil {
+		h.res.Observed = h.observer.seen
+	}
 	for _, kv := range h.rangeKVs("rink/sim/election/", []byte("rink/sim/election0")) {
 		if kv.Lease == 0 || string(kv.Key) != "rink/sim/election/"+strconv.FormatInt(kv.Lease, 16) {
 			h.res.StrayElections++
@@ -372,6 +388,9 @@ func newHistory(seed uint64, cfg Config) *history {
 	h.load = newLoad(seed, cfg)
 	h.warm = newWarm(seed, cfg)
 	h.knobs = drawKnobs(seed, cfg)
+	if cfg.Observer {
+		h.startObserver(seed)
+	}
 	return h
 }
 
@@ -619,8 +638,12 @@ func (h *history) injectFault(k string) {
 		if _, err := w.Etcd.DeleteRange(&etcdserverpb.DeleteRangeRequest{Key: []byte(key)}); err == nil {
 			w.pump()
 		}
-	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "map-garbage", "key-edit":
+	case "map-reput", "map-rewrite", "map-unleased", "map-old", "map-old-value", "map-delete", "floor-delete", "acks-delete", "stray-key", "restore", "floor-old", "map-garbage", "key-edit", "whole-map-delete":
 		if !h.operate(k) {
+			return
+		}
+	case "observer-cut":
+		if !h.cutObserver() {
 			return
 		}
 	case "restore-unseen":
@@ -859,11 +882,17 @@ func (h *history) operate(k string) bool {
 		}
 		w.Tracef("fault: operator puts back a floor of an earlier lineage")
 		h.put("rink/sim/floor", old[h.rng.IntN(len(old))])
-	case "map-delete", "floor-delete", "acks-delete":
+	case "map-delete", "floor-delete", "acks-delete", "whole-map-delete":
 		key, end := "rink/sim/map", []byte(nil)
 		switch k {
 		case "floor-delete":
 			key = "rink/sim/floor"
+		case "whole-map-delete":
+			// The whole map beside the map key's change record (".map",
+			// which a script may take for a temporary file): a member
+			// or an observer that lists the rink before the leader's
+			// next write cannot read the record without it.
+			key = "rink/sim/.map"
 		case "acks-delete":
 			key, end = "rink/sim/acks/", []byte("rink/sim/acks0")
 		}
