@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"os"
 	"strings"
 	"testing"
 )
@@ -55,9 +54,6 @@ func TestRestoreUnseenHistories(t *testing.T) {
 // tells m4 of m6; a member that never fenced, given the slot instead, would
 // start it as soon.
 func TestRestoreUnseenRankedKeylessGap(t *testing.T) {
-	if os.Getenv("RINK_KNOWN_GAPS") == "" {
-		t.Skip("a known gap (see the comment): RINK_KNOWN_GAPS=1 runs it")
-	}
 	cfg := DefaultConfig()
 	cfg.Kinds = []string{"restore-unseen", "leave", "pause", "etcd-errors"}
 	if res := Run(1458, cfg); res.Violation != "" {
