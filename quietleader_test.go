@@ -37,7 +37,10 @@ func TestQuietLeaderKeepsGoneMembersRanked(t *testing.T) {
 	if plain.Index("gone") >= 0 {
 		t.Fatalf("planned without withRanked, gone is still ranked: %v", plain.Members)
 	}
-	if !sameLeases([]int64{0, 0}, nil) || !sameLeases(nil, []int64{0}) || sameLeases([]int64{0, 7}, nil) || !sameLeases([]int64{3, 7}, []int64{3, 7}) {
-		t.Fatal("sameLeases: a list of zeros is no list; any lease recorded counts")
+	if !sameLeases([]int64{0, 0}, nil, true) || !sameLeases(nil, []int64{0}, true) || sameLeases([]int64{0, 7}, nil, true) || !sameLeases([]int64{3, 7}, []int64{3, 7}, true) {
+		t.Fatal("sameLeases, quiet: a list of zeros is no list; any lease recorded counts")
+	}
+	if sameLeases([]int64{0, 0}, nil, false) {
+		t.Fatal("sameLeases, not quiet: a list of zeros is a change from no list, as before withRanked")
 	}
 }
