@@ -107,6 +107,9 @@ func (r *Rink) onTimers(now time.Time) bool {
 			r.onDrained()
 		case core.TimerQuiet:
 			r.sendAck() // withheld meanwhile
+			if st.lead != nil {
+				st.dirty = true // (members a quiet leader kept ranked: see withRanked)
+			}
 		case core.TimerLeaveBy:
 			r.log.Warn("shutdown: the leader did not move this member's slots within the warm-up time and a TTL: handing over now")
 			r.shutdown(nil)

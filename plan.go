@@ -34,6 +34,9 @@ func (r *Rink) plan() {
 	now := r.now()
 	proto, strangers := rinkProtocol(st.members, r.opts.replicas)
 	live := withGhosts(st.ghosts, speakers(liveByAge(st.members), st.members, proto), st.members, st.cur)
+	if r.hushed() {
+		live = withRanked(live, st.cur) // (a restore we slept through: see withRanked)
+	}
 	var leavers []string
 	for _, name := range live {
 		if st.members[name].leaving {
@@ -171,7 +174,7 @@ func (r *Rink) plan() {
 	// its version cannot be told.
 	underived := st.underivedRev > st.curRev
 	next.Leases = leasesFor(next.Members, st.recorded, st.ended, st.members, st.ghosts, r.opts.member, r.ownLease())
-	if next.SameAssignment(st.cur) && slices.Equal(next.Leases, wire.BaseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0)) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
+	if next.SameAssignment(st.cur) && sameLeases(next.Leases, wire.BaseLeases(st.cur.Members, st.recorded, st.curLeased || len(st.cur.Members) == 0), r.hushed()) && next.Schema == st.cur.Schema && st.cur.Version > 0 && st.curRev != 0 && !st.stale && st.incompatible == nil && !underived && !repeated &&
 		!r.rankedReborn() {
 		// Nothing changed. (A map key that was deleted is written again;
 		// a map whose version does not exceed every earlier one, such as
@@ -218,6 +221,18 @@ func (r *Rink) plan() {
 	t.Quiet = now.Before(l.quietUntil)
 	st.proclaiming++ // (base shares st.cur's table: see applyInPlace)
 	r.fx().proclaim(l, base, next, mapRev, t)
+}
+
+// sameLeases reports whether two maps' leases (see leasesFor) say the
+// same. For a leader in its quiet time (quiet), a list of zeros records no
+// lease, as no list does: it keeps ranked names whose leases ended (see
+// withRanked), and would otherwise proclaim the same map again and again.
+func sameLeases(a, b []int64, quiet bool) bool {
+	zero := func(l []int64) bool { return !slices.ContainsFunc(l, func(x int64) bool { return x != 0 }) }
+	if quiet && zero(a) && zero(b) {
+		return true
+	}
+	return slices.Equal(a, b)
 }
 
 // ownLease returns this member's lease (0: out of the rink).

@@ -28,6 +28,10 @@ type Client struct {
 	MinDelay, MaxDelay time.Duration
 	Timeout            time.Duration
 	cutUntil           time.Duration
+	// lagUntil: until then its watches deliver nothing (their stream
+	// lags, a cancellation too) while its requests go through (see
+	// restore-unseen-lag).
+	lagUntil time.Duration
 }
 
 // NewClient opens a client with delays of 0.1 to 2 ms each way and a
@@ -43,6 +47,13 @@ func (c *Client) Cut(d time.Duration) {
 }
 
 func (c *Client) cut() bool { return c.w.now < c.cutUntil }
+
+// LagWatches holds what the client's watches deliver for d: its requests
+// and their answers go on as before.
+func (c *Client) LagWatches(d time.Duration) {
+	c.lagUntil = max(c.lagUntil, c.w.now+d)
+	c.w.Tracef("%s: watches lag until %.6f", c.Name, c.lagUntil.Seconds())
+}
 
 func (c *Client) delay() time.Duration { return c.w.Between(c.MinDelay, c.MaxDelay) }
 
@@ -236,6 +247,11 @@ func (w *World) pump() {
 				// Held while its client is cut off; tried again then.
 				wa.scheduled = true
 				w.After(wa.c.cutUntil-w.now, func() { wa.scheduled = false; w.pump() })
+				return
+			}
+			if w.now < wa.c.lagUntil {
+				wa.scheduled = true
+				w.After(wa.c.lagUntil-w.now, func() { wa.scheduled = false; w.pump() })
 				return
 			}
 			upto := wa.m.next + w.rng.Int64N(w.Etcd.Rev()-wa.m.next+1)

@@ -46,6 +46,16 @@ import (
 // again after.
 //
 // One such fault is under way at a time; a draw while one is does nothing.
+//
+// "restore-unseen-lag" (drawn only when named, so that restore-unseen's
+// seeds play as before) is the same fault, but each ahead process left
+// alone at the restore has its watch streams lag for [0, TTL/2] from it
+// (a congested stream, or one behind a proxy that is slow to pass etcd's
+// cancellation on): its requests reach the restored etcd and are answered
+// while its watches, cancelled by the restore's compaction, have not said
+// so yet. An answer it gets then (a ghost's lease gone, granted after
+// the snapshot) is of a history its view does not follow (see rink's
+// endGhost).
 
 // unseenRestore is a restore-unseen under way: its snapshot, and the
 // processes cut off or stopped behind it.
@@ -53,6 +63,7 @@ type unseenRestore struct {
 	snap   *Snapshot
 	behind []*simMember
 	at     time.Duration // when etcd is restored
+	lag    bool          // restore-unseen-lag: the processes left alone have their watches lag
 }
 
 // isolate cuts m off, or stops it (stop), for d.
@@ -69,7 +80,7 @@ func (h *history) isolate(m *simMember, stop bool, d time.Duration) {
 // restoreUnseen begins a restore-unseen (see above): it saves the
 // snapshot, isolates behind, and schedules the restore. It reports
 // whether it did anything.
-func (h *history) restoreUnseen(live []*simMember) bool {
+func (h *history) restoreUnseen(live []*simMember, lag bool) bool {
 	w := h.w
 	if h.unseen != nil || len(live) < 2 {
 		return false
@@ -90,7 +101,7 @@ func (h *history) restoreUnseen(live []*simMember) bool {
 	}
 	// (Within the time of faults: the quiet time after it must see the
 	// rink settle.)
-	u := &unseenRestore{snap: w.Etcd.Snapshot(), behind: behind, at: min(w.now+w.Between(ttl/4, 2*ttl), max(h.cfg.Faults, w.now))}
+	u := &unseenRestore{snap: w.Etcd.Snapshot(), behind: behind, at: min(w.now+w.Between(ttl/4, 2*ttl), max(h.cfg.Faults, w.now)), lag: lag}
 	h.unseen = u
 	w.Tracef("fault: restore-unseen: snapshot saved at %d, etcd restored from it in %v", u.snap.Rev(), u.at-w.now)
 	n := len(live) // (live processes, and the replacements started: as join, at most twice the members)
@@ -120,7 +131,10 @@ func (h *history) unseenRestored(u *unseenRestore) {
 			continue
 		}
 		switch h.rng.IntN(5) {
-		case 0: // it sees the restore
+		case 0: // it sees the restore (late, with restore-unseen-lag)
+			if u.lag {
+				m.c.LagWatches(w.Between(0, ttl/2))
+			}
 		case 1:
 			h.isolate(m, false, w.Between(0, 2*ttl))
 		case 2:

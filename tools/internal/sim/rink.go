@@ -241,7 +241,7 @@ var FaultKinds = []string{"crash", "restart", "partition", "leave", "join", "del
 	"etcd-errors", "zone-loss"}
 
 // NamedKinds are the fault kinds drawn only when named in Config.Kinds.
-var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased", "restore-unseen", "observer-cut", "whole-map-delete"}
+var NamedKinds = []string{"floor-old", "map-unleased", "map-old-value", "key-edit", "map-garbage", "pause-joining", "load-absurd", "election-unleased", "restore-unseen", "restore-unseen-lag", "observer-cut", "whole-map-delete"}
 
 // KnownKind reports whether k names a fault kind.
 func KnownKind(k string) bool {
@@ -646,8 +646,8 @@ func (h *history) injectFault(k string) {
 		if !h.cutObserver() {
 			return
 		}
-	case "restore-unseen":
-		if !h.restoreUnseen(live) {
+	case "restore-unseen", "restore-unseen-lag":
+		if !h.restoreUnseen(live, k == "restore-unseen-lag") {
 			return
 		}
 	case "zone-loss":
