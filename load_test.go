@@ -72,7 +72,6 @@ func BenchmarkAddLoad(b *testing.B) {
 // member writes its load key at most once per interval, and not at all
 // while its figures hold still.
 func TestLoadReported(t *testing.T) {
-	t.Parallel()
 	name := rinkName(t)
 	// Balanced by count: the roles stay where they hash (by load, the
 	// leader would even out the three and the one).

@@ -143,11 +143,13 @@ func (r *Rink) loadRound(next *wire.Map, in plan.Input) {
 	if in.Load == nil {
 		return
 	}
-	if !r.allReported(*next, true) {
-		// Some member's load is unknown yet; or its summary is the one it
-		// joined with, which names the roles it awaits and no rates yet:
-		// balanced by roles now, the rink would move slots for nothing
-		// when the rates come, within a load interval.
+	if !r.allReported(*next, l.estRate) {
+		// Some member's load is unknown yet. (A summary a member joined
+		// with names the roles it awaits, and no rates: enough for a rink
+		// balanced by roles, which must not wait a load interval for a
+		// measured one after every join. A rink whose members record load
+		// may move slots by roles on such summaries as it starts, before
+		// the first rates come: a cost of its start only.)
 		return
 	}
 	l.ticks++
