@@ -52,6 +52,46 @@ type roleContext struct {
 	inc *incarnation
 }
 
+// Value answers holdingKey with the role context itself (see ValidFor).
+func (c *roleContext) Value(key any) any {
+	if _, ok := key.(holdingKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+type holdingKey struct{}
+
+// ValidFor returns how long the holding whose context roleCtx is (or
+// derives from) stays this member's whatever happens to etcd or the network:
+// the time left before this member cancels it for want of a confirmed lease
+// renewal (see ErrFenced), which comes a fencing margin before the lease can
+// expire on the etcd server. Each confirmed renewal extends it. It returns
+// false for a context that is not a role context, or whose holding is over.
+//
+// A process that acts on a role for this member — the app beside rinkd, the
+// sidecar — must stop acting by then unless told of a renewal: nobody else
+// can hold the role before, unless this member hands it over.
+func ValidFor(roleCtx context.Context) (time.Duration, bool) {
+	if roleCtx == nil {
+		return 0, false
+	}
+	rc, ok := roleCtx.Value(holdingKey{}).(*roleContext)
+	if !ok || roleCtx.Err() != nil {
+		return 0, false
+	}
+	var left time.Duration
+	if rc.inc.clock != nil {
+		left = time.Duration(rc.inc.deadline.Load() - rc.inc.clock())
+	} else {
+		left = untilClock(rc.inc.deadline.Load())
+	}
+	if left <= 0 {
+		return 0, false
+	}
+	return left, true
+}
+
 func (c *roleContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
