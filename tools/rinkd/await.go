@@ -35,17 +35,6 @@ func (g *grant) validUntil() time.Time {
 	return g.until
 }
 
-// extend sets a later validity; it reports false if u is not later.
-func (g *grant) extend(u time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !u.After(g.until) {
-		return false
-	}
-	g.until = u
-	return true
-}
-
 // outbox queues a stream's events so that the member's callbacks never
 // block on a slow (or stopped) app. Renewals of one holding coalesce: a
 // queued RENEWED is replaced by the newer one.
@@ -94,6 +83,7 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 	}
 	ctx := stream.Context()
 	out := newOutbox()
+	out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_WAITING, Role: role})
 	a := &awaiter{s: s, ss: ss, role: role, ctx: ctx, out: out}
 	set, err := ss.r.Watch(rink.Handler{Assigned: a.assigned, Revoked: a.revoked, Secondary: a.secondary}, role)
 	if err != nil {
@@ -155,6 +145,7 @@ type awaiter struct {
 	cur    *grant
 	stopRn chan struct{} // stops cur's renewals
 	closed bool          // the stream is ending: the app has stopped
+	second bool          // SECONDARY was sent and SECONDARY_ENDED not yet
 }
 
 // closing marks the stream as ending: the app stopped acting on the role
@@ -176,6 +167,9 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	if !ok || left <= a.s.cfg.Slack {
 		return // lost already: Revoked follows
 	}
+	// A promotion: Secondary's context has ended, but its goroutine may
+	// not have said so yet. The app hears of it before the grant.
+	a.endSecondary(role, "promoted")
 	g := &grant{role: role, token: token, ctx: ctx, released: make(chan struct{})}
 	now := time.Now()
 	g.until = now.Add(left - a.s.cfg.Slack)
@@ -311,7 +305,10 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 }
 
 func (a *awaiter) secondary(ctx context.Context, role string) {
+	a.mu.Lock()
+	a.second = true
 	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY, Role: role})
+	a.mu.Unlock()
 	<-ctx.Done()
 	reason := "moved"
 	switch cause := context.Cause(ctx); {
@@ -328,5 +325,15 @@ func (a *awaiter) secondary(ctx context.Context, role string) {
 	case cause != nil:
 		reason = cause.Error()
 	}
-	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY_ENDED, Role: role, Reason: reason})
+	a.endSecondary(role, reason)
+}
+
+// endSecondary sends SECONDARY_ENDED once per SECONDARY.
+func (a *awaiter) endSecondary(role, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.second {
+		a.second = false
+		a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY_ENDED, Role: role, Reason: reason})
+	}
 }
