@@ -412,7 +412,7 @@ func TestSidecarPythonWorkers(t *testing.T) {
 		}
 	}()
 	// The ledger's schema, before three workers race to create it.
-	if out, err := exec.Command(py, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import worker; worker.Ledger(sys.argv[2])",
+	if out, err := exec.Command(py, "-B", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import worker; worker.Ledger(sys.argv[2])",
 		filepath.Dir(script), r.db).CombinedOutput(); err != nil {
 		t.Fatalf("creating the ledger: %v\n%s", err, out)
 	}
