@@ -290,11 +290,10 @@ class Worker:
         for t in threads:
             t.start()
         reason = "session stream ended"
-        rank = None
         for ev in events:
-            if "rank" in ev and (ev["rank"]["index"], ev["rank"]["size"]) != rank:
-                rank = (ev["rank"]["index"], ev["rank"]["size"])
-                self.log("rank", index=rank[0], size=rank[1])
+            if "rank" in ev:
+                rk = ev["rank"]
+                self.log("rank", index=rk["index"], size=rk["size"], settled=rk["settled"], version=int(rk["version"]))
             elif "ended" in ev:
                 reason = "session ended: " + ev["ended"].get("reason", "")
         if sess.error:

@@ -313,13 +313,15 @@ func (r *sidecarRig) dump() string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	for _, ev := range r.events {
-		if ev.Event != "rank" {
+		if ev.Event == "rank" {
+			fmt.Fprintf(&b, "%.3f %s rank %d/%d\n", ev.TS, ev.Worker, ev.Index, ev.Size)
+		} else {
 			fmt.Fprintf(&b, "%.3f %s %s %s %d %s\n", ev.TS, ev.Worker, ev.Event, ev.Symbol, ev.Token, ev.Reason)
 		}
 	}
 	s := b.String()
-	if len(s) > 8000 {
-		s = "…" + s[len(s)-8000:]
+	if len(s) > 20000 {
+		s = "…" + s[len(s)-20000:]
 	}
 	return s
 }
@@ -488,14 +490,66 @@ func TestSidecarPythonWorkers(t *testing.T) {
 	rds = slices.DeleteFunc(rds, func(rd *rinkdProc) bool { return rd == victim })
 	own = r.settle(2)
 
-	// 3. rinkd drain: the worker gets REVOKED, releases, another gets
-	// GRANTED; the session ends with reason drained.
-	var drained *rinkdProc
-	for _, rd := range rds {
-		if drained == nil || len(held(own, rd.worker)) > len(held(own, drained.worker)) {
-			drained = rd
+	// 3. SIGSTOP a rinkd: no RENEWED reaches its worker, whose grants lapse
+	// before the member's lease can expire; the symbols move after the TTL.
+	// After SIGCONT the member rejoins as a newcomer, in the same session.
+	paused, other := rds[0], rds[1]
+	if len(held(own, other.worker)) > len(held(own, paused.worker)) {
+		paused, other = other, paused
+	}
+	w = paused.worker
+	syms = held(own, w)
+	t0 = time.Now()
+	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = paused.cmd.Process.Signal(syscall.SIGCONT) })
+	acq, wr = r.moved(syms, w, unix(t0), rinkdFailover)
+	var lapsed time.Duration
+	ivs := r.intervals()
+	for _, s := range syms {
+		for _, iv := range ivs[s] {
+			if iv.worker == w && iv.start < unix(t0) && iv.end >= unix(t0) {
+				if iv.endReason != "lapsed" {
+					t.Errorf("SIGSTOP: %s's holding of %s ended by %q, want lapsed", w, s, iv.endReason)
+				}
+				lapsed = max(lapsed, time.Duration((iv.end-unix(t0))*1e9))
+			}
 		}
 	}
+	t.Logf("rinkd %s SIGSTOPped (worker %s holding %v): the grants lapsed %v after, the symbols were granted elsewhere after %v, written after %v",
+		paused.member, w, syms, lapsed.Round(time.Millisecond), acq.Round(time.Millisecond), wr.Round(time.Millisecond))
+	if wr > rinkdFailover {
+		t.Errorf("the symbols of SIGSTOPped rinkd %s were written elsewhere %v after the stop; want within %v", paused.member, wr, rinkdFailover)
+	}
+	if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	cont := unix(time.Now())
+	if r.waitRanked(w, cont, 2, 10*time.Second) {
+		t.Logf("after SIGCONT, worker %s's session lives on: its member rejoined", w)
+	} else {
+		t.Logf("after SIGCONT, worker %s did not report a new rank; it stopped with %q", w, r.stopReason(w))
+		if r.wprocs[w].exited() {
+			w = r.startWorker(paused)
+			r.settle(2, w)
+		} else {
+			t.Fatalf("worker %s neither ranked again nor stopped after SIGCONT\n%s", w, r.dump())
+		}
+	}
+	// A member that rejoins after a fence starts nothing for one TTL (its
+	// quiet time, docs/design.md): wait until its slots have come back.
+	deadline := time.Now().Add(15 * time.Second)
+	for len(held(r.owners(), w)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("after SIGCONT, worker %s holds symbols again after %v", w, time.Duration((unix(time.Now())-cont)*1e9).Round(time.Millisecond))
+	own = r.settle(2, w)
+
+	// 4. rinkd drain of the member that holds the symbols now: its worker
+	// gets REVOKED, releases, the other gets GRANTED; the session ends with
+	// reason drained.
+	drained, last := other, paused
 	w = drained.worker
 	syms = held(own, w)
 	t0 = time.Now()
@@ -510,20 +564,16 @@ func TestSidecarPythonWorkers(t *testing.T) {
 	acq, wr = r.moved(syms, w, unix(t0), 2*time.Second)
 	t.Logf("rinkd drain of %s (worker %s holding %v) took %v: granted elsewhere after %v, written after %v",
 		drained.member, w, syms, drainTook.Round(time.Millisecond), acq.Round(time.Millisecond), wr.Round(time.Millisecond))
-	ivs := r.intervals()
+	ivs = r.intervals()
 	for _, s := range syms {
 		for _, iv := range ivs[s] {
-			if iv.worker == w && iv.end > 0 && iv.start < unix(t0) && iv.endReason != "revoked:drained" {
+			if iv.worker == w && iv.start < unix(t0) && iv.end >= unix(t0) && iv.endReason != "revoked:drained" {
 				t.Errorf("drain: %s's holding of %s ended by %q, want revoked:drained", w, s, iv.endReason)
 			}
 		}
 	}
 	if reason := r.stopReason(w); !strings.Contains(reason, "drained") {
 		t.Errorf("drain: worker %s stopped with %q, want the session ended: drained", w, reason)
-	}
-	last := rds[0]
-	if last == drained {
-		last = rds[1]
 	}
 	r.settle(1, last.worker)
 
@@ -537,7 +587,34 @@ func TestSidecarPythonWorkers(t *testing.T) {
 
 	r.checkHistory()
 	r.checkLedger()
+	if os.Getenv("SIDECAR_DUMP") != "" {
+		t.Logf("events:\n%s", r.dump())
+	}
 	t.Logf("test took %v (building rinkd %v)", time.Since(began).Round(time.Millisecond), built.Round(time.Millisecond))
+}
+
+// waitRanked waits until worker reports a rank among size members after
+// the unix time since.
+func (r *sidecarRig) waitRanked(worker string, since float64, size int, within time.Duration) bool {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		ok := false
+		for _, ev := range r.events {
+			if ev.Worker == worker && ev.Event == "rank" && ev.TS > since && ev.Index >= 0 && ev.Size == size {
+				ok = true
+			}
+		}
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		if r.wprocs[worker].exited() {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }
 
 func (r *sidecarRig) stoppedAt(worker string) float64 {
