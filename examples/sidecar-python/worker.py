@@ -47,29 +47,37 @@ class Stream:
 
     rinkd sends one JSON object per line: {"result": {...}} for each message,
     {"error": {...}} if the stream fails. Iteration ends when the stream
-    ends; close() (from any thread) ends it early.
+    ends; close() (from any thread) ends it early. A call that rinkd refuses
+    raises RinkdError from the iteration.
+
+    The response's head arrives with the stream's first message: an await
+    stream for a role this member does not hold says nothing, not even its
+    HTTP status, until the role is granted. So only connecting has a
+    timeout: a dead rinkd closes the connection, and a stalled one is
+    covered by the grants' validity, which the caller enforces.
     """
 
     def __init__(self, host, port, path, body, timeout):
         self._conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        self._closed = threading.Event()
+        self.error = None  # the {"error": ...} object, if the stream failed
+        self._conn.connect()
+        self._conn.sock.settimeout(None)
         self._conn.request("POST", path, body=json.dumps(body),
                            headers={"Content-Type": "application/json"})
-        self._resp = self._conn.getresponse()
-        if self._resp.status != 200:
-            data = self._resp.read().decode("utf-8", "replace")
-            self._conn.close()
-            raise RinkdError(self._resp.status, data)
-        # Stream events may be far apart: no timeout while reading them.
-        # A dead rinkd closes the connection; a stalled one is covered by
-        # the grants' validity, which the caller enforces.
-        self._conn.sock.settimeout(None)
-        self.error = None  # the {"error": ...} object, if the stream failed
-        self._closed = threading.Event()
 
     def __iter__(self):
+        try:
+            resp = self._conn.getresponse()
+        except Exception:  # closed, reset: the stream is over
+            return
+        if resp.status != 200:
+            data = resp.read().decode("utf-8", "replace")
+            self.close()
+            raise RinkdError(resp.status, data)
         while True:
             try:
-                line = self._resp.readline()
+                line = resp.readline()
             except Exception:  # closed, reset, cut short: the stream is over
                 return
             if not line:
@@ -267,20 +275,19 @@ class Worker:
             sys.stdout.flush()
 
     def run(self):
-        sess = None
-        for _ in range(100):  # a previous session of this rinkd may still be ending (409)
+        for attempt in range(100):  # a previous session of this rinkd may still be ending (409)
+            sess = self.client.open_session()
+            self.sess = sess
+            events = iter(sess)
             try:
-                sess = self.client.open_session()
+                first = next(events, None)
                 break
             except RinkdError as e:
-                if e.status != 409:
+                if e.status != 409 or attempt == 99:
                     raise
                 time.sleep(0.1)
-        if sess is None:
-            raise RuntimeError("rinkd kept another session open")
-        self.sess = sess
-        events = iter(sess)
-        first = next(events, None)
+        if self.over.is_set():  # stopped while opening
+            return
         if not first or "opened" not in first:
             raise RuntimeError("session did not open: %r %r" % (first, sess.error))
         self.session = first["opened"]["session"]
@@ -306,7 +313,7 @@ class Worker:
             if self.over.is_set():
                 return
             self.over.set()
-        with self.grants_mu:
+        with self.grants_mu:  # (follow installs no grant after this)
             grants = list(self.grants.values())
         for g in grants:
             self.finish(g, "session-over")
@@ -340,39 +347,43 @@ class Worker:
         while not self.over.is_set():
             try:
                 stream = self.client.await_role(self.session, symbol)
-            except (RinkdError, OSError) as e:
-                if self.over.wait(0.2):
-                    return
+            except OSError as e:
                 self.log("await-failed", symbol=symbol, error=str(e))
+                self.over.wait(0.2)
                 continue
             with self.streams_mu:
                 self.streams.add(stream)
             self.await_streams[symbol] = stream
             if self.over.is_set():
                 stream.close()
-            self.follow(symbol, stream)
+            try:
+                self.follow(symbol, stream)
+            except RinkdError as e:
+                if not self.over.is_set():
+                    self.log("await-failed", symbol=symbol, error=str(e))
             self.await_streams.pop(symbol, None)
             with self.streams_mu:
                 self.streams.discard(stream)
             stream.close()
             g = self.grants.get(symbol)
             if g is not None:
-                self.finish(g, "await-ended", release=True)
+                # No release call: for rinkd, the end of the stream is one.
+                self.finish(g, "await-ended")
             self.over.wait(0.1)
 
     def follow(self, symbol, stream):
         for ev in stream:
             kind = ev.get("kind")
             if kind == "GRANTED":
-                if self.over.is_set():
-                    return
                 g = Grant(ev)
                 old = self.grants.get(symbol)
                 if old is not None:
                     self.finish(old, "regranted", release=True)
-                with self.grants_mu:
+                with self.grants_mu:  # stop() ends every grant it finds here
+                    if self.over.is_set():
+                        return
+                    self.log("acquire", symbol=symbol, token=g.token, valid_for_ms=int(ev.get("valid_for_ms", "0")))
                     self.grants[symbol] = g
-                self.log("acquire", symbol=symbol, token=g.token, valid_for_ms=int(ev.get("valid_for_ms", "0")))
             elif kind == "RENEWED":
                 g = self.grants.get(symbol)
                 if g is not None:
@@ -392,7 +403,7 @@ class Worker:
                 continue
             with g.lock:
                 lapsed = not g.valid() and g.ended is None
-                if g.valid():
+                if g.valid() and not self.over.is_set():
                     seq += 1
                     res = self.ledger.append(g, self.name, seq)
                     if res == "ok":
