@@ -367,8 +367,10 @@ class Worker:
             stream.close()
             g = self.grants.get(symbol)
             if g is not None:
-                # No release call: for rinkd, the end of the stream is one.
-                self.finish(g, "await-ended")
+                # (When the worker ended the stream, rinkd took that as a
+                # release already; when rinkd did, its session is likely
+                # over and the call fails, harmlessly.)
+                self.finish(g, "await-ended", release=True)
             self.over.wait(0.1)
 
     def follow(self, symbol, stream):
@@ -405,7 +407,11 @@ class Worker:
                 lapsed = not g.valid() and g.ended is None
                 if g.valid() and not self.over.is_set():
                     seq += 1
-                    res = self.ledger.append(g, self.name, seq)
+                    try:
+                        res = self.ledger.append(g, self.name, seq)
+                    except sqlite3.Error as e:  # e.g. locked for too long: try again
+                        self.log("write-failed", symbol=symbol, token=g.token, error=str(e))
+                        res = "failed"
                     if res == "ok":
                         key = (symbol, g.token)
                         if key not in self.last_write:
@@ -413,7 +419,7 @@ class Worker:
                         self.last_write[key] = time.time()
                     elif res == "refused":
                         self.log("refused", symbol=symbol, token=g.token)
-                    else:
+                    elif res == "lapsed":
                         lapsed = True
             if lapsed:
                 self.finish(g, "lapsed", release=True)
