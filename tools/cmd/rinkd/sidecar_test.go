@@ -388,8 +388,9 @@ func TestSidecarPythonWorkers(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "rinkd")
-	build := exec.Command(goBin, "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
+	bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer bcancel()
+	if out, err := exec.CommandContext(bctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	script, err := filepath.Abs(filepath.Join("..", "..", "..", "examples", "sidecar-python", "worker.py"))
@@ -410,6 +411,9 @@ func TestSidecarPythonWorkers(t *testing.T) {
 		if t.Failed() {
 			for name := range r.wprocs {
 				t.Logf("%s stderr:\n%s", name, r.stderr(name))
+			}
+			for m := range r.rinkds {
+				t.Logf("rinkd %s stderr (its log):\n%s", m, r.stderr("rinkd-"+m))
 			}
 		}
 	}()
