@@ -50,11 +50,12 @@ class Stream:
     ends; close() (from any thread) ends it early. A call that rinkd refuses
     raises RinkdError from the iteration.
 
-    The response's head arrives with the stream's first message: an await
-    stream for a role this member does not hold says nothing, not even its
-    HTTP status, until the role is granted. So only connecting has a
-    timeout: a dead rinkd closes the connection, and a stalled one is
-    covered by the grants' validity, which the caller enforces.
+    The response's head arrives with the stream's first message: WAITING
+    at once on an await stream, but `opened` on a session stream only once
+    the member has joined (up to 1.5 TTLs after a restart). So only
+    connecting has a timeout: a dead rinkd closes the connection, and a
+    stalled one is covered by the grants' validity, which the caller
+    enforces.
     """
 
     def __init__(self, host, port, path, body, timeout):
