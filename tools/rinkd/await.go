@@ -40,22 +40,32 @@ func (g *grant) validUntil() time.Time {
 // queued RENEWED is replaced by the newer one.
 type outbox struct {
 	mu     sync.Mutex
-	queue  []*rinkv1.RoleEvent
+	queue  []queued
 	notify chan struct{} // has a value while the queue may hold events
+}
+
+// queued is an event and, for a grant or renewal, the validity it gives
+// (on the monotonic clock): valid_for_ms is computed as it is sent, so an
+// event that waited in the queue promises no more than it did.
+type queued struct {
+	ev    *rinkv1.RoleEvent
+	until time.Time
 }
 
 func newOutbox() *outbox { return &outbox{notify: make(chan struct{}, 1)} }
 
-func (o *outbox) put(ev *rinkv1.RoleEvent) {
+func (o *outbox) put(ev *rinkv1.RoleEvent) { o.putUntil(ev, time.Time{}) }
+
+func (o *outbox) putUntil(ev *rinkv1.RoleEvent, until time.Time) {
 	o.mu.Lock()
 	if n := len(o.queue); n > 0 && ev.Kind == rinkv1.RoleEvent_RENEWED {
-		if q := o.queue[n-1]; q.Kind == rinkv1.RoleEvent_RENEWED && q.Token == ev.Token {
-			o.queue[n-1] = ev
+		if q := o.queue[n-1].ev; q.Kind == rinkv1.RoleEvent_RENEWED && q.Token == ev.Token {
+			o.queue[n-1] = queued{ev, until}
 			o.mu.Unlock()
 			return
 		}
 	}
-	o.queue = append(o.queue, ev)
+	o.queue = append(o.queue, queued{ev, until})
 	o.mu.Unlock()
 	select {
 	case o.notify <- struct{}{}:
@@ -63,12 +73,20 @@ func (o *outbox) put(ev *rinkv1.RoleEvent) {
 	}
 }
 
-func (o *outbox) take() []*rinkv1.RoleEvent {
+func (o *outbox) take() []queued {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	q := o.queue
 	o.queue = nil
 	return q
+}
+
+// stamp sets a grant's or renewal's valid_for_ms from now.
+func (q queued) stamp() *rinkv1.RoleEvent {
+	if !q.until.IsZero() {
+		q.ev.ValidForMs = max(time.Until(q.until).Milliseconds(), 0)
+	}
+	return q.ev
 }
 
 // AwaitRole implements rinkv1.RinkServer.
@@ -95,8 +113,8 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 	go func() {
 		defer close(senderDone)
 		for {
-			for _, ev := range out.take() {
-				if err := stream.Send(ev); err != nil {
+			for _, q := range out.take() {
+				if err := stream.Send(q.stamp()); err != nil {
 					sendErr <- err
 					return
 				}
@@ -104,8 +122,8 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 			select {
 			case <-out.notify:
 			case <-stopSender:
-				for _, ev := range out.take() { // what the end queued
-					if stream.Send(ev) != nil {
+				for _, q := range out.take() { // what the end queued
+					if stream.Send(q.stamp()) != nil {
 						return
 					}
 				}
@@ -183,7 +201,7 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	}
 	a.ss.grants[role][g] = true
 	a.ss.mu.Unlock()
-	a.out.put(a.event(rinkv1.RoleEvent_GRANTED, g, now))
+	a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), g.until)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -229,7 +247,7 @@ func (a *awaiter) renew(g *grant, stop chan struct{}) {
 		}
 		if u.After(g.until) {
 			g.until = u
-			a.out.put(a.event(rinkv1.RoleEvent_RENEWED, g, now))
+			a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
 		}
 		g.mu.Unlock()
 	}
