@@ -1,0 +1,479 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rink-go/rink"
+)
+
+// drivers are the clients every behaviour runs against.
+var drivers = []Driver{libraryDriver{}, rinkdDriver{}}
+
+const ttl = rink.MinSessionTTL
+
+// env is one behaviour run against one driver, in a rink of its own.
+type env struct {
+	t     *testing.T
+	d     Driver
+	rink  string
+	hist  *History
+	delay time.Duration // rebalance delay of the members joined
+	repl  int
+}
+
+// behaviour runs fn once per driver, each as a parallel subtest, and checks
+// the history of the apps' holdings at the end.
+func behaviour(t *testing.T, fn func(e *env)) {
+	for _, d := range drivers {
+		t.Run(d.Name(), func(t *testing.T) {
+			t.Parallel()
+			name := "conf-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(strings.TrimPrefix(t.Name(), "Test")))
+			e := &env{t: t, d: d, rink: name, hist: &History{}, delay: 200 * time.Millisecond}
+			fn(e)
+			if err := e.hist.Check(); err != nil {
+				t.Errorf("history violates the promise:\n%v\nhistory:\n%s", err, e.dump())
+			}
+		})
+	}
+}
+
+func (e *env) dump() string {
+	var b strings.Builder
+	for _, ev := range e.hist.Events() {
+		fmt.Fprintln(&b, " ", ev)
+	}
+	return b.String()
+}
+
+func (e *env) config(member string, roles ...string) Config {
+	return Config{Rink: e.rink, Member: member, Roles: roles, TTL: ttl, Replicas: e.repl, RebalanceDelay: e.delay, History: e.hist}
+}
+
+// join joins a member that awaits roles, or fails the test.
+func (e *env) join(member string, roles ...string) Member {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	m, err := e.d.Join(ctx, e.t, e.config(member, roles...))
+	if err != nil {
+		e.t.Fatalf("join %s: %v", member, err)
+	}
+	return m
+}
+
+// waitFor polls cond until it returns "" or d passes; it fails the test
+// with cond's last word then.
+func (e *env) waitFor(d time.Duration, what string, cond func() string) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s: not within %v: %s\nhistory:\n%s", what, d, why, e.dump())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// settled says why the rink is not at rest with members as its live
+// members, or "": every member reports Settled, every role has exactly
+// one holder (app side), one of members, and every member's lookup names
+// that holder as the role's owner.
+func (e *env) settled(members []Member, roles []string) string {
+	for _, m := range members {
+		rk, err := m.Rank()
+		if err != nil {
+			return fmt.Sprintf("%s: rank: %v", m.Name(), err)
+		}
+		if !rk.Settled {
+			return fmt.Sprintf("%s not settled: %+v", m.Name(), rk)
+		}
+	}
+	for _, role := range roles {
+		hs := e.hist.Holders(role)
+		if len(hs) != 1 {
+			return fmt.Sprintf("role %s has holders %v", role, hs)
+		}
+		if !slices.ContainsFunc(members, func(m Member) bool { return m.Name() == hs[0] }) {
+			return fmt.Sprintf("role %s held by %s, not a live member", role, hs[0])
+		}
+		for _, m := range members {
+			owners, ok, err := m.Owners(role)
+			if err != nil || !ok || len(owners) == 0 {
+				return fmt.Sprintf("%s's lookup of %s: %v %v %v", m.Name(), role, owners, ok, err)
+			}
+			if owners[0] != hs[0] {
+				return fmt.Sprintf("%s's lookup of %s names %v, held by %s", m.Name(), role, owners, hs[0])
+			}
+		}
+	}
+	return ""
+}
+
+func (e *env) waitSettled(members []Member, roles []string) {
+	e.t.Helper()
+	e.waitFor(20*time.Second, "settled", func() string { return e.settled(members, roles) })
+}
+
+func roleNames(n int) []string {
+	var rs []string
+	for i := range n {
+		rs = append(rs, fmt.Sprintf("role-%d", i))
+	}
+	return rs
+}
+
+func byName(ms []Member, name string) Member {
+	for _, m := range ms {
+		if m.Name() == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func without(ms []Member, gone Member) []Member {
+	return slices.DeleteFunc(slices.Clone(ms), func(m Member) bool { return m == gone })
+}
+
+// heldElsewhere waits until role is held by a member other than not,
+// and returns that acquisition.
+func (e *env) heldElsewhere(role, not string, since time.Time, d time.Duration) Event {
+	e.t.Helper()
+	var got Event
+	e.waitFor(d, role+" held by a member other than "+not, func() string {
+		ev, ok := e.hist.FirstAcquire(role, not, since)
+		if !ok {
+			return fmt.Sprintf("holders %v", e.hist.Holders(role))
+		}
+		got = ev
+		return ""
+	})
+	return got
+}
+
+// TestSingletonHandover: the holder of a singleton role leaves gracefully;
+// the role moves to the other member at once (no lease to wait out), never
+// held by two.
+func TestSingletonHandover(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := []string{"leader"}
+		m1 := e.join("m1", roles...)
+		m2 := e.join("m2", roles...)
+		ms := []Member{m1, m2}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder("leader")
+		holder := byName(ms, h.Member)
+		other := without(ms, holder)[0]
+		t0 := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := holder.Leave(ctx); err != nil {
+			e.t.Fatalf("leave: %v", err)
+		}
+		ev := e.heldElsewhere("leader", holder.Name(), t0, ttl+3*time.Second)
+		dt := ev.At.Sub(t0)
+		e.t.Logf("handover: %s held by %s %v after %s began to leave", "leader", ev.Member, dt, holder.Name())
+		if ev.Member != other.Name() {
+			e.t.Errorf("leader went to %s, want %s", ev.Member, other.Name())
+		}
+		if dt >= ttl {
+			e.t.Errorf("a graceful handover took %v, at least the TTL %v: it waited for a lease", dt, ttl)
+		}
+		e.waitSettled([]Member{other}, roles)
+	})
+}
+
+// TestCrashFailover: the holder crashes; its roles are held elsewhere once
+// its lease has expired (the TTL and etcd's expiry check).
+func TestCrashFailover(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		victim := byName(ms, h.Member)
+		held := victim.Holding()
+		t0 := time.Now()
+		victim.Crash()
+		for _, role := range held {
+			ev := e.heldElsewhere(role, victim.Name(), t0, ttl+5*time.Second)
+			e.t.Logf("failover: %s held by %s %v after %s crashed", role, ev.Member, ev.At.Sub(t0), victim.Name())
+		}
+		e.waitSettled(without(ms, victim), roles)
+	})
+}
+
+// TestRollingReplacement: every member is replaced, one at a time, as a
+// rolling deploy does (the new one ready before the old one leaves): every
+// role keeps at most one holder, and is held nearly all the time.
+func TestRollingReplacement(t *testing.T) {
+	behaviour(t, func(e *env) {
+		// Newcomers wait for a departure (as in a rolling deploy), longer
+		// than a replacement takes.
+		e.delay = 3 * time.Second
+		roles := roleNames(6)
+		ms := []Member{e.join("old-1", roles...), e.join("old-2", roles...), e.join("old-3", roles...)}
+		e.waitSettled(ms, roles)
+		start := time.Now()
+		for i, old := range slices.Clone(ms) {
+			nu := e.join(fmt.Sprintf("new-%d", i+1), roles...)
+			e.waitFor(10*time.Second, nu.Name()+" ready", func() string {
+				if ok, err := nu.Ready(); !ok || err != nil {
+					return fmt.Sprintf("ready %v %v", ok, err)
+				}
+				return ""
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := old.Leave(ctx)
+			cancel()
+			if err != nil {
+				e.t.Fatalf("%s leaves: %v", old.Name(), err)
+			}
+			ms = append(without(ms, old), nu)
+			e.waitSettled(ms, roles)
+		}
+		end := time.Now()
+		window := end.Sub(start)
+		for _, role := range roles {
+			unheld := e.hist.Unheld(role, start, end)
+			e.t.Logf("%s unheld %v of %v", role, unheld, window)
+			if unheld > window/10 {
+				e.t.Errorf("%s unheld %v of %v: more than a tenth", role, unheld, window)
+			}
+		}
+	})
+}
+
+// TestScaleOut: members are added; the roles spread over them, never held
+// by two.
+func TestScaleOut(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(6)
+		ms := []Member{e.join("m1", roles...)}
+		e.waitSettled(ms, roles)
+		ms = append(ms, e.join("m2", roles...), e.join("m3", roles...))
+		e.waitFor(20*time.Second, "roles spread", func() string {
+			if why := e.settled(ms, roles); why != "" {
+				return why
+			}
+			for _, m := range ms {
+				if len(m.Holding()) == 0 {
+					return m.Name() + " holds no role"
+				}
+			}
+			return ""
+		})
+		for _, m := range ms {
+			hs := m.Holding()
+			sort.Strings(hs)
+			e.t.Logf("%s holds %v", m.Name(), hs)
+		}
+	})
+}
+
+// TestOwnerAgreement: once the rink is at rest, every member's lookup of
+// every role names one owner, the member whose app holds it; again after a
+// member leaves.
+func TestOwnerAgreement(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := append(roleNames(6), "BTC/ETH", "partition:42")
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles) // settled checks the agreement
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := ms[0].Leave(ctx); err != nil {
+			e.t.Fatal(err)
+		}
+		e.waitSettled(ms[1:], roles)
+	})
+}
+
+// expect checks that err is (wraps) want; an ErrUnsupported is allowed
+// where the client has no such call, and logged.
+func (e *env) expect(what string, err, want error, unsupportedOK bool) {
+	e.t.Helper()
+	switch {
+	case unsupportedOK && errors.Is(err, ErrUnsupported):
+		e.t.Logf("%s: %v", what, err)
+	case want == nil && err != nil:
+		e.t.Errorf("%s: %v, want no error", what, err)
+	case want != nil && !errors.Is(err, want):
+		e.t.Errorf("%s: got %v, want %v", what, err, want)
+	default:
+		e.t.Logf("%s: %v", what, err)
+	}
+}
+
+// TestBadInput: bad input gets the error the client's ecosystem expects:
+// the library's exported errors, rinkd's HTTP 400, 404 and 409.
+func TestBadInput(t *testing.T) {
+	behaviour(t, func(e *env) {
+		m := e.join("m1", "a")
+		e.waitSettled([]Member{m}, []string{"a"})
+		h, _ := e.hist.Holder("a")
+		e.expect("await an empty role", m.Await(""), ErrInvalid, false)
+		e.expect("await a good role", m.Await("b"), nil, false)
+		e.expect("release an empty role", m.Release("", h.Token), ErrInvalid, true)
+		e.expect("release token 0", m.Release("a", 0), ErrInvalid, true)
+		e.expect("release token -5", m.Release("a", -5), ErrInvalid, true)
+		e.expect("report load -1", m.ReportLoad("a", -1), ErrInvalid, true)
+		e.expect("report load 0", m.ReportLoad("a", 0), ErrInvalid, true)
+		e.expect("report load of an empty role", m.ReportLoad("", 1), ErrInvalid, true)
+		e.expect("report load 1", m.ReportLoad("a", 1), nil, false)
+
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		e.expect("a second session (member of the same name)", m.JoinAgain(ctx), ErrConflict, false)
+		bad := e.config("m2")
+		bad.Replicas = -1
+		_, err := e.d.Join(ctx, e.t, bad)
+		e.expect("join with replicas -1", err, ErrInvalid, false)
+		bad = e.config("m3")
+		bad.TTL = 1500 * time.Millisecond
+		_, err = e.d.Join(ctx, e.t, bad)
+		e.expect("join with TTL 1.5 s", err, ErrInvalid, false)
+		bad = e.config("bad name!")
+		_, err = e.d.Join(ctx, e.t, bad)
+		e.expect("join with a bad member name", err, ErrInvalid, false)
+
+		if err := m.Leave(ctx); err != nil {
+			e.t.Fatal(err)
+		}
+		e.expect("await in a session that is over", m.Await("c"), ErrGone, false)
+		e.expect("release in a session that is over", m.Release("a", h.Token), ErrGone, true)
+		e.expect("report load in a session that is over", m.ReportLoad("a", 1), ErrGone, true)
+	})
+}
+
+// TestShutdownSemantics: once a member has left, its app holds nothing,
+// its session is over (calls about roles get ErrGone), and its lookups
+// either answer no more or answer the rink's current truth, never its last
+// map.
+func TestShutdownSemantics(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...)}
+		e.waitSettled(ms, roles)
+		leaver, stays := ms[0], ms[1]
+		if len(leaver.Holding()) == 0 {
+			leaver, stays = stays, leaver
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := leaver.Leave(ctx); err != nil {
+			e.t.Fatal(err)
+		}
+		if hs := leaver.Holding(); len(hs) != 0 {
+			e.t.Errorf("%s's app still acts on %v after it left", leaver.Name(), hs)
+		}
+		for _, role := range roles {
+			if slices.Contains(e.hist.Holders(role), leaver.Name()) {
+				e.t.Errorf("%s's holding of %s is not over after it left", leaver.Name(), role)
+			}
+		}
+		if !leaver.Ended() {
+			e.t.Errorf("%s's session has not ended after it left", leaver.Name())
+		}
+		e.expect("await after leaving", leaver.Await("x"), ErrGone, false)
+		if rk, err := leaver.Rank(); err == nil && (rk.Index != -1 || rk.Size != 0) {
+			e.t.Errorf("rank after leaving: %+v", rk)
+		} else if err != nil && !errors.Is(err, ErrGone) {
+			e.t.Errorf("rank after leaving: %v, want ErrGone", err)
+		}
+		e.waitSettled([]Member{stays}, roles)
+		for _, role := range roles {
+			owners, ok, err := leaver.Owners(role)
+			if err == nil && ok && (slices.Contains(owners, leaver.Name()) || owners[0] != stays.Name()) {
+				e.t.Errorf("%s's lookup of %s after leaving: %v, want no answer or %s", leaver.Name(), role, owners, stays.Name())
+			}
+		}
+	})
+}
+
+// TestReplicasPromotion: with two replicas per slot, a crashed primary's
+// role goes to its secondary, with a greater token.
+func TestReplicasPromotion(t *testing.T) {
+	behaviour(t, func(e *env) {
+		e.repl = 2
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		primary := byName(ms, h.Member)
+		var secondary string
+		e.waitFor(10*time.Second, "every lookup names the secondary", func() string {
+			var seen []string
+			for _, m := range ms {
+				owners, ok, err := m.Owners(roles[0])
+				if err != nil || !ok || len(owners) != 2 || owners[0] != primary.Name() {
+					return fmt.Sprintf("%s's lookup: %v %v %v", m.Name(), owners, ok, err)
+				}
+				seen = append(seen, owners[1])
+			}
+			if len(slices.Compact(slices.Sorted(slices.Values(seen)))) != 1 {
+				return fmt.Sprintf("secondaries disagree: %v", seen)
+			}
+			secondary = seen[0]
+			return ""
+		})
+		t0 := time.Now()
+		primary.Crash()
+		ev := e.heldElsewhere(roles[0], primary.Name(), t0, ttl+5*time.Second)
+		e.t.Logf("promotion: %s held by %s %v after %s crashed (token %d, was %d)", roles[0], ev.Member, ev.At.Sub(t0),
+			primary.Name(), ev.Token, h.Token)
+		if ev.Member != secondary {
+			e.t.Errorf("%s went to %s, not to its secondary %s", roles[0], ev.Member, secondary)
+		}
+		if ev.Token <= h.Token {
+			e.t.Errorf("token %d after %d", ev.Token, h.Token)
+		}
+		e.waitSettled(without(ms, primary), roles)
+	})
+}
+
+// appCrashBound is how soon an app's roles must be held elsewhere after the
+// app dies beside a live sidecar.
+const appCrashBound = time.Second
+
+// TestAppCrashSidecarAlive: the app dies (its connections close) while its
+// sidecar lives: the sidecar leaves at once, and the roles are held
+// elsewhere within a second, not a TTL.
+func TestAppCrashSidecarAlive(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		victim := byName(ms, h.Member)
+		held := victim.Holding()
+		t0 := time.Now()
+		if err := victim.CrashApp(); errors.Is(err, ErrUnsupported) {
+			e.t.Skip(err)
+		} else if err != nil {
+			e.t.Fatal(err)
+		}
+		var worst time.Duration
+		for _, role := range held {
+			ev := e.heldElsewhere(role, victim.Name(), t0, ttl+5*time.Second)
+			dt := ev.At.Sub(t0)
+			worst = max(worst, dt)
+			e.t.Logf("app crash: %s held by %s %v after the app's connections closed", role, ev.Member, dt)
+		}
+		e.t.Logf("app-crash failover: %d roles, slowest %v", len(held), worst)
+		if worst > appCrashBound {
+			e.t.Errorf("roles held elsewhere %v after the app died beside a live sidecar, want within %v", worst, appCrashBound)
+		}
+		e.waitSettled(without(ms, victim), roles)
+	})
+}

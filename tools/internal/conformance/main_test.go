@@ -1,0 +1,86 @@
+package conformance
+
+import (
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink/internal/embedetcd"
+)
+
+// The tests share one embedded etcd, started by TestMain on loopback ports
+// chosen at run time; each behaviour runs for each driver in a rink of its
+// own name. Every member reaches etcd through a proxy of its own, so that a
+// crash cuts it off (BlackholeTx/Rx) while the others carry on.
+var testEndpoint string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		// The behaviours wait on etcd and timers; they hardly compute.
+		_ = flag.Set("test.parallel", "6")
+	}
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting etcd:", err)
+		os.Exit(2)
+	}
+	testEndpoint = srv.Endpoint()
+	code := m.Run()
+	srv.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goroutines left behind:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// newProxy starts a proxy to the test etcd, closed when tb ends.
+func newProxy(tb TB) (proxy.Server, error) {
+	from, err := embedetcd.FreeURL()
+	if err != nil {
+		return nil, err
+	}
+	from.Scheme = "tcp"
+	to := url.URL{Scheme: "tcp", Host: testEndpoint}
+	p := proxy.NewServer(proxy.ServerConfig{Logger: zap.NewNop(), From: from, To: to})
+	select {
+	case <-p.Ready():
+	case err := <-p.Error():
+		p.Close()
+		return nil, err
+	}
+	tb.Cleanup(func() { p.Close() })
+	return p, nil
+}
+
+// proxyClient connects to etcd through p, with keep-alives that notice a
+// cut connection within seconds. The caller closes it.
+func proxyClient(p proxy.Server) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints:            []string{strings.TrimPrefix(p.From(), "tcp://")},
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+}
+
+// blackhole cuts p both ways: the member behind it is cut off etcd.
+func blackhole(p proxy.Server) {
+	p.BlackholeTx()
+	p.BlackholeRx()
+}

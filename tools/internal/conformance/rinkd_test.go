@@ -1,0 +1,150 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/pkg/v3/proxy"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/tools/rinkd"
+)
+
+// rinkdDriver runs each member as a rinkd.Server in this process, with an
+// etcd client of its own through a proxy of its own, and its app as an App
+// that speaks HTTP/JSON to it.
+type rinkdDriver struct{}
+
+func (rinkdDriver) Name() string { return "rinkd-http" }
+
+type rinkdMember struct {
+	cfg   Config
+	p     proxy.Server
+	cli   *clientv3.Client
+	srv   *rinkd.Server
+	addr  string
+	app   *App
+	cut   atomic.Bool
+	clean sync.Once
+}
+
+func (rinkdDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) {
+	tb.Helper()
+	p, err := newProxy(tb)
+	if err != nil {
+		return nil, err
+	}
+	cli, err := proxyClient(p)
+	if err != nil {
+		return nil, err
+	}
+	ttl := cfg.TTL
+	if ttl == 0 {
+		ttl = rink.MinSessionTTL
+	}
+	opts := []rink.Option{rink.WithRebalanceDelay(cfg.RebalanceDelay)}
+	if cfg.Replicas != 0 {
+		opts = append(opts, rink.WithReplicas(cfg.Replicas))
+	}
+	srv, err := rinkd.New(ctx, rinkd.Config{Client: cli, Rink: cfg.Rink, Member: cfg.Member, TTL: ttl, Options: opts})
+	if err != nil {
+		cli.Close()
+		if errors.Is(err, rinkd.ErrInvalidConfig) { // the sidecar's own settings (flags), not its API
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		return nil, err
+	}
+	m := &rinkdMember{cfg: cfg, p: p, cli: cli, srv: srv}
+	addrs, err := srv.Start("127.0.0.1:0", "127.0.0.1:0", "")
+	if err != nil {
+		_ = srv.Shutdown(context.Background())
+		cli.Close()
+		return nil, err
+	}
+	m.addr = addrs.HTTP
+	m.app = NewApp(addrs.HTTP, cfg.History)
+	tb.Cleanup(m.cleanup)
+	if err := m.app.Open(ctx); err != nil {
+		return nil, err
+	}
+	if len(cfg.Roles) > 0 {
+		if err := m.app.Await(cfg.Roles...); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *rinkdMember) cleanup() {
+	m.clean.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if m.cut.Load() {
+			m.cli.Close() // nothing to hand over: stop at once
+			m.app.Close()
+		}
+		_ = m.srv.Shutdown(ctx)
+		m.app.Close()
+		m.cli.Close()
+	})
+}
+
+func (m *rinkdMember) Name() string { return m.cfg.Member }
+
+func (m *rinkdMember) Await(roles ...string) error { return m.app.Await(roles...) }
+
+func (m *rinkdMember) Holding() []string { return m.app.Holding() }
+
+func (m *rinkdMember) Owners(role string) ([]string, bool, error) { return m.app.Owners(role) }
+
+func (m *rinkdMember) Rank() (Rank, error) { return m.app.Rank() }
+
+func (m *rinkdMember) Ready() (bool, error) { return m.app.Ready() }
+
+func (m *rinkdMember) Ended() bool {
+	ended, _ := m.app.Ended()
+	return ended
+}
+
+// Leave is a pod's stop: the preStop hook drains (rinkd revokes the app's
+// roles, waits for its releases and leaves); the sidecar itself stays up
+// until the test ends.
+func (m *rinkdMember) Leave(ctx context.Context) error {
+	if err := m.app.Drain(); err != nil {
+		return err
+	}
+	select {
+	case <-m.app.EndedC():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the session did not end after the drain: %w", ctx.Err())
+	}
+}
+
+// Crash is a SIGKILL of the sidecar: cut off etcd, its connections to the
+// app closed (the app sees its streams end), the Server abandoned.
+func (m *rinkdMember) Crash() {
+	m.cut.Store(true)
+	blackhole(m.p)
+	m.app.Cut()
+}
+
+func (m *rinkdMember) CrashApp() error {
+	m.app.Kill()
+	return nil
+}
+
+func (m *rinkdMember) JoinAgain(ctx context.Context) error {
+	a := NewApp(m.addr, m.cfg.History)
+	defer a.Close()
+	return a.Open(ctx)
+}
+
+func (m *rinkdMember) Release(role string, token int64) error { return m.app.Release(role, token) }
+
+func (m *rinkdMember) ReportLoad(role string, units float64) error { return m.app.ReportLoad(role, units) }
