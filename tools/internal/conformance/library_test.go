@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
@@ -71,7 +71,7 @@ func libOptions(cfg Config) []rink.Option {
 		replicas = 1
 	}
 	return []rink.Option{rink.WithMemberName(cfg.Member), rink.WithSessionTTL(ttl),
-		rink.WithRebalanceDelay(cfg.RebalanceDelay), rink.WithReplicas(replicas), rink.WithLogger(zap.NewNop())}
+		rink.WithRebalanceDelay(cfg.RebalanceDelay), rink.WithReplicas(replicas), rink.WithLoadInterval(loadInterval), rink.WithLogger(zap.NewNop())}
 }
 
 func (libraryDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) {
@@ -221,6 +221,9 @@ func (m *libMember) ReportLoad(role string, units float64) error {
 		return fmt.Errorf("%w: AddLoad ignores an empty role, by its contract", ErrUnsupported)
 	}
 	m.r.AddLoad(role, units)
+	if m.Ended() {
+		return fmt.Errorf("%w: AddLoad returns no error: it ignores load once the rink has stopped, by its contract", ErrUnsupported)
+	}
 	if math.IsNaN(units) || math.IsInf(units, 0) || units <= 0 {
 		return fmt.Errorf("%w: AddLoad returns no error: it ignores units that are not positive and finite, by its contract", ErrUnsupported)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/pkg/v3/proxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/pkg/v3/proxy"
 
 	"github.com/rink-go/rink"
 	"github.com/rink-go/rink/tools/rinkd"
@@ -47,7 +47,7 @@ func (rinkdDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) 
 	if ttl == 0 {
 		ttl = rink.MinSessionTTL
 	}
-	opts := []rink.Option{rink.WithRebalanceDelay(cfg.RebalanceDelay)}
+	opts := []rink.Option{rink.WithRebalanceDelay(cfg.RebalanceDelay), rink.WithLoadInterval(loadInterval)}
 	if cfg.Replicas != 0 {
 		opts = append(opts, rink.WithReplicas(cfg.Replicas))
 	}
@@ -147,4 +147,6 @@ func (m *rinkdMember) JoinAgain(ctx context.Context) error {
 
 func (m *rinkdMember) Release(role string, token int64) error { return m.app.Release(role, token) }
 
-func (m *rinkdMember) ReportLoad(role string, units float64) error { return m.app.ReportLoad(role, units) }
+func (m *rinkdMember) ReportLoad(role string, units float64) error {
+	return m.app.ReportLoad(role, units)
+}
