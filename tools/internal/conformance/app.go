@@ -36,6 +36,7 @@ type App struct {
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{}
 	dead      bool // killed: dials no more
+	frozen    bool // the sidecar went silent: reads get nothing more
 	session   string
 	member    string
 	over      bool          // the session is over: no holding starts
@@ -69,7 +70,7 @@ func NewApp(addr string, hist *History) *App {
 			if err != nil {
 				return nil, err
 			}
-			tc := &trackedConn{Conn: c, a: a}
+			tc := &trackedConn{Conn: c, a: a, closed: make(chan struct{})}
 			a.mu.Lock()
 			if a.dead {
 				a.mu.Unlock()
@@ -89,8 +90,9 @@ func NewApp(addr string, hist *History) *App {
 
 type trackedConn struct {
 	net.Conn
-	a    *App
-	once sync.Once
+	a      *App
+	once   sync.Once
+	closed chan struct{}
 }
 
 func (c *trackedConn) Close() error {
@@ -98,8 +100,28 @@ func (c *trackedConn) Close() error {
 		c.a.mu.Lock()
 		delete(c.a.conns, c)
 		c.a.mu.Unlock()
+		close(c.closed)
 	})
 	return c.Conn.Close()
+}
+
+// Read reads nothing once the app is frozen (Freeze): it blocks until the
+// connection is closed, as a read from a host that vanished does.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	if !c.a.isFrozen() {
+		n, err := c.Conn.Read(p)
+		if !c.a.isFrozen() {
+			return n, err
+		}
+	}
+	<-c.closed
+	return 0, net.ErrClosed
+}
+
+func (a *App) isFrozen() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.frozen
 }
 
 // Member is the member's name the session was opened with.
@@ -580,6 +602,16 @@ func (a *App) Kill() {
 	a.mu.Unlock()
 	a.stopAll("app killed")
 	a.cutConns()
+}
+
+// Freeze makes the sidecar silent to the app, as when its host vanishes
+// without closing a connection: reads get nothing more (no event, no end
+// of stream) and dials fail. The app has only its grants' validity to go
+// by.
+func (a *App) Freeze() {
+	a.mu.Lock()
+	a.frozen, a.dead = true, true
+	a.mu.Unlock()
 }
 
 // Cut closes the app's connections (its sidecar died) and dials no more:

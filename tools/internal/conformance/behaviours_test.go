@@ -166,6 +166,13 @@ func (e *env) heldElsewhere(role, not string, since time.Time, d time.Duration) 
 	return got
 }
 
+// gracefulBound is how soon a graceful leave must hand a role over. It
+// takes tens of milliseconds: a few etcd writes and watch deliveries, and
+// the app's release. Waiting for a lease (the TTL) or for a grant's
+// validity (nearly as long: what the heir waits for when an app does not
+// release a revoked role) takes several times as long.
+const gracefulBound = ttl / 4
+
 // TestSingletonHandover: the holder of a singleton role leaves gracefully;
 // the role moves to the other member at once (no lease to wait out), never
 // held by two.
@@ -191,8 +198,8 @@ func TestSingletonHandover(t *testing.T) {
 		if ev.Member != other.Name() {
 			e.t.Errorf("leader went to %s, want %s", ev.Member, other.Name())
 		}
-		if dt >= ttl {
-			e.t.Errorf("a graceful handover took %v, at least the TTL %v: it waited for a lease", dt, ttl)
+		if dt >= gracefulBound {
+			e.t.Errorf("a graceful handover took %v, want within %v: it waited for a lease or a grant's validity", dt, gracefulBound)
 		}
 		e.waitSettled([]Member{other}, roles)
 	})
@@ -213,6 +220,35 @@ func TestCrashFailover(t *testing.T) {
 		for _, role := range held {
 			ev := e.heldElsewhere(role, victim.Name(), t0, ttl+5*time.Second)
 			e.t.Logf("failover: %s held by %s %v after %s crashed", role, ev.Member, ev.At.Sub(t0), victim.Name())
+		}
+		e.waitSettled(without(ms, victim), roles)
+	})
+}
+
+// TestSilentPartition: the holder is cut off etcd, and its app hears
+// nothing more from its client; the app stops by itself (for rinkd: when
+// its grants' validity lapses) before the role is held elsewhere.
+func TestSilentPartition(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		victim := byName(ms, h.Member)
+		held := victim.Holding()
+		t0 := time.Now()
+		victim.Partition()
+		for _, role := range held {
+			ev := e.heldElsewhere(role, victim.Name(), t0, ttl+5*time.Second)
+			e.t.Logf("partition: %s held by %s %v after %s was cut off", role, ev.Member, ev.At.Sub(t0), victim.Name())
+		}
+		for _, ev := range e.hist.Events() {
+			if ev.Member == victim.Name() && ev.Kind == Release && ev.At.After(t0) {
+				e.t.Logf("%s's app stopped %v after the cut: %v", victim.Name(), ev.At.Sub(t0), ev)
+			}
+		}
+		if hs := victim.Holding(); len(hs) != 0 {
+			e.t.Errorf("%s's app still acts on %v", victim.Name(), hs)
 		}
 		e.waitSettled(without(ms, victim), roles)
 	})
@@ -239,10 +275,16 @@ func TestRollingReplacement(t *testing.T) {
 				return ""
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			t0 := time.Now()
 			err := old.Leave(ctx)
+			took := time.Since(t0)
 			cancel()
 			if err != nil {
 				e.t.Fatalf("%s leaves: %v", old.Name(), err)
+			}
+			e.t.Logf("%s left in %v", old.Name(), took)
+			if took >= gracefulBound {
+				e.t.Errorf("%s took %v to leave, want within %v: it waited for a lease or a grant's validity", old.Name(), took, gracefulBound)
 			}
 			ms = append(without(ms, old), nu)
 			e.waitSettled(ms, roles)

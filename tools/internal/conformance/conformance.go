@@ -102,6 +102,11 @@ type Member interface {
 	// the app cannot outlive the member): a killed process, or one
 	// partitioned away.
 	Crash()
+	// Partition cuts the member off etcd and leaves it running, and the
+	// app hears nothing more from it (for rinkd: the sidecar goes silent,
+	// its connections neither answer nor close): the app must stop on
+	// its own, by the time its holdings are valid for.
+	Partition()
 	// CrashApp kills the app alone, the member (sidecar) staying alive.
 	CrashApp() error
 	// JoinAgain tries a second session (or member of the same name) while

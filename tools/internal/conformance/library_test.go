@@ -194,6 +194,11 @@ func (m *libMember) Crash() {
 	blackhole(m.p)
 }
 
+// Partition is Crash: the app, in the member's process, learns that its
+// holdings ended from the role contexts, which the member cancels by
+// itself (ErrFenced) when it cannot renew its lease.
+func (m *libMember) Partition() { m.Crash() }
+
 func (m *libMember) CrashApp() error {
 	return fmt.Errorf("%w: the app and the member are one process: an app crash is a member crash (crash-failover)", ErrUnsupported)
 }

@@ -134,6 +134,15 @@ func (m *rinkdMember) Crash() {
 	m.app.Cut()
 }
 
+// Partition cuts the sidecar off etcd and makes it silent to the app: the
+// app sees no REVOKED and no end of stream, and must stop when its grants'
+// validity lapses.
+func (m *rinkdMember) Partition() {
+	m.cut.Store(true)
+	blackhole(m.p)
+	m.app.Freeze()
+}
+
 func (m *rinkdMember) CrashApp() error {
 	m.app.Kill()
 	return nil
