@@ -526,3 +526,69 @@ func TestAppCrashSidecarAlive(t *testing.T) {
 		e.waitSettled(without(ms, victim), roles)
 	})
 }
+
+// TestAppRestartSidecarAlive: after its app died, a member's sidecar takes a
+// new app: the restarted app opens a session and gets its share of the
+// roles again.
+func TestAppRestartSidecarAlive(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		victim := byName(ms, h.Member)
+		if err := victim.CrashApp(); errors.Is(err, ErrUnsupported) {
+			e.t.Skip(err)
+		} else if err != nil {
+			e.t.Fatal(err)
+		}
+		t0 := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := victim.RestartApp(ctx); err != nil {
+			e.t.Fatalf("restart the app: %v", err)
+		}
+		e.t.Logf("the restarted app's session opened %v after the crash", time.Since(t0))
+		e.waitFor(20*time.Second, "roles spread again", func() string {
+			if why := e.settled(ms, roles); why != "" {
+				return why
+			}
+			if len(victim.Holding()) == 0 {
+				return victim.Name() + " holds no role"
+			}
+			return ""
+		})
+	})
+}
+
+// TestPartitionHeals: a holder is cut off etcd (its app still talks to its
+// client), its roles fail over; once the partition heals it rejoins by
+// itself and its app gets a share of the roles again, never overlapping.
+func TestPartitionHeals(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		h, _ := e.hist.Holder(roles[0])
+		victim := byName(ms, h.Member)
+		t0 := time.Now()
+		victim.Isolate()
+		ev := e.heldElsewhere(roles[0], victim.Name(), t0, ttl+5*time.Second)
+		e.t.Logf("isolated: %s held by %s %v after %s was cut off", roles[0], ev.Member, ev.At.Sub(t0), victim.Name())
+		if hs := victim.Holding(); len(hs) != 0 {
+			e.t.Errorf("%s's app still acts on %v", victim.Name(), hs)
+		}
+		t1 := time.Now()
+		victim.Heal()
+		e.waitFor(20*time.Second, "roles spread again", func() string {
+			if why := e.settled(ms, roles); why != "" {
+				return why
+			}
+			if len(victim.Holding()) == 0 {
+				return victim.Name() + " holds no role"
+			}
+			return ""
+		})
+		e.t.Logf("healed: settled with %s holding %v %v after the heal", victim.Name(), victim.Holding(), time.Since(t1))
+	})
+}

@@ -107,8 +107,15 @@ type Member interface {
 	// its connections neither answer nor close): the app must stop on
 	// its own, by the time its holdings are valid for.
 	Partition()
+	// Isolate cuts the member off etcd, its app still talking to its
+	// client; Heal ends that.
+	Isolate()
+	Heal()
 	// CrashApp kills the app alone, the member (sidecar) staying alive.
 	CrashApp() error
+	// RestartApp starts the app anew after CrashApp, beside the same
+	// member (sidecar), awaiting the roles it awaited from the start.
+	RestartApp(ctx context.Context) error
 	// JoinAgain tries a second session (or member of the same name) while
 	// this one lives.
 	JoinAgain(ctx context.Context) error

@@ -199,8 +199,16 @@ func (m *libMember) Crash() {
 // itself (ErrFenced) when it cannot renew its lease.
 func (m *libMember) Partition() { m.Crash() }
 
+func (m *libMember) Isolate() { blackhole(m.p) }
+
+func (m *libMember) Heal() { unblackhole(m.p) }
+
 func (m *libMember) CrashApp() error {
 	return fmt.Errorf("%w: the app and the member are one process: an app crash is a member crash (crash-failover)", ErrUnsupported)
+}
+
+func (m *libMember) RestartApp(context.Context) error {
+	return fmt.Errorf("%w: the app and the member are one process", ErrUnsupported)
 }
 
 func (m *libMember) JoinAgain(ctx context.Context) error {

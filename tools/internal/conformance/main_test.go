@@ -84,3 +84,9 @@ func blackhole(p proxy.Server) {
 	p.BlackholeTx()
 	p.BlackholeRx()
 }
+
+// unblackhole lets p's traffic through again.
+func unblackhole(p proxy.Server) {
+	p.UnblackholeTx()
+	p.UnblackholeRx()
+}

@@ -28,7 +28,9 @@ type rinkdMember struct {
 	cli   *clientv3.Client
 	srv   *rinkd.Server
 	addr  string
-	app   *App
+	mu    sync.Mutex
+	app   *App   // the current app
+	apps  []*App // every app started, for the cleanup
 	cut   atomic.Bool
 	clean sync.Once
 }
@@ -68,12 +70,13 @@ func (rinkdDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) 
 	}
 	m.addr = addrs.HTTP
 	m.app = NewApp(addrs.HTTP, cfg.History)
+	m.apps = []*App{m.app}
 	tb.Cleanup(m.cleanup)
-	if err := m.app.Open(ctx); err != nil {
+	if err := m.cur().Open(ctx); err != nil {
 		return nil, err
 	}
 	if len(cfg.Roles) > 0 {
-		if err := m.app.Await(cfg.Roles...); err != nil {
+		if err := m.cur().Await(cfg.Roles...); err != nil {
 			return nil, err
 		}
 	}
@@ -84,30 +87,37 @@ func (m *rinkdMember) cleanup() {
 	m.clean.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		m.mu.Lock()
+		apps := m.apps
+		m.mu.Unlock()
 		if m.cut.Load() {
 			m.cli.Close() // nothing to hand over: stop at once
-			m.app.Close()
+			for _, a := range apps {
+				a.Close()
+			}
 		}
 		_ = m.srv.Shutdown(ctx)
-		m.app.Close()
+		for _, a := range apps {
+			a.Close()
+		}
 		m.cli.Close()
 	})
 }
 
 func (m *rinkdMember) Name() string { return m.cfg.Member }
 
-func (m *rinkdMember) Await(roles ...string) error { return m.app.Await(roles...) }
+func (m *rinkdMember) Await(roles ...string) error { return m.cur().Await(roles...) }
 
-func (m *rinkdMember) Holding() []string { return m.app.Holding() }
+func (m *rinkdMember) Holding() []string { return m.cur().Holding() }
 
-func (m *rinkdMember) Owners(role string) ([]string, bool, error) { return m.app.Owners(role) }
+func (m *rinkdMember) Owners(role string) ([]string, bool, error) { return m.cur().Owners(role) }
 
-func (m *rinkdMember) Rank() (Rank, error) { return m.app.Rank() }
+func (m *rinkdMember) Rank() (Rank, error) { return m.cur().Rank() }
 
-func (m *rinkdMember) Ready() (bool, error) { return m.app.Ready() }
+func (m *rinkdMember) Ready() (bool, error) { return m.cur().Ready() }
 
 func (m *rinkdMember) Ended() bool {
-	ended, _ := m.app.Ended()
+	ended, _ := m.cur().Ended()
 	return ended
 }
 
@@ -115,11 +125,11 @@ func (m *rinkdMember) Ended() bool {
 // roles, waits for its releases and leaves); the sidecar itself stays up
 // until the test ends.
 func (m *rinkdMember) Leave(ctx context.Context) error {
-	if err := m.app.Drain(); err != nil {
+	if err := m.cur().Drain(); err != nil {
 		return err
 	}
 	select {
-	case <-m.app.EndedC():
+	case <-m.cur().EndedC():
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("the session did not end after the drain: %w", ctx.Err())
@@ -131,7 +141,7 @@ func (m *rinkdMember) Leave(ctx context.Context) error {
 func (m *rinkdMember) Crash() {
 	m.cut.Store(true)
 	blackhole(m.p)
-	m.app.Cut()
+	m.cur().Cut()
 }
 
 // Partition cuts the sidecar off etcd and makes it silent to the app: the
@@ -140,12 +150,47 @@ func (m *rinkdMember) Crash() {
 func (m *rinkdMember) Partition() {
 	m.cut.Store(true)
 	blackhole(m.p)
-	m.app.Freeze()
+	m.cur().Freeze()
 }
 
+func (m *rinkdMember) Isolate() { blackhole(m.p) }
+
+func (m *rinkdMember) Heal() { unblackhole(m.p) }
+
 func (m *rinkdMember) CrashApp() error {
-	m.app.Kill()
+	m.cur().Kill()
 	return nil
+}
+
+// RestartApp opens a session anew, as an app restarted beside its sidecar
+// does: it retries while rinkd still answers 409 (the dead app's session
+// is still closing).
+func (m *rinkdMember) RestartApp(ctx context.Context) error {
+	for {
+		a := NewApp(m.addr, m.cfg.History)
+		m.mu.Lock()
+		m.apps = append(m.apps, a)
+		m.mu.Unlock()
+		err := a.Open(ctx)
+		if err == nil {
+			m.mu.Lock()
+			m.app = a
+			m.mu.Unlock()
+			if len(m.cfg.Roles) > 0 {
+				return a.Await(m.cfg.Roles...)
+			}
+			return nil
+		}
+		a.Close()
+		if !errors.Is(err, ErrConflict) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (m *rinkdMember) JoinAgain(ctx context.Context) error {
@@ -154,8 +199,15 @@ func (m *rinkdMember) JoinAgain(ctx context.Context) error {
 	return a.Open(ctx)
 }
 
-func (m *rinkdMember) Release(role string, token int64) error { return m.app.Release(role, token) }
+func (m *rinkdMember) Release(role string, token int64) error { return m.cur().Release(role, token) }
 
 func (m *rinkdMember) ReportLoad(role string, units float64) error {
-	return m.app.ReportLoad(role, units)
+	return m.cur().ReportLoad(role, units)
+}
+
+// cur returns the current app.
+func (m *rinkdMember) cur() *App {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.app
 }
