@@ -44,6 +44,7 @@ type App struct {
 	endReason string
 	rank      Rank
 	holding   map[string]*holding // role -> the holding the app acts on
+	secondary map[string]bool     // roles rinkd says it keeps a warm copy of
 }
 
 type holding struct {
@@ -55,7 +56,7 @@ type holding struct {
 // NewApp returns an app of the rinkd serving HTTP at addr (host:port).
 func NewApp(addr string, hist *History) *App {
 	a := &App{base: "http://" + addr, hist: hist, conns: map[net.Conn]struct{}{}, ended: make(chan struct{}),
-		holding: map[string]*holding{}}
+		holding: map[string]*holding{}, secondary: map[string]bool{}}
 	a.ctx, a.cancel = context.WithCancel(context.Background())
 	d := &net.Dialer{Timeout: 2 * time.Second}
 	a.tr = &http.Transport{
@@ -427,6 +428,17 @@ func (a *App) Holding() []string {
 	return out
 }
 
+// Secondaries lists the roles rinkd says this member keeps a warm copy of.
+func (a *App) Secondaries() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for r := range a.secondary {
+		out = append(out, r)
+	}
+	return out
+}
+
 // acceptWait is how long Await waits for rinkd to refuse an await stream:
 // rinkd answers a refusal at once, and an accepted stream only with its
 // first event.
@@ -498,6 +510,9 @@ func (a *App) await(role string, accepted chan<- error) {
 		case ln, ok := <-lines:
 			if !ok {
 				a.stop(cur, "await stream ended")
+				a.mu.Lock()
+				delete(a.secondary, role)
+				a.mu.Unlock()
 				return
 			}
 			if ln.Error != nil {
@@ -520,6 +535,14 @@ func (a *App) await(role string, accepted chan<- error) {
 					continue // lapsed on arrival: not acted on
 				}
 				cur = a.start(role, ev.Token)
+			case "SECONDARY", "SECONDARY_ENDED":
+				a.mu.Lock()
+				if ev.Kind == "SECONDARY" {
+					a.secondary[role] = true
+				} else {
+					delete(a.secondary, role)
+				}
+				a.mu.Unlock()
 			case "RENEWED":
 				if cur != nil && cur.token == ev.Token {
 					setDeadline(ev, now)

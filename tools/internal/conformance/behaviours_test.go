@@ -476,6 +476,13 @@ func TestReplicasPromotion(t *testing.T) {
 			secondary = seen[0]
 			return ""
 		})
+		sec := byName(ms, secondary)
+		e.waitFor(10*time.Second, secondary+"'s app told it is "+roles[0]+"'s secondary", func() string {
+			if !slices.Contains(sec.Secondaries(), roles[0]) {
+				return fmt.Sprintf("%s's secondaries: %v", secondary, sec.Secondaries())
+			}
+			return ""
+		})
 		t0 := time.Now()
 		primary.Crash()
 		ev := e.heldElsewhere(roles[0], primary.Name(), t0, ttl+5*time.Second)
@@ -488,6 +495,12 @@ func TestReplicasPromotion(t *testing.T) {
 			e.t.Errorf("token %d after %d", ev.Token, h.Token)
 		}
 		e.waitSettled(without(ms, primary), roles)
+		e.waitFor(10*time.Second, secondary+" no longer "+roles[0]+"'s secondary", func() string {
+			if slices.Contains(sec.Secondaries(), roles[0]) {
+				return fmt.Sprintf("%s's secondaries: %v", secondary, sec.Secondaries())
+			}
+			return ""
+		})
 	})
 }
 

@@ -86,6 +86,9 @@ type Member interface {
 	Await(roles ...string) error
 	// Holding lists the roles the app acts on right now.
 	Holding() []string
+	// Secondaries lists the roles the member keeps a warm copy of, as its
+	// client tells the app (with replicas).
+	Secondaries() []string
 	// Owners looks a role's owners up through this member's client:
 	// primary first. ok is false when the client knows no owner (or
 	// answers no lookups any more).

@@ -36,8 +36,9 @@ type libMember struct {
 	clean sync.Once
 	cut   atomic.Bool // crashed: cut off etcd
 
-	mu      sync.Mutex
-	holding map[string]*libHolding
+	mu        sync.Mutex
+	holding   map[string]*libHolding
+	secondary map[string]int // role -> Secondary calls running
 }
 
 type libHolding struct {
@@ -84,7 +85,8 @@ func (libraryDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error
 	if err != nil {
 		return nil, err
 	}
-	m := &libMember{name: cfg.Member, cfg: cfg, p: p, cli: cli, hist: cfg.History, holding: map[string]*libHolding{}}
+	m := &libMember{name: cfg.Member, cfg: cfg, p: p, cli: cli, hist: cfg.History, holding: map[string]*libHolding{},
+		secondary: map[string]int{}}
 	// The drain timeout makes the heir wait for Revoked, where the app
 	// records that it stopped (it stops when the role's context ends).
 	m.opts = append(libOptions(cfg), rink.WithDrainTimeout(max(cfg.TTL, rink.MinSessionTTL)))
@@ -95,7 +97,7 @@ func (libraryDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error
 	}
 	m.r = r
 	tb.Cleanup(m.cleanup)
-	set, err := r.Watch(rink.Handler{Assigned: m.assigned, Revoked: m.revoked}, cfg.Roles...)
+	set, err := r.Watch(rink.Handler{Assigned: m.assigned, Revoked: m.revoked, Secondary: m.asSecondary}, cfg.Roles...)
 	if err != nil {
 		return nil, libErr(err)
 	}
@@ -111,6 +113,28 @@ func (m *libMember) assigned(ctx context.Context, role string) {
 	m.hist.Acquire(role, m.name, token)
 	m.mu.Unlock()
 	context.AfterFunc(ctx, func() { m.stop(h, "role context ended: "+fmt.Sprint(context.Cause(ctx))) })
+}
+
+func (m *libMember) asSecondary(ctx context.Context, role string) {
+	m.mu.Lock()
+	m.secondary[role]++
+	m.mu.Unlock()
+	<-ctx.Done()
+	m.mu.Lock()
+	if m.secondary[role]--; m.secondary[role] == 0 {
+		delete(m.secondary, role)
+	}
+	m.mu.Unlock()
+}
+
+func (m *libMember) Secondaries() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for r := range m.secondary {
+		out = append(out, r)
+	}
+	return out
 }
 
 func (m *libMember) revoked(role string) {

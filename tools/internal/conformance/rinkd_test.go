@@ -110,6 +110,8 @@ func (m *rinkdMember) Await(roles ...string) error { return m.cur().Await(roles.
 
 func (m *rinkdMember) Holding() []string { return m.cur().Holding() }
 
+func (m *rinkdMember) Secondaries() []string { return m.cur().Secondaries() }
+
 func (m *rinkdMember) Owners(role string) ([]string, bool, error) { return m.cur().Owners(role) }
 
 func (m *rinkdMember) Rank() (Rank, error) { return m.cur().Rank() }
