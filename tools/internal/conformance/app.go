@@ -39,6 +39,7 @@ type App struct {
 	frozen    bool // the sidecar went silent: reads get nothing more
 	session   string
 	member    string
+	replicas  int // as the opened event said
 	over      bool          // the session is over: no holding starts
 	ended     chan struct{} // closed when the session stream ends
 	endReason string
@@ -130,6 +131,13 @@ func (a *App) Member() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.member
+}
+
+// Replicas is the replicas per slot the opened event named.
+func (a *App) Replicas() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.replicas
 }
 
 // Session is the open session's id.
@@ -309,8 +317,9 @@ func (a *App) Open(ctx context.Context) error {
 	}
 	var ev struct {
 		Opened *struct {
-			Session string `json:"session"`
-			Member  string `json:"member"`
+			Session  string `json:"session"`
+			Member   string `json:"member"`
+			Replicas int    `json:"replicas"`
 		} `json:"opened"`
 	}
 	if err := json.Unmarshal(first.Result, &ev); err != nil || ev.Opened == nil {
@@ -320,7 +329,7 @@ func (a *App) Open(ctx context.Context) error {
 		return fmt.Errorf("session: first event %s is not opened", first.Result)
 	}
 	a.mu.Lock()
-	a.session, a.member = ev.Opened.Session, ev.Opened.Member
+	a.session, a.member, a.replicas = ev.Opened.Session, ev.Opened.Member, ev.Opened.Replicas
 	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
