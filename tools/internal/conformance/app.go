@@ -39,7 +39,7 @@ type App struct {
 	frozen    bool // the sidecar went silent: reads get nothing more
 	session   string
 	member    string
-	replicas  int // as the opened event said
+	replicas  int           // as the opened event said
 	over      bool          // the session is over: no holding starts
 	ended     chan struct{} // closed when the session stream ends
 	endReason string
