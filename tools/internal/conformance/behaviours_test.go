@@ -373,6 +373,15 @@ func TestBadInput(t *testing.T) {
 		h, _ := e.hist.Holder("a")
 		e.expect("await an empty role", m.Await(""), ErrInvalid, false)
 		e.expect("await a good role", m.Await("b"), nil, false)
+		// A lookup of an empty role: an error (ErrInvalid) where the client
+		// has one, else no answer; never an owner.
+		if owners, ok, err := m.Owners(""); err != nil {
+			e.expect("look an empty role up", err, ErrInvalid, false)
+		} else if ok {
+			e.t.Errorf("look an empty role up: owners %v", owners)
+		} else {
+			e.t.Logf("look an empty role up: no answer")
+		}
 		e.expect("release an empty role", m.Release("", h.Token), ErrInvalid, true)
 		e.expect("release token 0", m.Release("a", 0), ErrInvalid, true)
 		e.expect("release token -5", m.Release("a", -5), ErrInvalid, true)
