@@ -3,7 +3,9 @@ package conformance
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -614,3 +616,69 @@ func TestPartitionHeals(t *testing.T) {
 		e.t.Logf("healed: settled with %s holding %v %v after the heal", victim.Name(), victim.Holding(), time.Since(t1))
 	})
 }
+
+// TestChurn: a random schedule of joins, graceful leaves, crashes and (where
+// the client has them) app crashes, paced by short random pauses, never
+// leaving the rink without a live member: no role ever has two holders or a
+// token that does not increase, and the rink comes to rest with every role
+// held by a live member. The seed is logged: -churn.seed replays it.
+func TestChurn(t *testing.T) {
+	behaviour(t, func(e *env) {
+		seed := *churnSeed
+		if seed == 0 {
+			seed = time.Now().UnixNano()
+		}
+		e.t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		roles := roleNames(6)
+		next := 0
+		join := func() Member {
+			next++
+			return e.join(fmt.Sprintf("c%d", next), roles...)
+		}
+		live := []Member{join(), join()}
+		appCrashes := true
+		for step := range 10 {
+			pick := live[rng.IntN(len(live))]
+			switch op := rng.IntN(4); {
+			case op == 0 && len(live) < 4 || len(live) < 2:
+				m := join()
+				live = append(live, m)
+				e.t.Logf("step %d: %s joins", step, m.Name())
+			case op == 1:
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				err := pick.Leave(ctx)
+				cancel()
+				if err != nil {
+					e.t.Fatalf("step %d: %s leaves: %v", step, pick.Name(), err)
+				}
+				live = without(live, pick)
+				e.t.Logf("step %d: %s left", step, pick.Name())
+			case op == 2 && appCrashes:
+				if err := pick.CrashApp(); errors.Is(err, ErrUnsupported) {
+					appCrashes = false
+					pick.Crash()
+					e.t.Logf("step %d: %s crashes (no app crash in this client)", step, pick.Name())
+				} else if err != nil {
+					e.t.Fatal(err)
+				} else {
+					e.t.Logf("step %d: %s's app crashes", step, pick.Name())
+				}
+				live = without(live, pick)
+			default:
+				pick.Crash()
+				live = without(live, pick)
+				e.t.Logf("step %d: %s crashes", step, pick.Name())
+			}
+			if len(live) == 0 {
+				live = append(live, join())
+			}
+			// Pacing, not synchronisation: the next step comes at a
+			// random moment of what this one set going.
+			time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond)
+		}
+		e.waitFor(30*time.Second, "settled after the churn", func() string { return e.settled(live, roles) })
+	})
+}
+
+var churnSeed = flag.Int64("churn.seed", 0, "the seed of TestChurn's schedule (0: the time)")
