@@ -6,11 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
 )
@@ -34,13 +40,19 @@ type env struct {
 	repl  int
 }
 
+// runs numbers the behaviours' runs, for the names of their rinks.
+var runs atomic.Int64
+
 // behaviour runs fn once per driver, each as a parallel subtest, and checks
 // the history of the apps' holdings at the end.
 func behaviour(t *testing.T, fn func(e *env)) {
 	for _, d := range drivers {
 		t.Run(d.Name(), func(t *testing.T) {
 			t.Parallel()
-			name := "conf-" + strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(strings.TrimPrefix(t.Name(), "Test")))
+			// A rink of its own each run: -count reruns must not meet the
+			// last run's members.
+			name := fmt.Sprintf("conf-%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(strings.TrimPrefix(t.Name(), "Test"))),
+				runs.Add(1))
 			e := &env{t: t, d: d, rink: name, hist: &History{}, delay: 200 * time.Millisecond}
 			fn(e)
 			if err := e.hist.Check(); err != nil {
@@ -85,7 +97,11 @@ func (e *env) waitFor(d time.Duration, what string, cond func() string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not within %v: %s\nhistory:\n%s", what, d, why, e.dump())
+			if f := os.Getenv("CONFORMANCE_GOROUTINES"); f != "" { // a goroutine dump, to debug a stall
+				buf := make([]byte, 64<<20)
+				_ = os.WriteFile(f, buf[:runtime.Stack(buf, true)], 0o644)
+			}
+			e.t.Fatalf("%s: not within %v: %s\nthe rink: %s\nhistory:\n%s", what, d, why, e.observe(), e.dump())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -129,6 +145,31 @@ func (e *env) settled(members []Member, roles []string) string {
 func (e *env) waitSettled(members []Member, roles []string) {
 	e.t.Helper()
 	e.waitFor(20*time.Second, "settled", func() string { return e.settled(members, roles) })
+}
+
+// observe describes the rink as an Observer on a client of its own reads
+// it: for the messages of failures.
+func (e *env) observe() string {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{testEndpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err.Error()
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	obs, err := rink.NewObserverContext(ctx, cli, e.rink)
+	if err != nil {
+		return err.Error()
+	}
+	defer obs.Close()
+	st := obs.State()
+	var b strings.Builder
+	fmt.Fprintf(&b, "version %d leader %s settled %v members:", st.Version, st.Leader, st.Settled)
+	for _, m := range st.Members {
+		fmt.Fprintf(&b, " %s(#%d, %d slots)", m.Name, m.Index, m.Slots)
+	}
+	fmt.Fprintf(&b, " waiting: %v joining: %v map error: %q", st.Waiting, st.Joining, st.MapError)
+	return b.String()
 }
 
 func roleNames(n int) []string {
@@ -617,8 +658,9 @@ func TestPartitionHeals(t *testing.T) {
 	})
 }
 
-// TestChurn: a random schedule of joins, graceful leaves, crashes and (where
-// the client has them) app crashes, paced by short random pauses, never
+// TestChurn: a random schedule of joins, graceful leaves, crashes, (where
+// the client has them) app crashes, silent partitions, and isolations that
+// heal later, paced by short random pauses, never
 // leaving the rink without a live member: no role ever has two holders or a
 // token that does not increase, and the rink comes to rest with every role
 // held by a live member. The seed is logged: -churn.seed replays it.
@@ -637,10 +679,26 @@ func TestChurn(t *testing.T) {
 			return e.join(fmt.Sprintf("c%d", next), roles...)
 		}
 		live := []Member{join(), join()}
+		var isolated []Member
 		appCrashes := true
-		for step := range 10 {
+		for step := range 12 {
 			pick := live[rng.IntN(len(live))]
-			switch op := rng.IntN(4); {
+			switch op := rng.IntN(7); {
+			case op == 4 && len(isolated) > 0:
+				m := isolated[0]
+				isolated = isolated[1:]
+				m.Heal()
+				live = append(live, m)
+				e.t.Logf("step %d: %s is healed", step, m.Name())
+			case op == 5 && len(live) > 1:
+				pick.Isolate()
+				live = without(live, pick)
+				isolated = append(isolated, pick)
+				e.t.Logf("step %d: %s is isolated", step, pick.Name())
+			case op == 6:
+				pick.Partition()
+				live = without(live, pick)
+				e.t.Logf("step %d: %s is partitioned, silently", step, pick.Name())
 			case op == 0 && len(live) < 4 || len(live) < 2:
 				m := join()
 				live = append(live, m)
@@ -677,8 +735,47 @@ func TestChurn(t *testing.T) {
 			// random moment of what this one set going.
 			time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond)
 		}
+		for _, m := range isolated {
+			m.Heal()
+			live = append(live, m)
+			e.t.Logf("%s is healed", m.Name())
+		}
 		e.waitFor(30*time.Second, "settled after the churn", func() string { return e.settled(live, roles) })
 	})
 }
 
 var churnSeed = flag.Int64("churn.seed", 0, "the seed of TestChurn's schedule (0: the time)")
+
+var shortCuts = []time.Duration{ttl / 4, ttl / 2, ttl * 3 / 4, ttl * 7 / 8, ttl, ttl * 5 / 4}
+
+// TestShortPartition: a holder is cut off etcd for less than its TTL, or
+// about its TTL, then healed: it rejoins by itself and the rink comes back
+// to rest with every member ranked, never two holders.
+func TestShortPartition(t *testing.T) {
+	behaviour(t, func(e *env) {
+		roles := roleNames(4)
+		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
+		e.waitSettled(ms, roles)
+		for _, cut := range shortCuts {
+			var victim Member
+			e.waitFor(10*time.Second, "a holder of "+roles[0], func() string {
+				h, ok := e.hist.Holder(roles[0])
+				if !ok {
+					return fmt.Sprintf("holders %v", e.hist.Holders(roles[0]))
+				}
+				victim = byName(ms, h.Member)
+				return ""
+			})
+			victim.Isolate()
+			// The length of the cut is what is tested: a pause, not a
+			// synchronisation.
+			time.Sleep(cut)
+			victim.Heal()
+			t0 := time.Now()
+			e.waitFor(20*time.Second, fmt.Sprintf("settled after %s was cut off for %v", victim.Name(), cut), func() string {
+				return e.settled(ms, roles)
+			})
+			e.t.Logf("%s cut off for %v: settled %v after the heal", victim.Name(), cut, time.Since(t0))
+		}
+	})
+}

@@ -11,7 +11,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/pkg/v3/proxy"
-	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
 )
@@ -72,7 +71,7 @@ func libOptions(cfg Config) []rink.Option {
 		replicas = 1
 	}
 	return []rink.Option{rink.WithMemberName(cfg.Member), rink.WithSessionTTL(ttl),
-		rink.WithRebalanceDelay(cfg.RebalanceDelay), rink.WithReplicas(replicas), rink.WithLoadInterval(loadInterval), rink.WithLogger(zap.NewNop())}
+		rink.WithRebalanceDelay(cfg.RebalanceDelay), rink.WithReplicas(replicas), rink.WithLoadInterval(loadInterval), rink.WithLogger(testLogger(cfg.Member))}
 }
 
 func (libraryDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) {
@@ -223,9 +222,9 @@ func (m *libMember) Crash() {
 // itself (ErrFenced) when it cannot renew its lease.
 func (m *libMember) Partition() { m.Crash() }
 
-func (m *libMember) Isolate() { blackhole(m.p) }
+func (m *libMember) Isolate() { pause(m.p) }
 
-func (m *libMember) Heal() { unblackhole(m.p) }
+func (m *libMember) Heal() { unpause(m.p) }
 
 func (m *libMember) CrashApp() error {
 	return fmt.Errorf("%w: the app and the member are one process: an app crash is a member crash (crash-failover)", ErrUnsupported)

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/pkg/v3/proxy"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/rink-go/rink/internal/embedetcd"
 )
@@ -85,8 +86,36 @@ func blackhole(p proxy.Server) {
 	p.BlackholeRx()
 }
 
-// unblackhole lets p's traffic through again.
-func unblackhole(p proxy.Server) {
-	p.UnblackholeTx()
-	p.UnblackholeRx()
+// pause holds p's traffic both ways, to be healed (unpause): bytes are
+// held, not dropped, as in a partition of a live TCP connection. (A
+// blackhole drops bytes mid-frame: the HTTP/2 connection that outlives a
+// short one is corrupt, its header compression out of step, and every new
+// stream on it fails with PROTOCOL_ERROR until it is closed. No network
+// does that to a TCP connection; a crashed member is never healed, so its
+// cut is a blackhole.)
+func pause(p proxy.Server) {
+	p.PauseTx()
+	p.PauseRx()
+}
+
+// unpause lets p's traffic through again.
+func unpause(p proxy.Server) {
+	p.UnpauseTx()
+	p.UnpauseRx()
+}
+
+// testLogger is the members' logger: none, unless CONFORMANCE_LOG names a
+// level (warn, info, debug), to debug a failure.
+func testLogger(member string) *zap.Logger {
+	lvl, err := zapcore.ParseLevel(os.Getenv("CONFORMANCE_LOG"))
+	if err != nil || os.Getenv("CONFORMANCE_LOG") == "" {
+		return zap.NewNop()
+	}
+	cfg := zap.NewDevelopmentConfig()
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	l, err := cfg.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return l.Named(member)
 }

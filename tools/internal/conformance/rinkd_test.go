@@ -53,7 +53,8 @@ func (rinkdDriver) Join(ctx context.Context, tb TB, cfg Config) (Member, error) 
 	if cfg.Replicas != 0 {
 		opts = append(opts, rink.WithReplicas(cfg.Replicas))
 	}
-	srv, err := rinkd.New(ctx, rinkd.Config{Client: cli, Rink: cfg.Rink, Member: cfg.Member, TTL: ttl, Options: opts})
+	srv, err := rinkd.New(ctx, rinkd.Config{Client: cli, Rink: cfg.Rink, Member: cfg.Member, TTL: ttl, Options: opts,
+		Logger: testLogger(cfg.Member)})
 	if err != nil {
 		cli.Close()
 		if errors.Is(err, rinkd.ErrInvalidConfig) { // the sidecar's own settings (flags), not its API
@@ -155,9 +156,9 @@ func (m *rinkdMember) Partition() {
 	m.cur().Freeze()
 }
 
-func (m *rinkdMember) Isolate() { blackhole(m.p) }
+func (m *rinkdMember) Isolate() { pause(m.p) }
 
-func (m *rinkdMember) Heal() { unblackhole(m.p) }
+func (m *rinkdMember) Heal() { unpause(m.p) }
 
 func (m *rinkdMember) CrashApp() error {
 	m.cur().Kill()
