@@ -18,8 +18,9 @@ import (
 // App is an app of rinkd written by hand against its HTTP/JSON API, as an
 // app in any language would be: it opens a session, awaits roles, acts on
 // a role from its GRANTED event until the first of its REVOKED event (it
-// then calls release), the lapse of the grant's validity (unless RENEWED
-// extends it), and the end of its await or session stream. Every acquire
+// then calls release), the lapse of the grant's validity (RENEWED events
+// extend it; one that comes after the lapse revives the holding, with its
+// token), and the end of its await or session stream. Every acquire
 // and release goes into a History.
 //
 // Its connections go through a transport whose connections Kill closes at
@@ -500,6 +501,7 @@ func (a *App) await(role string, accepted chan<- error) {
 	lines := a.lines(resp.Body)
 	var (
 		cur      *holding
+		lapsed   int64 // the token of a grant whose validity lapsed, which a RENEWED revives
 		deadline time.Time
 		timer    = time.NewTimer(time.Hour)
 		ended    = a.ended
@@ -537,7 +539,7 @@ func (a *App) await(role string, accepted chan<- error) {
 			switch ev.Kind {
 			case "GRANTED":
 				a.stop(cur, "granted anew")
-				cur = nil
+				cur, lapsed = nil, 0
 				setDeadline(ev, now)
 				if !deadline.After(now) {
 					timer.Stop()
@@ -553,10 +555,24 @@ func (a *App) await(role string, accepted chan<- error) {
 				}
 				a.mu.Unlock()
 			case "RENEWED":
-				if cur != nil && cur.token == ev.Token {
+				switch {
+				case cur != nil && cur.token == ev.Token:
 					setDeadline(ev, now)
+				case lapsed != 0 && lapsed == ev.Token:
+					// The grant lapsed before this renewal came (a slow
+					// lease renewal): the holding is still the member's,
+					// valid again until the new deadline. Act again.
+					setDeadline(ev, now)
+					if deadline.After(now) {
+						cur, lapsed = a.start(role, ev.Token), 0
+					} else {
+						timer.Stop()
+					}
 				}
 			case "REVOKED":
+				if lapsed == ev.Token {
+					lapsed = 0
+				}
 				if cur != nil && cur.token == ev.Token {
 					a.stop(cur, "revoked: "+ev.Reason)
 					cur = nil
@@ -567,12 +583,12 @@ func (a *App) await(role string, accepted chan<- error) {
 		case <-timer.C:
 			if cur != nil {
 				a.stop(cur, "validity lapsed")
-				cur = nil
+				cur, lapsed = nil, cur.token
 			}
 		case <-ended:
 			ended = nil
 			a.stop(cur, "session ended")
-			cur = nil
+			cur, lapsed = nil, 0
 			timer.Stop()
 		}
 	}

@@ -38,6 +38,20 @@ func TestCheckerCatches(t *testing.T) {
 			at(b, 0, Acquire, "r", "a", 10), at(b, 1, Release, "r", "a", 10),
 			at(b, 2, Acquire, "r", "b", 9),
 		}, "did not increase"},
+		{"a holding resumed (validity lapsed, then renewed)", []Event{
+			at(b, 0, Acquire, "r", "a", 10), at(b, 1, Release, "r", "a", 10),
+			at(b, 2, Acquire, "r", "a", 10), at(b, 3, Release, "r", "a", 10),
+			at(b, 4, Acquire, "r", "b", 11),
+		}, ""},
+		{"a resumed holding overlaps", []Event{
+			at(b, 0, Acquire, "r", "a", 10), at(b, 1, Release, "r", "a", 10),
+			at(b, 2, Acquire, "r", "b", 11), at(b, 3, Acquire, "r", "a", 10),
+		}, "two holders"},
+		{"a holding resumed after another's", []Event{
+			at(b, 0, Acquire, "r", "a", 10), at(b, 1, Release, "r", "a", 10),
+			at(b, 2, Acquire, "r", "b", 11), at(b, 3, Release, "r", "b", 11),
+			at(b, 4, Acquire, "r", "a", 10),
+		}, "did not increase"},
 		{"token repeated", []Event{
 			at(b, 0, Acquire, "r", "a", 10), at(b, 1, Release, "r", "a", 10),
 			at(b, 2, Acquire, "r", "b", 10),
