@@ -56,6 +56,15 @@ func behaviour(t *testing.T, fn func(e *env)) {
 				runs.Add(1))
 			e := &env{t: t, d: d, rink: name, hist: &History{}, delay: 200 * time.Millisecond}
 			fn(e)
+			lapsed := 0
+			for _, ev := range e.hist.Events() {
+				if ev.Why == "validity lapsed" {
+					lapsed++
+				}
+			}
+			if lapsed > 0 {
+				t.Logf("%d holdings stopped when their grant's validity lapsed", lapsed)
+			}
 			if err := e.hist.Check(); err != nil {
 				t.Errorf("history violates the promise:\n%v\nhistory:\n%s", err, e.dump())
 			}
