@@ -38,6 +38,7 @@ type env struct {
 	hist  *History
 	delay time.Duration // rebalance delay of the members joined
 	repl  int
+	ttl   time.Duration // the members' session TTL
 }
 
 // runs numbers the behaviours' runs, for the names of their rinks.
@@ -54,7 +55,7 @@ func behaviour(t *testing.T, fn func(e *env)) {
 			// last run's members.
 			name := fmt.Sprintf("conf-%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(strings.TrimPrefix(t.Name(), "Test"))),
 				runs.Add(1))
-			e := &env{t: t, d: d, rink: name, hist: &History{}, delay: 200 * time.Millisecond}
+			e := &env{t: t, d: d, rink: name, hist: &History{}, delay: 200 * time.Millisecond, ttl: ttl}
 			fn(e)
 			lapsed := 0
 			for _, ev := range e.hist.Events() {
@@ -81,7 +82,7 @@ func (e *env) dump() string {
 }
 
 func (e *env) config(member string, roles ...string) Config {
-	return Config{Rink: e.rink, Member: member, Roles: roles, TTL: ttl, Replicas: e.repl, RebalanceDelay: e.delay, History: e.hist}
+	return Config{Rink: e.rink, Member: member, Roles: roles, TTL: e.ttl, Replicas: e.repl, RebalanceDelay: e.delay, History: e.hist}
 }
 
 // join joins a member that awaits roles, or fails the test.
@@ -219,18 +220,26 @@ func (e *env) heldElsewhere(role, not string, since time.Time, d time.Duration) 
 	return got
 }
 
-// gracefulBound is how soon a graceful leave must hand a role over. It
-// takes tens of milliseconds: a few etcd writes and watch deliveries, and
-// the app's release. Waiting for a lease (the TTL) or for a grant's
-// validity (nearly as long: what the heir waits for when an app does not
-// release a revoked role) takes several times as long.
-const gracefulBound = ttl / 4
+// gracefulTTL is the session TTL of the behaviours that time graceful
+// handovers, and gracefulBound how soon a graceful leave must hand a role
+// over. A handover takes tens of milliseconds (a few etcd writes and watch
+// deliveries, and the app's release), several hundred on a loaded machine,
+// whatever the TTL. Waiting for a lease, or for a grant's validity (what
+// the heir waits for when an app does not release a revoked role: at least
+// 7/8 of the TTL less a renewal period, TTL/3, less rinkd's slack), takes
+// about half the TTL or more: with a TTL of 6 s, at least 2.9 s. A longer
+// TTL costs these behaviours nothing: nothing in them waits for a lease.
+const (
+	gracefulTTL   = 6 * time.Second
+	gracefulBound = gracefulTTL / 4
+)
 
 // TestSingletonHandover: the holder of a singleton role leaves gracefully;
 // the role moves to the other member at once (no lease to wait out), never
 // held by two.
 func TestSingletonHandover(t *testing.T) {
 	behaviour(t, func(e *env) {
+		e.ttl = gracefulTTL
 		roles := []string{"leader"}
 		m1 := e.join("m1", roles...)
 		m2 := e.join("m2", roles...)
@@ -245,7 +254,7 @@ func TestSingletonHandover(t *testing.T) {
 		if err := holder.Leave(ctx); err != nil {
 			e.t.Fatalf("leave: %v", err)
 		}
-		ev := e.heldElsewhere("leader", holder.Name(), t0, ttl+3*time.Second)
+		ev := e.heldElsewhere("leader", holder.Name(), t0, e.ttl+3*time.Second)
 		dt := ev.At.Sub(t0)
 		e.t.Logf("handover: %s held by %s %v after %s began to leave", "leader", ev.Member, dt, holder.Name())
 		if ev.Member != other.Name() {
@@ -315,6 +324,7 @@ func TestRollingReplacement(t *testing.T) {
 		// Newcomers wait for a departure (as in a rolling deploy), longer
 		// than a replacement takes.
 		e.delay = 3 * time.Second
+		e.ttl = gracefulTTL
 		roles := roleNames(6)
 		ms := []Member{e.join("old-1", roles...), e.join("old-2", roles...), e.join("old-3", roles...)}
 		e.waitSettled(ms, roles)

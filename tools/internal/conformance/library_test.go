@@ -240,7 +240,7 @@ func (m *libMember) JoinAgain(ctx context.Context) error {
 		return err
 	}
 	defer cli.Close()
-	r, err := rink.NewContext(ctx, cli, m.cfg.Rink, append(libOptions(m.cfg), rink.WithJoinTimeout(time.Second))...)
+	r, err := rink.NewContext(ctx, cli, m.cfg.Rink, append(libOptions(m.cfg), rink.WithJoinTimeout(3*time.Second))...)
 	if err == nil {
 		_ = r.Shutdown(ctx)
 		return nil
