@@ -10,7 +10,28 @@
 //
 // The package holds the history checker and App, a small HTTP client of
 // rinkd written by hand (as an app in any language would be); the drivers
-// and behaviours are its tests.
+// and behaviours are its tests:
+//
+//   - library: each member a rink.Rink in the test process, its app a Watch
+//     handler that acts on a role while the role's context lasts;
+//   - rinkd-http: each member a rinkd.Server in the test process, its app
+//     an App that speaks HTTP/JSON to it.
+//
+// Every member reaches the embedded etcd through a proxy of its own: a
+// crash blackholes it and abandons the member, an isolation that heals
+// pauses it. Each behaviour (TestSingletonHandover, TestCrashFailover,
+// TestSilentPartition, TestRollingReplacement, TestScaleOut,
+// TestOwnerAgreement, TestBadInput, TestShutdownSemantics,
+// TestReplicasPromotion, TestAppCrashSidecarAlive,
+// TestAppRestartSidecarAlive, TestPartitionHeals, TestShortPartition,
+// TestChurn) runs once per driver, in a rink of its own, and ends with
+// History.Check. A behaviour a client has no analogue for is skipped with
+// the reason (ErrUnsupported).
+//
+//	nice -n 10 go test -race ./internal/conformance/          # in tools
+//	CONFORMANCE_LOG=warn ...        # the members' logs
+//	CONFORMANCE_GOROUTINES=/tmp/g   # a goroutine dump when a wait times out
+//	-churn.seed N                   # replay TestChurn's schedule
 package conformance
 
 import (
