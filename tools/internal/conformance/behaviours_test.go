@@ -588,8 +588,12 @@ func TestAppCrashSidecarAlive(t *testing.T) {
 		roles := roleNames(4)
 		ms := []Member{e.join("m1", roles...), e.join("m2", roles...), e.join("m3", roles...)}
 		e.waitSettled(ms, roles)
-		h, _ := e.hist.Holder(roles[0])
-		victim := byName(ms, h.Member)
+		victim := ms[0] // the member whose app holds the most roles
+		for _, m := range ms {
+			if len(m.Holding()) > len(victim.Holding()) {
+				victim = m
+			}
+		}
 		held := victim.Holding()
 		t0 := time.Now()
 		if err := victim.CrashApp(); errors.Is(err, ErrUnsupported) {
