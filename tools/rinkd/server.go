@@ -393,7 +393,7 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 	s.log.Info("rinkd: session opened", zap.String("session", ss.id), zap.String("member", r.Member()))
 
 	err = stream.Send(&rinkv1.SessionEvent{Event: &rinkv1.SessionEvent_Opened{Opened: &rinkv1.SessionOpened{
-		Session: ss.id, Member: r.Member(), Rink: r.Name(), Replicas: int32(replicasOf(s.obs.State())),
+		Session: ss.id, Member: r.Member(), Rink: r.Name(), Replicas: int32(s.joinedReplicas(ctx, r)),
 	}}})
 	var last *rinkv1.RankInfo
 	for err == nil {
@@ -448,6 +448,32 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 }
 
 var errStop = errors.New("rinkd: session ended by rinkd")
+
+// joinedReplicas returns the replicas per slot of the rink r joined, as
+// the Observer reads them from the map: it waits (at most a TTL) until the
+// Observer has read a map as new as r's, for a member that founds a rink
+// returns from its join before its first map is proclaimed, and the
+// Observer's state before that names no replicas.
+func (s *Server) joinedReplicas(ctx context.Context, r *rink.Rink) int {
+	deadline := time.NewTimer(s.cfg.TTL)
+	defer deadline.Stop()
+	for {
+		rk, st := r.Rank(), s.obs.State()
+		if st.Version > 0 && st.Version >= rk.Version {
+			return replicasOf(st)
+		}
+		select {
+		case <-rk.Changed():
+		case <-st.Changed():
+		case <-r.Done():
+			return replicasOf(st)
+		case <-ctx.Done():
+			return replicasOf(st)
+		case <-deadline.C:
+			return replicasOf(st)
+		}
+	}
+}
 
 func replicasOf(st rink.State) int {
 	if st.Replicas == 0 {
