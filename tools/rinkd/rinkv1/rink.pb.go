@@ -37,7 +37,10 @@ const (
 	// The app holds the role from now until valid_until, unless revoked
 	// first. Act on it with token as the fencing token.
 	RoleEvent_GRANTED RoleEvent_Kind = 1
-	// The holding with token stays valid until the new valid_until.
+	// The holding with token stays valid until the new valid_until. A
+	// RENEWED that comes after the app let the holding's validity lapse
+	// (it read its stream late) revives it: the member kept the role, and
+	// no heir starts before every validity rinkd sent has passed.
 	RoleEvent_RENEWED RoleEvent_Kind = 2
 	// The holding with token is over: stop acting on the role now and
 	// call ReleaseRole. reason says why: "moved" (owner names the new

@@ -51,7 +51,9 @@ type RinkClient interface {
 	// every role the app held is handed over without waiting for a lease.
 	// The first event is `opened`, with the session id that every other call
 	// about roles names; `rank` follows each change of rank. At most one
-	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409).
+	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409),
+	// also for the moments rinkd takes to close the session of an app that
+	// died: retry.
 	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SessionEvent], error)
 	// AwaitRole streams the app's holdings of one role: WAITING first, then
 	// GRANTED with the
@@ -226,7 +228,9 @@ type RinkServer interface {
 	// every role the app held is handed over without waiting for a lease.
 	// The first event is `opened`, with the session id that every other call
 	// about roles names; `rank` follows each change of rank. At most one
-	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409).
+	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409),
+	// also for the moments rinkd takes to close the session of an app that
+	// died: retry.
 	OpenSession(*OpenSessionRequest, grpc.ServerStreamingServer[SessionEvent]) error
 	// AwaitRole streams the app's holdings of one role: WAITING first, then
 	// GRANTED with the
