@@ -89,6 +89,8 @@ type Server struct {
 	mu       sync.Mutex
 	sess     *session // the open session (nil: none)
 	opening  bool     // a session is joining: no other may start
+	joined   chan struct{}      // while opening: closed once the join is over (s.sess set, or not)
+	stopJoin context.CancelFunc // while opening: abandons the join (Drain)
 	draining bool     // Drain was called: no session may start
 	grpcSrv  *grpc.Server
 	httpSrvs []*http.Server
@@ -292,9 +294,23 @@ func (s *Server) drain(ctx context.Context, reason string) error {
 	s.mu.Lock()
 	s.draining = true
 	sess := s.sess
+	joined, stopJoin := s.joined, s.stopJoin
 	s.mu.Unlock()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(rinkv1.Rink_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if joined != nil {
+		// A session is joining: abandon the join, and end the session if
+		// it joined all the same (OpenSession ends it, seeing draining).
+		stopJoin()
+		select {
+		case <-joined:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+		sess = s.sess
+		s.mu.Unlock()
+	}
 	if sess == nil {
 		return nil
 	}
@@ -354,24 +370,33 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 		s.mu.Unlock()
 		return status.Error(codes.AlreadyExists, "rinkd: a session is open already (one per sidecar)")
 	}
-	s.opening = true
+	ctx := stream.Context()
+	jctx, stopJoin := context.WithCancel(ctx) // (bounds the join only)
+	defer stopJoin()
+	joined := make(chan struct{})
+	s.opening, s.joined, s.stopJoin = true, joined, stopJoin
 	s.mu.Unlock()
 
-	ctx := stream.Context()
-	r, err := rink.NewContext(ctx, s.cfg.Client, s.cfg.Rink, s.memberOptions()...)
+	r, err := rink.NewContext(jctx, s.cfg.Client, s.cfg.Rink, s.memberOptions()...)
 	if err != nil {
 		s.mu.Lock()
-		s.opening = false
+		s.opening, s.joined, s.stopJoin = false, nil, nil
+		draining := s.draining
 		s.mu.Unlock()
+		close(joined)
+		if draining && ctx.Err() == nil {
+			return status.Error(codes.FailedPrecondition, "rinkd: draining, no new session")
+		}
 		return statusOf(err)
 	}
 	ss := &session{id: newSessionID(), r: r, appGone: make(chan struct{}), stop: make(chan struct{}),
 		ended: make(chan struct{}), grants: map[string]map[*grant]bool{}}
 	s.mu.Lock()
-	s.opening = false
+	s.opening, s.joined, s.stopJoin = false, nil, nil
 	draining := s.draining
 	s.sess = ss
 	s.mu.Unlock()
+	close(joined)
 	if draining { // Drain ran while we joined
 		ss.end("drained")
 	}
