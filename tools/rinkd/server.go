@@ -87,11 +87,11 @@ type Server struct {
 	wg     sync.WaitGroup // the history follower and the servers' goroutines
 
 	mu       sync.Mutex
-	sess     *session // the open session (nil: none)
-	opening  bool     // a session is joining: no other may start
+	sess     *session           // the open session (nil: none)
+	opening  bool               // a session is joining: no other may start
 	joined   chan struct{}      // while opening: closed once the join is over (s.sess set, or not)
 	stopJoin context.CancelFunc // while opening: abandons the join (Drain)
-	draining bool     // Drain was called: no session may start
+	draining bool               // Drain was called: no session may start
 	grpcSrv  *grpc.Server
 	httpSrvs []*http.Server
 	conn     *grpc.ClientConn // the gateway's connection to grpcSrv
