@@ -174,9 +174,17 @@ func (a *awaiter) closing() {
 	a.closed = true
 	g := a.cur
 	a.mu.Unlock()
-	if g != nil && a.ctx.Err() != nil {
+	if g != nil && a.appEnded() {
 		g.release()
 	}
+}
+
+// appEnded reports whether the app ended the stream. Once rinkd stops
+// serving (Shutdown), it ends the streams itself: that says nothing of
+// the app, which may not even have read the end yet while its grant is
+// still valid.
+func (a *awaiter) appEnded() bool {
+	return a.ctx.Err() != nil && a.s.ctx.Err() == nil
 }
 
 func (a *awaiter) assigned(ctx context.Context, role string) {
@@ -287,18 +295,26 @@ func (a *awaiter) revoked(role string) {
 	ev := &rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_REVOKED, Role: role, Token: g.token, Reason: reason, Owner: owner,
 		ValidUntilUnixMs: until.UnixMilli()}
 	a.out.put(ev)
-	if closed && a.ctx.Err() != nil {
+	if closed && a.appEnded() {
 		return // the app ended the stream: it stopped
 	}
 	wait := time.NewTimer(time.Until(until) + time.Millisecond)
 	defer wait.Stop()
-	select {
-	case <-g.released:
-	case <-a.ss.appGone:
-	case <-a.ctx.Done():
-	case <-wait.C:
-		a.s.log.Info("rinkd: the app did not release a revoked role: its grant has lapsed",
-			zap.String("role", role), zap.Int64("token", g.token))
+	streamEnd := a.ctx.Done()
+	for {
+		select {
+		case <-g.released:
+		case <-a.ss.appGone:
+		case <-streamEnd:
+			if !a.appEnded() {
+				streamEnd = nil // rinkd ended it: wait for the validity
+				continue
+			}
+		case <-wait.C:
+			a.s.log.Info("rinkd: the app did not release a revoked role: its grant has lapsed",
+				zap.String("role", role), zap.Int64("token", g.token))
+		}
+		return
 	}
 }
 

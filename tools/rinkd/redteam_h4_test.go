@@ -108,3 +108,29 @@ func TestDrainWhileSessionJoins(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownTimeoutKeepsTheGrant: a Shutdown whose context ends before
+// the app has released a revoked role stops serving, which ends the app's
+// streams from rinkd's side. That is no sign that the app has stopped (a
+// stopped or busy app has not even read the end yet, and its grant is still
+// valid): the heir must still wait for the grant's validity. It was granted
+// the moment rinkd closed its listeners.
+func TestShutdownTimeoutKeepsTheGrant(t *testing.T) {
+	t.Parallel()
+	h, o, _ := stableHolder(t, "leader")
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		stopped <- h.s.Shutdown(ctx)
+	}()
+	rev := next(t, h.evs, "REVOKED", 10*time.Second)
+	// The app never releases.
+	g2 := next(t, o.evs, "GRANTED", 3*testTTL)
+	if until := time.UnixMilli(rev.ValidUntil); g2.at.Before(until) {
+		t.Fatalf("heir granted at %v, %v before the holder's grant lapsed at %v", g2.at, until.Sub(g2.at), until)
+	}
+	if err := <-stopped; err == nil {
+		t.Error("Shutdown returned no error though its context ended before the drain did")
+	}
+}

@@ -265,7 +265,11 @@ func (s *Server) probes(mux *http.ServeMux) {
 }
 
 // Shutdown ends the session as Drain does (bounded by ctx), then stops
-// serving and following the rink.
+// serving and following the rink. If ctx ends first, it stops serving all
+// the same and returns ctx's error; the streams it ends that way release
+// nothing: the member leaves once the app has released its revoked roles
+// or their grants have lapsed (or, if the process exits first, once its
+// lease expires).
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.drain(ctx, "stopped")
 	s.mu.Lock()
@@ -428,6 +432,11 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 			err = errStop
 			ss.end("stopped")
 		}
+	}
+	if !errors.Is(err, errStop) && ss.endReason() == "" && s.ctx.Err() != nil {
+		// rinkd stopped serving, which ended the stream: that is no
+		// sign of the app's (see awaiter.appEnded).
+		ss.end("stopped")
 	}
 	if !errors.Is(err, errStop) && ss.endReason() == "" {
 		// The app ended the stream, or died: it holds nothing now, so
