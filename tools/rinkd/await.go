@@ -189,16 +189,13 @@ func (a *awaiter) appEnded() bool {
 
 func (a *awaiter) assigned(ctx context.Context, role string) {
 	token, _ := rink.Token(ctx)
-	left, ok := rink.ValidFor(ctx)
-	if !ok || left <= a.s.cfg.Slack {
+	if _, ok := rink.ValidFor(ctx); !ok {
 		return // lost already: Revoked follows
 	}
 	// A promotion: Secondary's context has ended, but its goroutine may
 	// not have said so yet. The app hears of it before the grant.
 	a.endSecondary(role, "promoted")
 	g := &grant{role: role, token: token, ctx: ctx, released: make(chan struct{})}
-	now := time.Now()
-	g.until = now.Add(left - a.s.cfg.Slack)
 	stop := make(chan struct{})
 	a.mu.Lock()
 	a.cur, a.stopRn = g, stop
@@ -209,7 +206,10 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	}
 	a.ss.grants[role][g] = true
 	a.ss.mu.Unlock()
-	a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), g.until)
+	// GRANTED now, or, if the validity left is within the slack (the
+	// lease's renewals are late), once a renewal has moved it on: the
+	// holding may well go on.
+	a.offer(g, stop, 0)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -221,7 +221,8 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 func (a *awaiter) renewEvery() time.Duration { return max(a.s.cfg.TTL/10, 100*time.Millisecond) }
 
 // renew sends RENEWED whenever the member's confirmed lease renewals have
-// moved the holding's validity on by more than half a renewal period.
+// moved the holding's validity on by more than half a renewal period (and
+// GRANTED, if assigned could not yet).
 func (a *awaiter) renew(g *grant, stop chan struct{}) {
 	every := a.renewEvery()
 	t := time.NewTicker(every)
@@ -234,31 +235,42 @@ func (a *awaiter) renew(g *grant, stop chan struct{}) {
 		case <-g.ctx.Done():
 			return
 		}
-		left, ok := rink.ValidFor(g.ctx)
-		if !ok {
+		if !a.offer(g, stop, every/2) {
 			return
 		}
-		now := time.Now()
-		u := now.Add(left - a.s.cfg.Slack)
-		if u.Sub(g.validUntil()) < every/2 {
-			continue
-		}
-		g.mu.Lock()
-		// Check and queue under the lock: revoked reads until after
-		// stopping this goroutine, so a renewal is either counted or
-		// never sent.
-		select {
-		case <-stop:
-			g.mu.Unlock()
-			return
-		default:
-		}
-		if u.After(g.until) {
-			g.until = u
-			a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
-		}
-		g.mu.Unlock()
 	}
+}
+
+// offer queues GRANTED, the first time the holding's validity exceeds the
+// slack, and then RENEWED when it moved on by at least step. It reports
+// false once the holding or the grant (stop) is over.
+func (a *awaiter) offer(g *grant, stop chan struct{}, step time.Duration) bool {
+	now := time.Now() // (before the reading: the validity ends no later than it says)
+	left, ok := rink.ValidFor(g.ctx)
+	if !ok {
+		return false
+	}
+	u := now.Add(left - a.s.cfg.Slack)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// Check and queue under the lock: revoked reads until after
+	// stopping this goroutine, so a grant or renewal is either counted
+	// or never sent.
+	select {
+	case <-stop:
+		return false
+	default:
+	}
+	switch {
+	case left <= a.s.cfg.Slack:
+	case g.until.IsZero():
+		g.until = u
+		a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), u)
+	case u.Sub(g.until) >= step && u.After(g.until):
+		g.until = u
+		a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
+	}
+	return true
 }
 
 func (a *awaiter) event(kind rinkv1.RoleEvent_Kind, g *grant, now time.Time) *rinkv1.RoleEvent {
@@ -280,7 +292,7 @@ func (a *awaiter) revoked(role string) {
 		return
 	}
 	g.mu.Lock()
-	close(stop) // under g.mu: no renewal is queued after this
+	close(stop) // under g.mu: no grant or renewal is queued after this
 	until := g.until
 	g.mu.Unlock()
 	defer func() {
@@ -291,6 +303,9 @@ func (a *awaiter) revoked(role string) {
 		}
 		a.ss.mu.Unlock()
 	}()
+	if until.IsZero() {
+		return // never granted: the app was told nothing
+	}
 	reason, owner := a.reason(g.ctx)
 	ev := &rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_REVOKED, Role: role, Token: g.token, Reason: reason, Owner: owner,
 		ValidUntilUnixMs: until.UnixMilli()}
@@ -340,6 +355,12 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 
 func (a *awaiter) secondary(ctx context.Context, role string) {
 	a.mu.Lock()
+	if ctx.Err() != nil {
+		// Ended before this goroutine ran: on a promotion, Assigned may
+		// have queued GRANTED already, which SECONDARY must not follow.
+		a.mu.Unlock()
+		return
+	}
 	a.second = true
 	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY, Role: role})
 	a.mu.Unlock()

@@ -2,6 +2,7 @@ package rinkd
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -132,5 +133,100 @@ func TestShutdownTimeoutKeepsTheGrant(t *testing.T) {
 	}
 	if err := <-stopped; err == nil {
 		t.Error("Shutdown returned no error though its context ended before the drain did")
+	}
+}
+
+// openSession opens a session on s for a fresh app and returns rinkd's
+// side of it.
+func openSession(t *testing.T, s *Server) (*app, *session) {
+	t.Helper()
+	a := newApp(t, s)
+	a.open()
+	s.mu.Lock()
+	ss := s.sess
+	s.mu.Unlock()
+	if ss == nil || ss.id != a.session {
+		t.Fatal("no session")
+	}
+	return a, ss
+}
+
+func kinds(out *outbox) []string {
+	var ks []string
+	for _, q := range out.take() {
+		ks = append(ks, q.ev.Kind.String())
+	}
+	return ks
+}
+
+// TestLateSecondaryAfterPromotion: Secondary runs on a goroutine of its
+// own, so a promotion that comes right after the member became a secondary
+// may call Assigned before that goroutine has run (its context has ended
+// by then). The app must not hear SECONDARY after its GRANTED: it read
+// GRANTED, SECONDARY, SECONDARY_ENDED.
+func TestLateSecondaryAfterPromotion(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, rinkName(t), "m0")
+	_, ss := openSession(t, s)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roleCtx, err := ss.r.AwaitRoleContext(actx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &awaiter{s: s, ss: ss, role: "r", ctx: context.Background(), out: newOutbox()}
+	secCtx, endSec := context.WithCancel(context.Background())
+	endSec() // promoted: the secondary holding ended before Assigned
+	a.assigned(roleCtx, "r")
+	a.secondary(secCtx, "r") // the Secondary goroutine runs only now
+	got := kinds(a.out)
+	a.mu.Lock()
+	g := a.cur
+	a.mu.Unlock()
+	g.release()
+	a.revoked("r")
+	a.wg.Wait()
+	for i, k := range got {
+		if k == "SECONDARY" && slices.Contains(got[:i], "GRANTED") {
+			t.Fatalf("events %v: SECONDARY after GRANTED", got)
+		}
+	}
+}
+
+// TestShortValidityAtAssignmentIsGrantedLater: when Assigned comes while
+// the holding's validity is within the slack (the lease's renewals were
+// late, and catch up), rinkd sent nothing, and the holding went on with
+// the app never granted it: the app waited in WAITING while the member
+// held the role. Here a slack larger than Config allows stands for the
+// late renewals.
+func TestShortValidityAtAssignmentIsGrantedLater(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, rinkName(t), "m0")
+	s.cfg.Slack = testTTL * 7 / 10 // validities swing between 0.54 and 0.875 TTL
+	a, ss := openSession(t, s)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roleCtx, err := ss.r.AwaitRoleContext(actx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left, ok := rink.ValidFor(roleCtx)
+		if !ok {
+			t.Fatal("the holding ended")
+		}
+		if left < s.cfg.Slack-100*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the validity never fell below the slack")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	evs := a.await("r")
+	g := next(t, evs, "GRANTED", 3*testTTL)
+	if g.ValidFor <= 0 || g.ValidFor > (testTTL-s.cfg.Slack).Milliseconds() {
+		t.Fatalf("grant %+v", g)
 	}
 }
