@@ -230,3 +230,40 @@ func TestShortValidityAtAssignmentIsGrantedLater(t *testing.T) {
 		t.Fatalf("grant %+v", g)
 	}
 }
+
+// TestWatchResumeFromARepeatedVersion: an operator may write an older map
+// back (another table under a version already seen), which members follow
+// as the next map. A watch that resumes from that version cannot be told
+// which of the two maps it saw: it must get a snapshot. It got the changes
+// after the first (again, or out of order), or, when the map was at the
+// repeated version, nothing at all, missing the other table.
+func TestWatchResumeFromARepeatedVersion(t *testing.T) {
+	st := func(v int64, names ...string) rink.State {
+		s := rink.State{Lineage: 7, Version: v}
+		for i, n := range names {
+			s.Members = append(s.Members, rink.MemberState{Name: n, Index: i, Slots: 1})
+		}
+		return s
+	}
+	v1, v2, v3, v2b, v4 := st(1, "a"), st(2, "a", "b"), st(3, "a", "b", "c"), st(2, "a", "c"), st(4, "a", "c")
+	h := newHistory(v1)
+	h.add(v1, v2)
+	h.add(v2, v3)
+	h.add(v3, v2b) // the operator's write
+	if _, _, ok := h.since(7, 2); ok {
+		t.Error("version 2 (seen twice, and current) resumed without a snapshot")
+	}
+	h.add(v2b, v4)
+	if es, _, ok := h.since(7, 2); ok {
+		t.Errorf("version 2 (seen twice) resumed without a snapshot: %d entries", len(es))
+	}
+	if es, _, ok := h.since(7, 3); !ok || len(es) != 2 || es[0].version != 2 || es[1].version != 4 {
+		t.Errorf("from version 3: %+v %v", es, ok)
+	}
+	if es, _, ok := h.since(7, 1); !ok || len(es) != 4 {
+		t.Errorf("from version 1: %+v %v", es, ok)
+	}
+	if es, _, ok := h.since(7, 4); !ok || len(es) != 0 {
+		t.Errorf("from version 4 (current): %+v %v", es, ok)
+	}
+}
