@@ -263,6 +263,10 @@ func (a *awaiter) offer(g *grant, stop chan struct{}, step time.Duration) bool {
 	}
 	switch {
 	case left <= a.s.cfg.Slack:
+	case g.until.IsZero() && a.ss.ending():
+		// The session ends (its member leaves; after the app ended its
+		// session stream, nothing it is granted is waited for): no new
+		// grant.
 	case g.until.IsZero():
 		g.until = u
 		a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), u)

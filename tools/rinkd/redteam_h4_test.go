@@ -267,3 +267,32 @@ func TestWatchResumeFromARepeatedVersion(t *testing.T) {
 		t.Errorf("from version 4 (current): %+v %v", es, ok)
 	}
 }
+
+// TestNoGrantWhileTheSessionEnds: a holding assigned once the session is
+// ending (the member has not released it yet) must not be granted: after
+// the app ended its session stream, rinkd waits for nothing it was granted.
+func TestNoGrantWhileTheSessionEnds(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, rinkName(t), "m0")
+	_, ss := openSession(t, s)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roleCtx, err := ss.r.AwaitRoleContext(actx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The session as it is once ended, the member still holding "r".
+	ending := &session{id: ss.id, r: ss.r, stop: make(chan struct{}), appGone: make(chan struct{}),
+		ended: make(chan struct{}), grants: map[string]map[*grant]bool{}, reason: "session-ended"}
+	close(ending.stop)
+	close(ending.appGone)
+	a := &awaiter{s: s, ss: ending, role: "r", ctx: context.Background(), out: newOutbox()}
+	a.assigned(roleCtx, "r")
+	time.Sleep(3 * a.renewEvery())
+	got := kinds(a.out)
+	a.revoked("r")
+	a.wg.Wait()
+	if slices.Contains(got, "GRANTED") {
+		t.Fatalf("events %v once the session ended", got)
+	}
+}

@@ -351,6 +351,18 @@ func (ss *session) end(reason string) {
 	})
 }
 
+// ending reports whether the session is ending (or has ended).
+func (ss *session) ending() bool {
+	select {
+	case <-ss.stop:
+		return true
+	case <-ss.appGone:
+		return true
+	default:
+		return false
+	}
+}
+
 func (ss *session) endReason() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
