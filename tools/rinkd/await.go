@@ -29,12 +29,6 @@ type grant struct {
 
 func (g *grant) release() { g.relOnce.Do(func() { close(g.released) }) }
 
-func (g *grant) validUntil() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.until
-}
-
 // outbox queues a stream's events so that the member's callbacks never
 // block on a slow (or stopped) app. Renewals of one holding coalesce: a
 // queued RENEWED is replaced by the newer one.

@@ -296,3 +296,44 @@ func TestNoGrantWhileTheSessionEnds(t *testing.T) {
 		t.Fatalf("events %v once the session ended", got)
 	}
 }
+
+// TestOwnKeyDeletedWaitsForTheGrant: an operator deletes the holder's
+// member key. Its member fences and rejoins; the app, which does not
+// release, keeps its grant until its validity: the other member must not be
+// granted the role before then.
+func TestOwnKeyDeletedWaitsForTheGrant(t *testing.T) {
+	t.Parallel()
+	h, o, g := stableHolder(t, "leader")
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Delete(ctx, "rink/"+h.s.cfg.Rink+"/members/"+h.s.cfg.Member); err != nil {
+		t.Fatal(err)
+	}
+	rev := next(t, h.evs, "REVOKED", 10*time.Second)
+	if rev.Token != g.Token || rev.Reason != "fenced" {
+		t.Errorf("revocation %+v of grant %+v", rev, g)
+	}
+	deadline := time.After(4 * testTTL)
+	for {
+		select {
+		case ev := <-o.evs:
+			if ev.Kind == "GRANTED" {
+				if until := time.UnixMilli(rev.ValidUntil); ev.at.Before(until) {
+					t.Fatalf("heir granted at %v, %v before the holder's grant lapsed", ev.at, until.Sub(ev.at))
+				}
+				return
+			}
+		case ev := <-h.evs:
+			if ev.Kind == "GRANTED" {
+				return // the holder got it back, after its validity (the rejoin waits a TTL)
+			}
+		case <-deadline:
+			t.Fatal("nobody was granted the role again")
+		}
+	}
+}
