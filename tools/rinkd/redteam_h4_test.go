@@ -2,7 +2,13 @@ package rinkd
 
 import (
 	"context"
+	"fmt"
+	"go.uber.org/zap/zaptest"
+	"io"
+	"net"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -334,6 +340,184 @@ func TestOwnKeyDeletedWaitsForTheGrant(t *testing.T) {
 			}
 		case <-deadline:
 			t.Fatal("nobody was granted the role again")
+		}
+	}
+}
+
+// TestPromotionWaitsForTheGrant: with replicas, the secondary promoted
+// when the holder drains is granted the role only once the holder's app,
+// which never releases, has lost its grant.
+func TestPromotionWaitsForTheGrant(t *testing.T) {
+	t.Parallel()
+	h, o, g := stableHolder(t, "r", rink.WithReplicas(2))
+	drained := h.a.drainAsync()
+	defer func() { <-drained }()
+	rev := next(t, h.evs, "REVOKED", 10*time.Second)
+	g2 := next(t, o.evs, "GRANTED", 3*testTTL)
+	if until := time.UnixMilli(rev.ValidUntil); g2.at.Before(until) {
+		t.Fatalf("promoted secondary granted at %v, %v before the holder's grant lapsed", g2.at, until.Sub(g2.at))
+	}
+	if g2.Token <= g.Token {
+		t.Fatalf("token %d after %d", g2.Token, g.Token)
+	}
+}
+
+// cutProxy forwards TCP connections to etcd until cut, which closes
+// them all and refuses new ones until heal.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+	wg    sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns[c], p.conns[u] = true, true
+			p.wg.Add(2)
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				defer p.wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(u, c)
+			go pipe(c, u)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// TestCutOffHolderWaitsForTheGrant: the holder's rinkd is cut off from
+// etcd (its app is not: it reads rinkd's stream). Its member fences before
+// its lease expires; the other member is granted the role only after the
+// holder's last grant (or renewal) has lapsed.
+func TestCutOffHolderWaitsForTheGrant(t *testing.T) {
+	t.Parallel()
+	name := rinkName(t)
+	const role = "leader"
+	var sides [2]side
+	var proxies [2]*cutProxy
+	for i := range sides {
+		proxies[i] = newCutProxy(t, strings.TrimPrefix(endpoint, "http://"))
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxies[i].addr()}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		member := fmt.Sprintf("m%d", i)
+		s, err := New(context.Background(), Config{Client: cli, Rink: name, Member: member, TTL: testTTL,
+			Options: []rink.Option{rink.WithRebalanceDelay(0)}, Logger: zaptest.NewLogger(t).Named(member)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Start("127.0.0.1:0", "127.0.0.1:0", ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.Shutdown(ctx)
+		})
+		a := newApp(t, s)
+		a.open()
+		sides[i] = side{s: s, a: a}
+	}
+	settled(t, sides[:]...)
+	for i := range sides {
+		sides[i].evs = sides[i].a.await(role)
+	}
+	hi := -1
+	var last roleEvent
+	deadline := time.After(15 * time.Second)
+	for hi < 0 {
+		select {
+		case ev := <-sides[0].evs:
+			if ev.Kind == "GRANTED" {
+				hi, last = 0, ev
+			}
+		case ev := <-sides[1].evs:
+			if ev.Kind == "GRANTED" {
+				hi, last = 1, ev
+			}
+		case <-deadline:
+			t.Fatal("nobody was granted the role")
+		}
+	}
+	h, o := sides[hi], sides[1-hi]
+	proxies[hi].setCut(true)
+	lastUntil := time.UnixMilli(last.ValidUntil)
+	timeout := time.After(4 * testTTL)
+	for {
+		select {
+		case ev, ok := <-h.evs:
+			if !ok {
+				t.Fatal("the holder's await stream ended")
+			}
+			if ev.Kind == "RENEWED" || ev.Kind == "GRANTED" {
+				if u := time.UnixMilli(ev.ValidUntil); u.After(lastUntil) {
+					lastUntil = u
+				}
+			}
+			if ev.Kind == "REVOKED" && ev.Reason != "fenced" {
+				t.Errorf("revoked: %+v, want fenced", ev)
+			}
+		case ev := <-o.evs:
+			if ev.Kind == "GRANTED" {
+				if ev.at.Before(lastUntil) {
+					t.Fatalf("the other member was granted at %v, %v before the cut-off holder's grant lapsed", ev.at, lastUntil.Sub(ev.at))
+				}
+				t.Logf("the other member was granted %v after the holder's last grant lapsed", ev.at.Sub(lastUntil))
+				proxies[hi].setCut(false)
+				return
+			}
+		case <-timeout:
+			t.Fatal("the other member was never granted the role")
 		}
 	}
 }

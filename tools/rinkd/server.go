@@ -469,8 +469,9 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 	s.mu.Lock()
 	s.sess = nil
 	s.mu.Unlock()
-	close(ss.ended)
+	// (Logged first: Drain and Shutdown return once ended is closed.)
 	s.log.Info("rinkd: session ended", zap.String("session", ss.id), zap.String("reason", reason))
+	close(ss.ended)
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
