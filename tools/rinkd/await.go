@@ -244,6 +244,11 @@ func (a *awaiter) offer(g *grant, stop chan struct{}, step time.Duration) bool {
 	if !ok {
 		return false
 	}
+	// The fence deadline follows the TTL etcd granted, which may be longer
+	// than the TTL asked for (etcd grants no lease less than 1.5 election
+	// timeouts): a validity past the TTL would outlast the member's drain
+	// timeout (TTL + 1 s), which hands the role over after that.
+	left = min(left, a.s.cfg.TTL)
 	u := now.Add(left - a.s.cfg.Slack)
 	g.mu.Lock()
 	defer g.mu.Unlock()

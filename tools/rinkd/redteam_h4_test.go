@@ -3,6 +3,7 @@ package rinkd
 import (
 	"context"
 	"fmt"
+	"github.com/rink-go/rink/internal/embedetcd"
 	"go.uber.org/zap/zaptest"
 	"io"
 	"net"
@@ -519,5 +520,89 @@ func TestCutOffHolderWaitsForTheGrant(t *testing.T) {
 		case <-timeout:
 			t.Fatal("the other member was never granted the role")
 		}
+	}
+}
+
+// startServerOn is startServer on the etcd at ep.
+func startServerOn(t *testing.T, ep, rinkName, member string, opts ...rink.Option) *Server {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	s, err := New(context.Background(), Config{Client: cli, Rink: rinkName, Member: member, TTL: testTTL,
+		Options: append([]rink.Option{rink.WithRebalanceDelay(0)}, opts...), Logger: zaptest.NewLogger(t).Named(member)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Start("127.0.0.1:0", "127.0.0.1:0", ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown of %s: %v", member, err)
+		}
+	})
+	return s
+}
+
+// TestLongerLeaseThanTTLWaitsForTheGrant: etcd grants no lease a TTL below
+// 1.5 of its election timeouts (8 s for a 5 s election timeout, a common
+// setting across zones), whatever the member asked for. The member's fence
+// deadline, and so rinkd's validities, follow the TTL granted; the drain
+// timeout rinkd gives its member (TTL + 1 s) followed the TTL asked for. A
+// drain whose app did not release timed out after 3 s and handed the role
+// over while the app's grant was valid for 4 s more.
+func TestLongerLeaseThanTTLWaitsForTheGrant(t *testing.T) {
+	if testing.Short() {
+		t.Skip("an etcd of its own and 8 s leases")
+	}
+	t.Parallel()
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true, ElectionMs: 5000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	name := rinkName(t)
+	const role = "leader"
+	var sides [2]side
+	for i := range sides {
+		s := startServerOn(t, srv.Endpoint(), name, fmt.Sprintf("m%d", i))
+		a := newApp(t, s)
+		a.open()
+		sides[i] = side{s: s, a: a}
+	}
+	settled(t, sides[:]...)
+	for i := range sides {
+		sides[i].evs = sides[i].a.await(role)
+	}
+	hi := -1
+	var g roleEvent
+	deadline := time.After(15 * time.Second)
+	for hi < 0 {
+		select {
+		case ev := <-sides[0].evs:
+			if ev.Kind == "GRANTED" {
+				hi, g = 0, ev
+			}
+		case ev := <-sides[1].evs:
+			if ev.Kind == "GRANTED" {
+				hi, g = 1, ev
+			}
+		case <-deadline:
+			t.Fatal("nobody was granted the role")
+		}
+	}
+	h, o := sides[hi], sides[1-hi]
+	t.Logf("granted for %d ms with a TTL of %v", g.ValidFor, testTTL)
+	drained := h.a.drainAsync()
+	defer func() { <-drained }()
+	rev := next(t, h.evs, "REVOKED", 10*time.Second)
+	g2 := next(t, o.evs, "GRANTED", 20*time.Second)
+	if until := time.UnixMilli(rev.ValidUntil); g2.at.Before(until) {
+		t.Fatalf("heir granted at %v, %v before the holder's grant lapsed at %v", g2.at, until.Sub(g2.at), until)
 	}
 }
