@@ -606,3 +606,117 @@ func TestLongerLeaseThanTTLWaitsForTheGrant(t *testing.T) {
 		t.Fatalf("heir granted at %v, %v before the holder's grant lapsed at %v", g2.at, until.Sub(g2.at), until)
 	}
 }
+
+// TestEventSequences moves roles around three members with replicas (a
+// join, a drain, an app's crash), each app releasing at once on REVOKED,
+// and checks every await stream's sequence: GRANTED t, RENEWED t*, REVOKED
+// t; SECONDARY, SECONDARY_ENDED, never while granted; tokens rising; and
+// no two apps holding a role at once (from reading GRANTED to reading
+// REVOKED).
+func TestEventSequences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves roles around for a while")
+	}
+	t.Parallel()
+	name := rinkName(t)
+	roles := []string{"a", "b", "c", "d", "e", "f"}
+	type holding struct {
+		app      int
+		role     string
+		from, to time.Time
+		token    int64
+	}
+	var mu sync.Mutex
+	var held []holding
+	var wg sync.WaitGroup
+	follow := func(i int, ap *app, role string) {
+		evs := ap.await(role)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var cur int64
+			var since time.Time
+			second, last := false, int64(0)
+			for ev := range evs {
+				switch ev.Kind {
+				case "GRANTED":
+					if cur != 0 || second || ev.Token <= last {
+						t.Errorf("app %d %s: GRANTED %d while granted %d, secondary %v, last token %d", i, role, ev.Token, cur, second, last)
+					}
+					cur, last, since = ev.Token, ev.Token, ev.at
+				case "RENEWED":
+					if ev.Token != cur {
+						t.Errorf("app %d %s: RENEWED %d while granted %d", i, role, ev.Token, cur)
+					}
+				case "REVOKED":
+					if ev.Token != cur {
+						t.Errorf("app %d %s: REVOKED %d while granted %d", i, role, ev.Token, cur)
+					}
+					mu.Lock()
+					held = append(held, holding{app: i, role: role, from: since, to: ev.at, token: cur})
+					mu.Unlock()
+					cur = 0
+					code, _ := ap.call("POST", "/v1/release", map[string]any{"session": ap.session, "role": role, "token": fmt.Sprint(ev.Token)})
+					_ = code
+				case "SECONDARY":
+					if second || cur != 0 {
+						t.Errorf("app %d %s: SECONDARY while secondary %v, granted %d", i, role, second, cur)
+					}
+					second = true
+				case "SECONDARY_ENDED":
+					if !second {
+						t.Errorf("app %d %s: SECONDARY_ENDED without SECONDARY", i, role)
+					}
+					second = false
+				}
+			}
+			if cur != 0 {
+				mu.Lock()
+				held = append(held, holding{app: i, role: role, from: since, to: time.Now(), token: cur})
+				mu.Unlock()
+			}
+		}()
+	}
+	var apps []*app
+	var servers []*Server
+	start := func(i int) {
+		s := startServer(t, name, fmt.Sprintf("m%d", i), rink.WithReplicas(2))
+		ap := newApp(t, s)
+		ap.open()
+		for _, r := range roles {
+			follow(i, ap, r)
+		}
+		apps, servers = append(apps, ap), append(servers, s)
+	}
+	start(0)
+	start(1)
+	time.Sleep(testTTL)
+	start(2)
+	time.Sleep(testTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if _, err := servers[0].Drain(ctx, &rinkv1.DrainRequest{}); err != nil {
+		t.Error(err)
+	}
+	cancel()
+	time.Sleep(testTTL)
+	apps[1].crash()
+	time.Sleep(testTTL)
+	for _, ap := range apps {
+		ap.crash()
+	}
+	for _, s := range servers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.Shutdown(ctx)
+		cancel()
+	}
+	wg.Wait()
+	for i, x := range held {
+		for _, y := range held[i+1:] {
+			if x.role == y.role && x.app != y.app && x.from.Before(y.to) && y.from.Before(x.to) {
+				t.Errorf("role %s held by app %d (token %d, %v to %v) and app %d (token %d, %v to %v) at once",
+					x.role, x.app, x.token, x.from, x.to, y.app, y.token, y.from, y.to)
+			}
+		}
+	}
+	t.Logf("%d holdings", len(held))
+}
