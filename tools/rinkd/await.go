@@ -350,6 +350,8 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 			return r, ""
 		}
 		return "stopped", ""
+	case cause == nil && a.s.ctx.Err() != nil:
+		return "stopped", "" // rinkd stops serving: the stream's set closes
 	case cause == nil:
 		return "released", ""
 	}

@@ -720,3 +720,35 @@ func TestEventSequences(t *testing.T) {
 	}
 	t.Logf("%d holdings", len(held))
 }
+
+// TestStoppingRevokesWithReasonStopped: when rinkd stops serving before
+// its member has left (Shutdown's context ended first), the await stream's
+// grant is revoked as its set closes, the holding still the member's. The
+// REVOKED said "released", as if the app had released the role.
+func TestStoppingRevokesWithReasonStopped(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, rinkName(t), "m0")
+	_, ss := openSession(t, s)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	roleCtx, err := ss.r.AwaitRoleContext(actx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := &Server{cfg: s.cfg, log: s.log} // a rinkd that stops serving
+	stopped.ctx, stopped.cancel = context.WithCancel(context.Background())
+	stopped.cancel()
+	a := &awaiter{s: stopped, ss: ss, role: "r", ctx: context.Background(), out: newOutbox()}
+	a.assigned(roleCtx, "r")
+	a.mu.Lock()
+	g := a.cur
+	a.mu.Unlock()
+	g.release()
+	a.revoked("r") // the set closes: the role leaves it, still held
+	a.wg.Wait()
+	for _, q := range a.out.take() {
+		if q.ev.Kind == rinkv1.RoleEvent_REVOKED && q.ev.Reason != "stopped" {
+			t.Fatalf("REVOKED with reason %q, want stopped", q.ev.Reason)
+		}
+	}
+}
