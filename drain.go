@@ -77,12 +77,26 @@ func (st *slotState) leave(r *Rink) {
 // functions ran on its holding cur.
 func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 	st := &r.st
-	if !st.fenceUntil.IsZero() && r.opts.drain > 0 && cur != nil && cur.runners.Load() > 0 && !r.planted(plantSkipDrain) {
-		if st.fenceDrains == nil {
-			st.fenceDrains = map[*slotState]time.Time{}
+	if r.opts.drain > 0 && cur != nil && cur.runners.Load() > 0 && !r.planted(plantSkipDrain) {
+		until := st.fenceUntil
+		if rc, ok := cur.ctx.(*roleContext); ok && until.IsZero() && rc.inc.ctx.Err() != nil {
+			// The holding's incarnation has ended (a fence on the run
+			// goroutine cancels it at once) and onLost, at a later step,
+			// has not run yet: a map handled meanwhile releases the slot
+			// with the fence's cause. Its work holds the fenced lease as
+			// onLost's releases do.
+			until = r.now().Add(rc.inc.left())
 		}
-		st.fenceDrains[cur] = st.fenceUntil // (the timer is armed by dropDrains, after the fence's releases)
-		return
+		if !until.IsZero() {
+			if st.fenceDrains == nil {
+				st.fenceDrains = map[*slotState]time.Time{}
+			}
+			st.fenceDrains[cur] = until
+			if st.fenceUntil.IsZero() {
+				r.armDrainTimer(r.now())
+			} // (else the timer is armed by dropDrains, after the fence's releases)
+			return
+		}
 	}
 	if r.opts.drain <= 0 || cur == nil || cur.runners.Load() == 0 || r.planted(plantSkipDrain) ||
 		!errors.Is(cause, ErrRoleMoved) && !errors.Is(cause, ErrShutdown) {

@@ -17,7 +17,8 @@ import (
 // client measures the lease's remaining life from when a reply arrives and
 // checks it once a second, so it can notice an expired lease about a second
 // after the server has already deleted the lease's keys. Here the deadline is
-// the send time of the last confirmed renewal plus the granted TTL, minus a
+// the send time of the last confirmed renewal plus the granted TTL (no more
+// than the TTL asked for: see core.DeadlineAfter), minus a
 // margin, and a renewal in flight is abandoned when that deadline passes.
 //
 // Deadlines are fenceClock readings, which count time the host spent

@@ -81,9 +81,13 @@ func (k *Keeper) Renewed(ttl int64, err error, now int64) FenceWhy {
 }
 
 // deadlineAfter is the fence deadline for a renewal sent at sent and
-// granted ttl seconds, of a lease asked for with TTL lease.
+// granted ttl seconds, of a lease asked for with TTL lease. A TTL granted
+// longer than asked for (etcd grants none below 1.5 of its election
+// timeouts) counts as the one asked for: what is timed by the TTL (the
+// quiet times, a drain timeout a sidecar derives from it) assumes that a
+// member cut off or paused stops within 7/8 of it.
 func DeadlineAfter(sent, ttl int64, lease time.Duration) int64 {
-	return sent + int64(time.Duration(ttl)*time.Second-FenceMargin(lease))
+	return sent + int64(min(time.Duration(ttl)*time.Second, lease)-FenceMargin(lease))
 }
 
 // fenceMargin is how long before the server could expire the lease a member

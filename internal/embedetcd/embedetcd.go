@@ -42,6 +42,10 @@ type Options struct {
 	// ClientAddr is the host:port clients connect to; empty means a free
 	// loopback port. Start fails if the address is in use.
 	ClientAddr string
+	// ElectionMs is etcd's election timeout (0: etcd's default, 1000 ms).
+	// etcd grants no lease a TTL below 1.5 election timeouts, so a larger
+	// one makes leases outlive the TTL their members asked for.
+	ElectionMs uint
 }
 
 // TLSFiles names PEM files.
@@ -65,6 +69,9 @@ func Start(o Options) (*Server, error) {
 	cfg.Dir = s.dir
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	cfg.UnsafeNoFsync = o.NoFsync
+	if o.ElectionMs != 0 {
+		cfg.ElectionMs = o.ElectionMs
+	}
 	if o.BcryptCost > 0 {
 		cfg.BcryptCost = o.BcryptCost
 	}

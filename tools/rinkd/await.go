@@ -29,12 +29,6 @@ type grant struct {
 
 func (g *grant) release() { g.relOnce.Do(func() { close(g.released) }) }
 
-func (g *grant) validUntil() time.Time {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.until
-}
-
 // outbox queues a stream's events so that the member's callbacks never
 // block on a slow (or stopped) app. Renewals of one holding coalesce: a
 // queued RENEWED is replaced by the newer one.
@@ -174,23 +168,28 @@ func (a *awaiter) closing() {
 	a.closed = true
 	g := a.cur
 	a.mu.Unlock()
-	if g != nil && a.ctx.Err() != nil {
+	if g != nil && a.appEnded() {
 		g.release()
 	}
 }
 
+// appEnded reports whether the app ended the stream. Once rinkd stops
+// serving (Shutdown), it ends the streams itself: that says nothing of
+// the app, which may not even have read the end yet while its grant is
+// still valid.
+func (a *awaiter) appEnded() bool {
+	return a.ctx.Err() != nil && a.s.ctx.Err() == nil
+}
+
 func (a *awaiter) assigned(ctx context.Context, role string) {
 	token, _ := rink.Token(ctx)
-	left, ok := rink.ValidFor(ctx)
-	if !ok || left <= a.s.cfg.Slack {
+	if _, ok := rink.ValidFor(ctx); !ok {
 		return // lost already: Revoked follows
 	}
 	// A promotion: Secondary's context has ended, but its goroutine may
 	// not have said so yet. The app hears of it before the grant.
 	a.endSecondary(role, "promoted")
 	g := &grant{role: role, token: token, ctx: ctx, released: make(chan struct{})}
-	now := time.Now()
-	g.until = now.Add(left - a.s.cfg.Slack)
 	stop := make(chan struct{})
 	a.mu.Lock()
 	a.cur, a.stopRn = g, stop
@@ -201,7 +200,10 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	}
 	a.ss.grants[role][g] = true
 	a.ss.mu.Unlock()
-	a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), g.until)
+	// GRANTED now, or, if the validity left is within the slack (the
+	// lease's renewals are late), once a renewal has moved it on: the
+	// holding may well go on.
+	a.offer(g, stop, 0)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -213,7 +215,8 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 func (a *awaiter) renewEvery() time.Duration { return max(a.s.cfg.TTL/10, 100*time.Millisecond) }
 
 // renew sends RENEWED whenever the member's confirmed lease renewals have
-// moved the holding's validity on by more than half a renewal period.
+// moved the holding's validity on by more than half a renewal period (and
+// GRANTED, if assigned could not yet).
 func (a *awaiter) renew(g *grant, stop chan struct{}) {
 	every := a.renewEvery()
 	t := time.NewTicker(every)
@@ -226,31 +229,51 @@ func (a *awaiter) renew(g *grant, stop chan struct{}) {
 		case <-g.ctx.Done():
 			return
 		}
-		left, ok := rink.ValidFor(g.ctx)
-		if !ok {
+		if !a.offer(g, stop, every/2) {
 			return
 		}
-		now := time.Now()
-		u := now.Add(left - a.s.cfg.Slack)
-		if u.Sub(g.validUntil()) < every/2 {
-			continue
-		}
-		g.mu.Lock()
-		// Check and queue under the lock: revoked reads until after
-		// stopping this goroutine, so a renewal is either counted or
-		// never sent.
-		select {
-		case <-stop:
-			g.mu.Unlock()
-			return
-		default:
-		}
-		if u.After(g.until) {
-			g.until = u
-			a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
-		}
-		g.mu.Unlock()
 	}
+}
+
+// offer queues GRANTED, the first time the holding's validity exceeds the
+// slack, and then RENEWED when it moved on by at least step. It reports
+// false once the holding or the grant (stop) is over.
+func (a *awaiter) offer(g *grant, stop chan struct{}, step time.Duration) bool {
+	now := time.Now() // (before the reading: the validity ends no later than it says)
+	left, ok := rink.ValidFor(g.ctx)
+	if !ok {
+		return false
+	}
+	// The fence deadline follows the TTL etcd granted, which may be longer
+	// than the TTL asked for (etcd grants no lease less than 1.5 election
+	// timeouts): a validity past the TTL would outlast the member's drain
+	// timeout (TTL + 1 s), which hands the role over after that.
+	left = min(left, a.s.cfg.TTL)
+	u := now.Add(left - a.s.cfg.Slack)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	// Check and queue under the lock: revoked reads until after
+	// stopping this goroutine, so a grant or renewal is either counted
+	// or never sent.
+	select {
+	case <-stop:
+		return false
+	default:
+	}
+	switch {
+	case left <= a.s.cfg.Slack:
+	case g.until.IsZero() && a.ss.ending():
+		// The session ends (its member leaves; after the app ended its
+		// session stream, nothing it is granted is waited for): no new
+		// grant.
+	case g.until.IsZero():
+		g.until = u
+		a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), u)
+	case u.Sub(g.until) >= step && u.After(g.until):
+		g.until = u
+		a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
+	}
+	return true
 }
 
 func (a *awaiter) event(kind rinkv1.RoleEvent_Kind, g *grant, now time.Time) *rinkv1.RoleEvent {
@@ -272,7 +295,7 @@ func (a *awaiter) revoked(role string) {
 		return
 	}
 	g.mu.Lock()
-	close(stop) // under g.mu: no renewal is queued after this
+	close(stop) // under g.mu: no grant or renewal is queued after this
 	until := g.until
 	g.mu.Unlock()
 	defer func() {
@@ -283,22 +306,33 @@ func (a *awaiter) revoked(role string) {
 		}
 		a.ss.mu.Unlock()
 	}()
+	if until.IsZero() {
+		return // never granted: the app was told nothing
+	}
 	reason, owner := a.reason(g.ctx)
 	ev := &rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_REVOKED, Role: role, Token: g.token, Reason: reason, Owner: owner,
 		ValidUntilUnixMs: until.UnixMilli()}
 	a.out.put(ev)
-	if closed && a.ctx.Err() != nil {
+	if closed && a.appEnded() {
 		return // the app ended the stream: it stopped
 	}
 	wait := time.NewTimer(time.Until(until) + time.Millisecond)
 	defer wait.Stop()
-	select {
-	case <-g.released:
-	case <-a.ss.appGone:
-	case <-a.ctx.Done():
-	case <-wait.C:
-		a.s.log.Info("rinkd: the app did not release a revoked role: its grant has lapsed",
-			zap.String("role", role), zap.Int64("token", g.token))
+	streamEnd := a.ctx.Done()
+	for {
+		select {
+		case <-g.released:
+		case <-a.ss.appGone:
+		case <-streamEnd:
+			if !a.appEnded() {
+				streamEnd = nil // rinkd ended it: wait for the validity
+				continue
+			}
+		case <-wait.C:
+			a.s.log.Info("rinkd: the app did not release a revoked role: its grant has lapsed",
+				zap.String("role", role), zap.Int64("token", g.token))
+		}
+		return
 	}
 }
 
@@ -316,6 +350,8 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 			return r, ""
 		}
 		return "stopped", ""
+	case cause == nil && a.s.ctx.Err() != nil:
+		return "stopped", "" // rinkd stops serving: the stream's set closes
 	case cause == nil:
 		return "released", ""
 	}
@@ -324,6 +360,12 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 
 func (a *awaiter) secondary(ctx context.Context, role string) {
 	a.mu.Lock()
+	if ctx.Err() != nil {
+		// Ended before this goroutine ran: on a promotion, Assigned may
+		// have queued GRANTED already, which SECONDARY must not follow.
+		a.mu.Unlock()
+		return
+	}
 	a.second = true
 	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY, Role: role})
 	a.mu.Unlock()

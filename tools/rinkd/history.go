@@ -81,19 +81,35 @@ func (h *history) add(prev, next rink.State) {
 
 // since returns the entries after (lineage, version) when the history
 // still has them all; ok is false when it does not (a snapshot is needed).
-// seq is the seq of the entry after the last returned.
+// seq is the seq of the entry after the last returned. A version the
+// history shows more than once (an operator wrote an older map back, which
+// members follow as the next map) cannot tell which map the watcher saw:
+// it needs a snapshot too.
 func (h *history) since(lineage, version int64) (es []entry, seq uint64, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if version != 0 && lineage == h.cur.Lineage && version == h.cur.Version {
-		return nil, h.next, true
+	if version == 0 {
+		return nil, h.next, false
+	}
+	if len(h.entries) == 0 {
+		return nil, h.next, lineage == h.cur.Lineage && version == h.cur.Version
+	}
+	// at: the map was at (lineage, version) before entries[at]; n: how
+	// many times the history shows it.
+	at, n := 0, 0
+	if e := h.entries[0]; e.lineage == lineage && e.prev == version {
+		n++
 	}
 	for i, e := range h.entries {
-		if e.lineage == lineage && e.prev == version && version != 0 {
-			return append([]entry(nil), h.entries[i:]...), h.next, true
+		if e.lineage == lineage && e.version == version {
+			at = i + 1
+			n++
 		}
 	}
-	return nil, h.next, false
+	if n != 1 || at < len(h.entries) && h.entries[at].lineage != lineage {
+		return nil, h.next, false // (across a new lineage: a snapshot too)
+	}
+	return append([]entry(nil), h.entries[at:]...), h.next, true
 }
 
 // after returns the entries from seq on, and the channel closed at the next

@@ -87,9 +87,11 @@ type Server struct {
 	wg     sync.WaitGroup // the history follower and the servers' goroutines
 
 	mu       sync.Mutex
-	sess     *session      // the open session (nil: none)
-	opening  chan struct{} // a session is joining (closed when it has joined or failed): no other may start
-	draining bool          // Drain was called: no session may start
+	sess     *session           // the open session (nil: none)
+	opening  bool               // a session is joining: no other may start
+	joined   chan struct{}      // while opening: closed once the join is over (s.sess set, or not)
+	stopJoin context.CancelFunc // while opening: abandons the join (Drain)
+	draining bool               // Drain was called: no session may start
 	grpcSrv  *grpc.Server
 	httpSrvs []*http.Server
 	conn     *grpc.ClientConn // the gateway's connection to grpcSrv
@@ -263,7 +265,11 @@ func (s *Server) probes(mux *http.ServeMux) {
 }
 
 // Shutdown ends the session as Drain does (bounded by ctx), then stops
-// serving and following the rink.
+// serving and following the rink. If ctx ends first, it stops serving all
+// the same and returns ctx's error; the streams it ends that way release
+// nothing: the member leaves once the app has released its revoked roles
+// or their grants have lapsed (or, if the process exits first, once its
+// lease expires).
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.drain(ctx, "stopped")
 	s.mu.Lock()
@@ -291,13 +297,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) drain(ctx context.Context, reason string) error {
 	s.mu.Lock()
 	s.draining = true
-	sess, opening := s.sess, s.opening
+	sess := s.sess
+	joined, stopJoin := s.joined, s.stopJoin
 	s.mu.Unlock()
-	if opening != nil {
-		// A session is joining: it will see draining and end itself;
-		// wait for it, so that a preStop hook returns once it has.
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(rinkv1.Rink_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if joined != nil {
+		// A session is joining: abandon the join, and end the session if
+		// it joined all the same (OpenSession ends it, seeing draining).
+		stopJoin()
 		select {
-		case <-opening:
+		case <-joined:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -305,8 +315,6 @@ func (s *Server) drain(ctx context.Context, reason string) error {
 		sess = s.sess
 		s.mu.Unlock()
 	}
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(rinkv1.Rink_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	if sess == nil {
 		return nil
 	}
@@ -343,6 +351,18 @@ func (ss *session) end(reason string) {
 	})
 }
 
+// ending reports whether the session is ending (or has ended).
+func (ss *session) ending() bool {
+	select {
+	case <-ss.stop:
+		return true
+	case <-ss.appGone:
+		return true
+	default:
+		return false
+	}
+}
+
 func (ss *session) endReason() string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -362,31 +382,37 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 	case s.draining:
 		s.mu.Unlock()
 		return status.Error(codes.FailedPrecondition, "rinkd: draining, no new session")
-	case s.sess != nil || s.opening != nil:
+	case s.sess != nil || s.opening:
 		s.mu.Unlock()
 		return status.Error(codes.AlreadyExists, "rinkd: a session is open already (one per sidecar)")
 	}
-	opening := make(chan struct{})
-	s.opening = opening
+	ctx := stream.Context()
+	jctx, stopJoin := context.WithCancel(ctx) // (bounds the join only)
+	defer stopJoin()
+	joined := make(chan struct{})
+	s.opening, s.joined, s.stopJoin = true, joined, stopJoin
 	s.mu.Unlock()
 
-	ctx := stream.Context()
-	r, err := rink.NewContext(ctx, s.cfg.Client, s.cfg.Rink, s.memberOptions()...)
+	r, err := rink.NewContext(jctx, s.cfg.Client, s.cfg.Rink, s.memberOptions()...)
 	if err != nil {
 		s.mu.Lock()
-		s.opening = nil
+		s.opening, s.joined, s.stopJoin = false, nil, nil
+		draining := s.draining
 		s.mu.Unlock()
-		close(opening)
+		close(joined)
+		if draining && ctx.Err() == nil {
+			return status.Error(codes.FailedPrecondition, "rinkd: draining, no new session")
+		}
 		return statusOf(err)
 	}
 	ss := &session{id: newSessionID(), r: r, appGone: make(chan struct{}), stop: make(chan struct{}),
 		ended: make(chan struct{}), grants: map[string]map[*grant]bool{}}
 	s.mu.Lock()
-	s.opening = nil
+	s.opening, s.joined, s.stopJoin = false, nil, nil
 	draining := s.draining
 	s.sess = ss
 	s.mu.Unlock()
-	close(opening)
+	close(joined)
 	if draining { // Drain ran while we joined
 		ss.end("drained")
 	}
@@ -419,6 +445,11 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 			ss.end("stopped")
 		}
 	}
+	if !errors.Is(err, errStop) && ss.endReason() == "" && s.ctx.Err() != nil {
+		// rinkd stopped serving, which ended the stream: that is no
+		// sign of the app's (see awaiter.appEnded).
+		ss.end("stopped")
+	}
 	if !errors.Is(err, errStop) && ss.endReason() == "" {
 		// The app ended the stream, or died: it holds nothing now, so
 		// nothing waits for its releases.
@@ -438,8 +469,9 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 	s.mu.Lock()
 	s.sess = nil
 	s.mu.Unlock()
-	close(ss.ended)
+	// (Logged first: Drain and Shutdown return once ended is closed.)
 	s.log.Info("rinkd: session ended", zap.String("session", ss.id), zap.String("reason", reason))
+	close(ss.ended)
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()
 	}
