@@ -15,13 +15,13 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-//go:embed proto/rink/v1/rink.proto proto/rink/v1/rink_http.yaml
+//go:embed proto/rink/v1/rink.proto proto/rink/v1/http_rules.yaml
 var protoFiles embed.FS
 
 // TestGeneratedCodeIsCurrent compiles proto/rink/v1/rink.proto and compares
 // it with the descriptor the generated code (rinkv1) embeds: a change to the
 // .proto that was not followed by `go generate ./tools/rinkd/` fails here.
-// (The HTTP routes of rink_http.yaml are checked by TestHTTPRoutes.)
+// (The HTTP routes of http_rules.yaml are checked by TestHTTPRoutes.)
 func TestGeneratedCodeIsCurrent(t *testing.T) {
 	// From the embedded copy, so that go test's cache knows of changes.
 	open := func(path string) (io.ReadCloser, error) {

@@ -442,17 +442,17 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// TestHTTPRoutes checks that every route of rink_http.yaml reaches the
+// TestHTTPRoutes checks that every route of http_rules.yaml reaches the
 // service (a gateway without it answers 404 "Not Found").
 func TestHTTPRoutes(t *testing.T) {
 	t.Parallel()
-	y, err := protoFiles.ReadFile("proto/rink/v1/rink_http.yaml")
+	y, err := protoFiles.ReadFile("proto/rink/v1/http_rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	routes := regexp.MustCompile(`(?m)^\s+(get|post): (\S+)$`).FindAllStringSubmatch(string(y), -1)
 	if len(routes) < 9 {
-		t.Fatalf("only %d routes in rink_http.yaml", len(routes))
+		t.Fatalf("only %d routes in http_rules.yaml", len(routes))
 	}
 	s := startServer(t, rinkName(t), "m0")
 	a := newApp(t, s)

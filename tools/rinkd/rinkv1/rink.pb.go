@@ -1,6 +1,6 @@
 // The rinkd API: a sidecar that is one rink member on behalf of an app
 // written in any language. rinkd serves it as gRPC and, through
-// grpc-gateway, as HTTP/JSON (see rink_http.yaml beside this file, and docs/sidecar.md):
+// grpc-gateway, as HTTP/JSON (see http_rules.yaml beside this file, and docs/sidecar.md):
 // a server stream reaches a plain HTTP client as one JSON object per line,
 // {"result": {...}} for each message and {"error": {...}} if it fails.
 //
