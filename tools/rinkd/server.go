@@ -42,6 +42,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
 // Errors of New.
@@ -193,6 +194,7 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 		}),
+		runtime.WithForwardResponseOption(flushStreamHeaders),
 	)
 	if err := rinkv1.RegisterRinkHandlerClient(s.ctx, gw, rinkv1.NewRinkClient(conn)); err != nil {
 		conn.Close()
@@ -204,7 +206,9 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 		return Addrs{}, err
 	}
 	api := http.NewServeMux()
-	api.Handle("/v1/", gw)
+	api.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gw.ServeHTTP(&onceHeaderWriter{ResponseWriter: w}, r)
+	}))
 	s.probes(api)
 	servers := []*http.Server{{Handler: api, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{hl}
@@ -571,3 +575,42 @@ func (s *Server) ReleaseRole(_ context.Context, req *rinkv1.ReleaseRoleRequest) 
 	ss.mu.Unlock()
 	return &rinkv1.ReleaseRoleResponse{}, nil
 }
+
+// flushStreamHeaders sends a server stream's HTTP response headers as soon
+// as its gRPC headers arrive (the gateway calls it with no message then),
+// instead of with the first message: an HTTP app learns that its await is
+// in place (AwaitRole sends its headers once it is), and its client's
+// request returns, before the first event.
+func flushStreamHeaders(_ context.Context, w http.ResponseWriter, m proto.Message) error {
+	if m != nil {
+		return nil
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	return http.NewResponseController(w).Flush()
+}
+
+// onceHeaderWriter drops a second WriteHeader: a stream whose headers
+// flushStreamHeaders sent and that then fails before its first message
+// has the gateway write its status again (the error goes in the body, as
+// for any stream that fails midway).
+type onceHeaderWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *onceHeaderWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *onceHeaderWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's Flush.
+func (w *onceHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

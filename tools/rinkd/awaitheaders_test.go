@@ -1,0 +1,111 @@
+package rinkd_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/rink-go/rink"
+	"github.com/rink-go/rink/internal/embedetcd"
+	"github.com/rink-go/rink/tools/internal/rinkdhttp"
+	"github.com/rink-go/rink/tools/rinkd"
+)
+
+// TestAwaitHeadersBeforeFirstEvent checks that an HTTP app's AwaitRole
+// request returns, with its response headers, once the await is in place
+// and before any event: the app awaits a role another member holds, gets
+// its headers and no event, and is GRANTED the role once the holder's app
+// closes its session.
+func TestAwaitHeadersBeforeFirstEvent(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var apps []*rinkdhttp.Client
+	var sessions []*rinkdhttp.Session
+	for i := range 2 {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cli.Close()
+		s, err := rinkd.New(ctx, rinkd.Config{Client: cli, Rink: "headers", Member: fmt.Sprint("m", i), TTL: 2 * time.Second,
+			Options: []rink.Option{rink.WithRebalanceDelay(0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Shutdown(context.Background())
+		addrs, err := s.Start("127.0.0.1:0", "127.0.0.1:0", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		app := rinkdhttp.New(addrs.HTTP)
+		defer app.Close()
+		sess, err := app.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		apps, sessions = append(apps, app), append(sessions, sess)
+	}
+	// A role m0 owns once both are ranked in one map.
+	role := ""
+	for role == "" {
+		if ctx.Err() != nil {
+			t.Fatal("the two members never settled")
+		}
+		r0, r1 := sessions[0].Rank(), sessions[1].Rank()
+		if !r0.Settled || !r1.Settled || r0.Version != r1.Version || r0.Size != 2 {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for i := 0; i < 4096; i++ {
+			o, err := apps[1].Owners(ctx, fmt.Sprint("role-", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.Owner == "m0" && o.Version == r0.Version {
+				role = o.Role
+				break
+			}
+		}
+	}
+	held, err := apps[0].Await(ctx, sessions[0].ID, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if ev := <-held.Events(); ev.Kind != rinkdhttp.Granted {
+		t.Fatalf("m0's first event %+v, want GRANTED", ev)
+	}
+	// The await request returns with its headers though no event comes.
+	waiting, err := apps[1].Await(ctx, sessions[1].ID, role)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiting.Close()
+	select {
+	case ev := <-waiting.Events():
+		t.Fatalf("m1 got %+v while m0 holds %s", ev, role)
+	default:
+	}
+	held.Close()
+	sessions[0].Close()
+	select {
+	case ev := <-waiting.Events():
+		if ev.Kind != rinkdhttp.Granted || ev.Role != role || ev.Token <= 0 || ev.Deadline().Before(ev.Read) {
+			t.Fatalf("m1 got %+v, want GRANTED of %s with a token and a validity", ev, role)
+		}
+	case <-ctx.Done():
+		t.Fatal("m1 was never granted the role")
+	}
+}
