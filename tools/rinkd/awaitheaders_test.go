@@ -2,6 +2,7 @@ package rinkd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -97,6 +98,19 @@ func TestAwaitHeadersBeforeFirstEvent(t *testing.T) {
 	case ev := <-waiting.Events():
 		t.Fatalf("m1 got %+v while m0 holds %s", ev, role)
 	default:
+	}
+	// Unary calls (served by the Server's methods without the gRPC hop)
+	// answer as gRPC would: an invalid release is refused with
+	// InvalidArgument (HTTP 400), a valid one accepted.
+	var se *rinkdhttp.StatusError
+	if err := apps[0].Release(ctx, sessions[0].ID, role, 0); !errors.As(err, &se) || se.HTTP != 400 || se.Code != 3 {
+		t.Fatalf("a release with no token: %v, want HTTP 400, code 3", err)
+	}
+	if err := apps[0].Release(ctx, "nope", role, 1); !errors.As(err, &se) || se.HTTP != 404 {
+		t.Fatalf("a release in no session: %v, want HTTP 404", err)
+	}
+	if err := apps[0].Release(ctx, sessions[0].ID, role, 1); err != nil {
+		t.Fatalf("a release of a token never granted: %v, want it accepted (it releases nothing)", err)
 	}
 	held.Close()
 	sessions[0].Close()

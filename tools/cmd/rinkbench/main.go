@@ -4,7 +4,8 @@
 // and a rolling deploy, a cache's hit rate through a rolling deploy and a
 // scale-out with warm-up on and off, the steady cost on etcd, replicas (a
 // primary and a secondary per slot over three zones: placement, a rolling
-// deploy, a crash's warm promotion, the loss of a zone), and scale (a
+// deploy, a crash's warm promotion, the loss of a zone), handovers
+// through the rinkd sidecar against in-process ones, and scale (a
 // thousand members in one process, what a join and a leave cost them and
 // etcd; a hundred thousand roles awaited). Each scenario runs -runs times
 // and reports the min, median and max of each figure; -json prints one

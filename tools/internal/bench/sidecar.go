@@ -39,7 +39,8 @@ import (
 // REVOKED). overlaps counts the members' overlaps (as Handover's) and the
 // handovers whose new app read GRANTED before the old one stopped.
 func Sidecar(env Env, n int) (Sample, error) {
-	var inproc, inprocApp, drain, closed, memberGap, grantTrip, revokeTrip, releaseCall []time.Duration
+	var inproc, inprocApp, drain, closed, grantTrip, revokeTrip, releaseCall []time.Duration
+	memberGap := map[bool][]time.Duration{}
 	bad := 0
 	for i := 0; i < n; i++ {
 		g, ga, b, err := inprocessHandover(env)
@@ -59,7 +60,7 @@ func Sidecar(env Env, n int) (Sample, error) {
 			} else {
 				closed = append(closed, h.gap)
 			}
-			memberGap, grantTrip = append(memberGap, h.memberGap), append(grantTrip, h.grantTrip)
+			memberGap[byDrain], grantTrip = append(memberGap[byDrain], h.memberGap), append(grantTrip, h.grantTrip)
 		}
 	}
 	s := Sample{"overlaps": float64(bad)}
@@ -72,7 +73,8 @@ func Sidecar(env Env, n int) (Sample, error) {
 	figures("sidecar", append(append([]time.Duration(nil), drain...), closed...))
 	figures("sidecar_drain", drain)
 	figures("sidecar_close", closed)
-	s["sidecar_member_gap_p50_ms"] = ms(percentile(memberGap, 0.5))
+	s["sidecar_drain_member_gap_p50_ms"] = ms(percentile(memberGap[true], 0.5))
+	s["sidecar_close_member_gap_p50_ms"] = ms(percentile(memberGap[false], 0.5))
 	s["sidecar_grant_trip_p50_ms"] = ms(percentile(grantTrip, 0.5))
 	s["sidecar_revoke_trip_p50_ms"] = ms(percentile(revokeTrip, 0.5))
 	s["sidecar_release_call_p50_ms"] = ms(percentile(releaseCall, 0.5))
