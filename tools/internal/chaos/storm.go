@@ -70,6 +70,8 @@ type StormSummary struct {
 	// roles' secondaries too.
 	Replicas, Zones int
 	Holders         HoldersReport
+	// Sidecar is the run's (Config.Sidecar).
+	Sidecar bool
 }
 
 // replicaMode reports whether the run had replicas or zones.
@@ -240,7 +242,7 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	if err != nil {
 		return StormSummary{}, err
 	}
-	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs), Replicas: cfg.Replicas, Zones: cfg.Zones}
+	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs), Replicas: cfg.Replicas, Zones: cfg.Zones, Sidecar: cfg.Sidecar}
 	s.Report = CheckSince(r.began, recs)
 	k := cfg.replicas()
 	if cfg.replicaMode() {
@@ -324,6 +326,13 @@ func (r *run) startWorker(name string) (*proc, error) {
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
 		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance,
 		Drain: r.cfg.Drain, Warmup: r.cfg.Warmup}
+	if r.cfg.Sidecar {
+		w.Sidecar, w.SidecarStop = true, SidecarDrain
+		if r.st.seq%2 == 0 {
+			w.SidecarStop = SidecarClose
+		}
+		r.logf("   %s: rinkd and its app, which stops by %s", base, w.SidecarStop)
+	}
 	zone := r.zoneFor(name)
 	if r.cfg.Replicas > 1 {
 		w.Replicas = r.cfg.Replicas
@@ -1123,6 +1132,9 @@ func (s StormSummary) Text() string {
 	}
 	sort.Strings(kinds)
 	fmt.Fprintf(&b, "operations: %d, member processes: %d\n", len(s.Ops), s.Procs)
+	if s.Sidecar {
+		b.WriteString("members: rinkd sidecars, each with its app (an HTTP/JSON client) in its process; the records are the apps'\n")
+	}
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "  %-22s %5d\n", k, count[k])
 	}
