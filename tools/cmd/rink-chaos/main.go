@@ -27,7 +27,8 @@
 // its member, election, ack and load keys, and the tail. -sidecar makes
 // every member a rinkd sidecar with its app, an HTTP/JSON client, in its
 // process: the app records what rinkd tells it, and the checks are at the
-// app's side.
+// app's side; it adds app-deaf, an app that stops reading rinkd's await
+// streams for a while and acts on by its grants' validity alone.
 //
 //	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
@@ -159,6 +160,9 @@ func storm(cfg chaos.Config) error {
 		return k == "election-delete" || k == "member-keys-delete" || k == "tail-delete"
 	}) {
 		return fmt.Errorf("election-delete, member-keys-delete and tail-delete are drawn only with -keys")
+	}
+	if len(cfg.Ops) > 0 && !cfg.Sidecar && slices.Contains(cfg.Ops, "app-deaf") {
+		return fmt.Errorf("app-deaf is drawn only with -sidecar")
 	}
 	ctx, stop, err := prepare(&cfg)
 	if err != nil {

@@ -170,6 +170,7 @@ type proc struct {
 	done   chan struct{}
 	proxy  []proxy.Server
 	joined chan struct{} // closed when a worker printed JoinedLine
+	deaf   bool          // storm, sidecar: its app is deaf (app-deaf)
 	exited int64         // CLOCK_MONOTONIC when it exited; set before done is closed
 	err    error         // its exit status
 

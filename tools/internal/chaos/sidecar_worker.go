@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -66,8 +68,24 @@ func runSidecarWorker(ctx context.Context, cfg WorkerConfig, log *Log, cli *clie
 	if err != nil {
 		return err
 	}
-	app := &sidecarApp{cfg: cfg, log: log, http: rinkdhttp.New(addrs.HTTP)}
+	app := &sidecarApp{cfg: cfg, log: log, http: rinkdhttp.New(addrs.HTTP), hearing: make(chan struct{})}
+	close(app.hearing)
 	defer app.http.Close()
+	// The storm's app-deaf: SIGUSR1 stops the app reading its await
+	// streams, SIGUSR2 lets it read again.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	go func() {
+		for {
+			select {
+			case sig := <-sigs:
+				app.setDeaf(sig == syscall.SIGUSR1)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	roles := []string{"leader"}
 	for i := 0; i < cfg.Roles; i++ {
 		roles = append(roles, fmt.Sprint("partition:", i))
@@ -122,6 +140,40 @@ type sidecarApp struct {
 	cfg  WorkerConfig
 	log  *Log
 	http *rinkdhttp.Client
+
+	mu      sync.Mutex
+	hearing chan struct{} // closed while the app reads its await streams
+}
+
+// setDeaf stops (or resumes) the app's reading of its await streams.
+func (a *sidecarApp) setDeaf(deaf bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.hearing:
+		if deaf {
+			a.hearing = make(chan struct{})
+			fmt.Fprintf(os.Stderr, "worker %s: deaf\n", a.cfg.Name)
+		}
+	default:
+		if !deaf {
+			close(a.hearing)
+			fmt.Fprintf(os.Stderr, "worker %s: hearing again\n", a.cfg.Name)
+		}
+	}
+}
+
+// events returns aw's events while the app hears, else nil and a channel
+// closed when it hears again.
+func (a *sidecarApp) events(aw *rinkdhttp.Await) (<-chan rinkdhttp.RoleEvent, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	select {
+	case <-a.hearing:
+		return aw.Events(), nil
+	default:
+		return nil, a.hearing
+	}
 }
 
 // serve holds roles in one session until rinkd ends it (false) or ctx
@@ -217,8 +269,10 @@ func (a *sidecarApp) holdStream(hctx context.Context, sess *rinkdhttp.Session, a
 		if h != nil {
 			lapsed = h.lapsed
 		}
+		evs, heard := a.events(aw)
 		select {
-		case ev, ok := <-aw.Events():
+		case <-heard:
+		case ev, ok := <-evs:
 			if !ok {
 				return end()
 			}

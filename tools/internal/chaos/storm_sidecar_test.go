@@ -12,7 +12,7 @@ import (
 // etcd itself.
 var stormSidecarOps = []string{
 	"kill9", "leave-member", "leave-leader", "join", "join-reused", "sigstop", "partition",
-	"cut-all", "etcd-kill", "same-name-replace", "member-key-delete-cut",
+	"cut-all", "etcd-kill", "same-name-replace", "member-key-delete-cut", "app-deaf", "app-deaf",
 }
 
 // TestChaosStormSidecar is a short seeded storm whose members are rinkd
