@@ -36,10 +36,11 @@ import (
 // acquisition: the release call, rinkd's drain wait, the departure) and of
 // the deliveries (the heir member's acquisition to its app reading
 // GRANTED; for drain, the holder member's release to its app reading
-// REVOKED). overlaps counts the members' overlaps (as Handover's) and the
+// REVOKED, and the app's ReleaseRole call; for close, the app's close to
+// its member's release). overlaps counts the members' overlaps (as Handover's) and the
 // handovers whose new app read GRANTED before the old one stopped.
 func Sidecar(env Env, n int) (Sample, error) {
-	var inproc, inprocApp, drain, closed, grantTrip, revokeTrip, releaseCall []time.Duration
+	var inproc, inprocApp, drain, closed, grantTrip, revokeTrip, releaseCall, closeNotice []time.Duration
 	memberGap := map[bool][]time.Duration{}
 	bad := 0
 	for i := 0; i < n; i++ {
@@ -58,7 +59,7 @@ func Sidecar(env Env, n int) (Sample, error) {
 				drain = append(drain, h.gap)
 				revokeTrip, releaseCall = append(revokeTrip, h.revokeTrip), append(releaseCall, h.releaseCall)
 			} else {
-				closed = append(closed, h.gap)
+				closed, closeNotice = append(closed, h.gap), append(closeNotice, h.closeNotice)
 			}
 			memberGap[byDrain], grantTrip = append(memberGap[byDrain], h.memberGap), append(grantTrip, h.grantTrip)
 		}
@@ -78,6 +79,7 @@ func Sidecar(env Env, n int) (Sample, error) {
 	s["sidecar_grant_trip_p50_ms"] = ms(percentile(grantTrip, 0.5))
 	s["sidecar_revoke_trip_p50_ms"] = ms(percentile(revokeTrip, 0.5))
 	s["sidecar_release_call_p50_ms"] = ms(percentile(releaseCall, 0.5))
+	s["sidecar_close_notice_p50_ms"] = ms(percentile(closeNotice, 0.5))
 	s["inprocess_app_p50_ms"] = ms(percentile(inprocApp, 0.5))
 	s["p50_to_inprocess_app"] = s["sidecar_p50_ms"] / s["inprocess_app_p50_ms"]
 	s["p50_to_inprocess"] = s["sidecar_p50_ms"] / s["inprocess_p50_ms"]
@@ -197,6 +199,7 @@ func (m *sidecarMember) stop() {
 type sidecarResult struct {
 	gap, memberGap, grantTrip, revokeTrip time.Duration
 	releaseCall                           time.Duration // drain: the app's ReleaseRole call
+	closeNotice                           time.Duration // close: the app's close to its member's release
 	overlaps                              int
 }
 
@@ -322,6 +325,8 @@ func sidecarHandover(env Env, byDrain bool) (sidecarResult, error) {
 	res.memberGap, res.grantTrip = acquired.Sub(stopped), got.Read.Sub(acquired)
 	if byDrain {
 		res.revokeTrip = stopped.Sub(released)
+	} else {
+		res.closeNotice = released.Sub(stopped)
 	}
 	res.overlaps += overlaps(rec.snapshot())
 	return res, nil
