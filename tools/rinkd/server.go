@@ -336,7 +336,7 @@ type session struct {
 	once    sync.Once
 
 	mu     sync.Mutex
-	reason string                       // why the session ends (set before stop or appGone is closed)
+	reason string                     // why the session ends (set before stop or appGone is closed)
 	grants map[string]map[*grant]bool // current grants by role, for ReleaseRole
 }
 
