@@ -14,6 +14,21 @@ import (
 // (timerDrain).
 type drainState struct {
 	draining map[*slotState]drainEntry
+	// fenceDrains are the holdings a fence ended while functions still
+	// ran on them (with WithDrainTimeout), each until the ended
+	// incarnation's fence deadline: the fenced lease is not revoked
+	// before they have returned or that deadline has passed (see
+	// revokeFenced), so that no heir starts while they run, as no
+	// handover's heir does. (Past the deadline the lease is about to
+	// expire on the server anyway.) rinkd's grants rely on it: an app
+	// learns of a fence only as fast as it reads its stream.
+	fenceDrains map[*slotState]time.Time
+	// fenceUntil is that deadline while a fence releases its holdings
+	// (zero otherwise).
+	fenceUntil time.Time
+	// revokeHeld: revokeFenced was asked to revoke the fenced lease while
+	// fenceDrains still ran; checkFenceDrains does it once they end.
+	revokeHeld bool
 }
 
 // Draining. With WithDrainTimeout, a member that gives a slot away (a new
@@ -61,11 +76,18 @@ func (st *slotState) leave(r *Rink) {
 // startDrain notes that slot s was given away (with cause) while
 // functions ran on its holding cur.
 func (r *Rink) startDrain(s int, cur *slotState, cause error) {
+	st := &r.st
+	if !st.fenceUntil.IsZero() && r.opts.drain > 0 && cur != nil && cur.runners.Load() > 0 && !r.planted(plantSkipDrain) {
+		if st.fenceDrains == nil {
+			st.fenceDrains = map[*slotState]time.Time{}
+		}
+		st.fenceDrains[cur] = st.fenceUntil // (the timer is armed by dropDrains, after the fence's releases)
+		return
+	}
 	if r.opts.drain <= 0 || cur == nil || cur.runners.Load() == 0 || r.planted(plantSkipDrain) ||
 		!errors.Is(cause, ErrRoleMoved) && !errors.Is(cause, ErrShutdown) {
 		return
 	}
-	st := &r.st
 	now := r.now()
 	if st.draining == nil {
 		st.draining = map[*slotState]drainEntry{}
@@ -84,6 +106,11 @@ func (r *Rink) armDrainTimer(now time.Time) {
 	for _, e := range st.draining {
 		if first.IsZero() || e.deadline.Before(first) {
 			first = e.deadline
+		}
+	}
+	for _, until := range st.fenceDrains {
+		if first.IsZero() || until.Before(first) {
+			first = until
 		}
 	}
 	if !first.IsZero() {
@@ -120,9 +147,37 @@ func (r *Rink) checkDrains() bool {
 // deadline passed: the acknowledgement withheld meanwhile goes out once
 // every drain has ended.
 func (r *Rink) onDrained() {
+	r.checkFenceDrains()
 	if r.checkDrains() {
 		r.sendAck()
 	}
+}
+
+// fenceDraining ends the fence drains whose functions have returned or
+// whose deadline has passed, and reports whether any is left.
+func (r *Rink) fenceDraining() bool {
+	st := &r.st
+	if len(st.fenceDrains) == 0 {
+		return false
+	}
+	now := r.now()
+	for h, until := range st.fenceDrains {
+		if h.runners.Load() == 0 || !now.Before(until) {
+			delete(st.fenceDrains, h)
+		}
+	}
+	return len(st.fenceDrains) > 0
+}
+
+// checkFenceDrains revokes the fenced lease once the fence drains have
+// ended, if revokeFenced held it back.
+func (r *Rink) checkFenceDrains() {
+	st := &r.st
+	if !r.fenceDraining() && st.revokeHeld {
+		st.revokeHeld = false
+		r.revokeFenced(st.fenced)
+	}
+	r.armDrainTimer(r.now())
 }
 
 // dropDrains forgets every drain: the incarnation that withheld its
@@ -130,7 +185,7 @@ func (r *Rink) onDrained() {
 func (r *Rink) dropDrains() {
 	st := &r.st
 	clear(st.draining)
-	st.StopTimer(core.TimerDrain)
+	r.armDrainTimer(r.now()) // (for the fence drains, if any)
 }
 
 // awaitDrains waits, on Shutdown, until every drain has ended or ctx ends.

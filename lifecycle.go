@@ -3,6 +3,7 @@ package rink
 import (
 	"context"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -105,9 +106,14 @@ func (r *Rink) onLost() {
 		}
 		st.past = append(st.past, int64(old.Lease))
 		st.fenced = clientv3.LeaseID(old.Lease)
+		st.revokeHeld = false // (an earlier fenced lease left to expire by itself)
 	}
 	r.stopLeading()
+	if old != nil && r.opts.drain > 0 {
+		st.fenceUntil = r.now().Add(old.left())
+	}
 	r.reconcile() // the contexts are already cancelled through old.ctx
+	st.fenceUntil = time.Time{}
 	r.dropDrains()
 	r.startRejoin(old)
 }
@@ -142,6 +148,11 @@ func (r *Rink) revokeFenced(lease clientv3.LeaseID) {
 	if lease == 0 || lease != st.fenced {
 		return
 	}
+	if r.fenceDraining() {
+		st.revokeHeld = true // (checkFenceDrains revokes it)
+		return
+	}
+	st.revokeHeld = false
 	st.fenced = 0
 	r.fx().revokeLease(int64(lease))
 }

@@ -80,12 +80,7 @@ func ValidFor(roleCtx context.Context) (time.Duration, bool) {
 	if !ok || roleCtx.Err() != nil {
 		return 0, false
 	}
-	var left time.Duration
-	if rc.inc.clock != nil {
-		left = time.Duration(rc.inc.deadline.Load() - rc.inc.clock())
-	} else {
-		left = untilClock(rc.inc.deadline.Load())
-	}
+	left := rc.inc.left()
 	if left <= 0 {
 		return 0, false
 	}

@@ -58,6 +58,14 @@ func (inc *incarnation) expired() bool {
 	return fenceClock() >= inc.deadline.Load()
 }
 
+// left returns how long until the fence deadline (negative once passed).
+func (inc *incarnation) left() time.Duration {
+	if inc.clock != nil {
+		return time.Duration(inc.deadline.Load() - inc.clock())
+	}
+	return untilClock(inc.deadline.Load())
+}
+
 // join grants a lease and creates the member key bound to it (see
 // core.Joiner). If a live member already uses the name, it waits for that
 // key to go (a restarted process reusing its name waits out its

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -267,8 +268,8 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("YAML block %d: %v", i+1, err)
 			continue
 		}
-		if m.Kind != "" {
-			byKind[m.Kind] = m
+		if _, seen := byKind[m.Kind]; m.Kind != "" && !seen {
+			byKind[m.Kind] = m // the first of each kind: the Go program's (rinkd's is checked below)
 		}
 	}
 
@@ -321,5 +322,77 @@ func TestKubernetesManifests(t *testing.T) {
 		if d.Spec.Template.Metadata.Labels[k] != v {
 			t.Errorf("the PodDisruptionBudget selects %s=%s; the Deployment's pods are labelled %v", k, v, d.Spec.Template.Metadata.Labels)
 		}
+	}
+}
+
+// TestKubernetesSidecarManifest checks docs/kubernetes.md's rinkd pod: rinkd
+// is a native sidecar (an init container with restartPolicy Always), its
+// probes ask the paths rinkd serves on the port its -probe flag names, and
+// it is given a member name.
+func TestKubernetesSidecarManifest(t *testing.T) {
+	doc := read(t, "docs/kubernetes.md")
+	blocks := fenced(section(t, doc, "docs/kubernetes.md", "rinkd as a native sidecar"), "yaml")
+	if len(blocks) != 1 {
+		t.Fatalf("the rinkd section has %d YAML blocks, want 1", len(blocks))
+	}
+	type probe struct {
+		HTTPGet struct {
+			Path string `yaml:"path"`
+			Port int    `yaml:"port"`
+		} `yaml:"httpGet"`
+	}
+	var m struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					Init []struct {
+						Name    string   `yaml:"name"`
+						Restart string   `yaml:"restartPolicy"`
+						Args    []string `yaml:"args"`
+						Env     []struct {
+							Name string `yaml:"name"`
+						} `yaml:"env"`
+						Startup   *probe `yaml:"startupProbe"`
+						Readiness *probe `yaml:"readinessProbe"`
+						Liveness  *probe `yaml:"livenessProbe"`
+					} `yaml:"initContainers"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(blocks[0]), &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Spec.Template.Spec.Init) != 1 {
+		t.Fatal("no rinkd init container")
+	}
+	c := m.Spec.Template.Spec.Init[0]
+	if c.Restart != "Always" {
+		t.Errorf("rinkd's restartPolicy %q: a native sidecar has Always", c.Restart)
+	}
+	port := 0
+	for i, a := range c.Args {
+		if a == "-probe" && i+1 < len(c.Args) {
+			port, _ = strconv.Atoi(strings.TrimPrefix(c.Args[i+1], ":"))
+		}
+	}
+	if port == 0 {
+		t.Fatalf("rinkd's args %q name no -probe :PORT", c.Args)
+	}
+	for name, p := range map[string]*probe{"startupProbe": c.Startup, "readinessProbe": c.Readiness, "livenessProbe": c.Liveness} {
+		want := "/readyz"
+		if name == "livenessProbe" {
+			want = "/healthz"
+		}
+		if p == nil || p.HTTPGet.Path != want || p.HTTPGet.Port != port {
+			t.Errorf("rinkd's %s %+v: want %s on the -probe port %d", name, p, want, port)
+		}
+	}
+	named := false
+	for _, e := range c.Env {
+		named = named || e.Name == "POD_NAME" || e.Name == "RINKD_MEMBER"
+	}
+	if !named && !slices.Contains(c.Args, "-member") {
+		t.Error("rinkd is given no member name (-member, $RINKD_MEMBER or $POD_NAME)")
 	}
 }

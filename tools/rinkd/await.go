@@ -36,38 +36,37 @@ func (g *grant) validUntil() time.Time {
 	return g.until
 }
 
-// extend sets a later validity; it reports false if u is not later.
-func (g *grant) extend(u time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !u.After(g.until) {
-		return false
-	}
-	g.until = u
-	return true
-}
-
 // outbox queues a stream's events so that the member's callbacks never
 // block on a slow (or stopped) app. Renewals of one holding coalesce: a
 // queued RENEWED is replaced by the newer one.
 type outbox struct {
 	mu     sync.Mutex
-	queue  []*rinkv1.RoleEvent
+	queue  []queued
 	notify chan struct{} // has a value while the queue may hold events
+}
+
+// queued is an event and, for a grant or renewal, the validity it gives
+// (on the monotonic clock): valid_for_ms is computed as it is sent, so an
+// event that waited in the queue promises no more than it did.
+type queued struct {
+	ev    *rinkv1.RoleEvent
+	until time.Time
 }
 
 func newOutbox() *outbox { return &outbox{notify: make(chan struct{}, 1)} }
 
-func (o *outbox) put(ev *rinkv1.RoleEvent) {
+func (o *outbox) put(ev *rinkv1.RoleEvent) { o.putUntil(ev, time.Time{}) }
+
+func (o *outbox) putUntil(ev *rinkv1.RoleEvent, until time.Time) {
 	o.mu.Lock()
 	if n := len(o.queue); n > 0 && ev.Kind == rinkv1.RoleEvent_RENEWED {
-		if q := o.queue[n-1]; q.Kind == rinkv1.RoleEvent_RENEWED && q.Token == ev.Token {
-			o.queue[n-1] = ev
+		if q := o.queue[n-1].ev; q.Kind == rinkv1.RoleEvent_RENEWED && q.Token == ev.Token {
+			o.queue[n-1] = queued{ev, until}
 			o.mu.Unlock()
 			return
 		}
 	}
-	o.queue = append(o.queue, ev)
+	o.queue = append(o.queue, queued{ev, until})
 	o.mu.Unlock()
 	select {
 	case o.notify <- struct{}{}:
@@ -75,12 +74,20 @@ func (o *outbox) put(ev *rinkv1.RoleEvent) {
 	}
 }
 
-func (o *outbox) take() []*rinkv1.RoleEvent {
+func (o *outbox) take() []queued {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	q := o.queue
 	o.queue = nil
 	return q
+}
+
+// stamp sets a grant's or renewal's valid_for_ms from now.
+func (q queued) stamp() *rinkv1.RoleEvent {
+	if !q.until.IsZero() {
+		q.ev.ValidForMs = max(time.Until(q.until).Milliseconds(), 0)
+	}
+	return q.ev
 }
 
 // AwaitRole implements rinkv1.RinkServer.
@@ -95,6 +102,7 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 	}
 	ctx := stream.Context()
 	out := newOutbox()
+	out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_WAITING, Role: role})
 	a := &awaiter{s: s, ss: ss, role: role, ctx: ctx, out: out}
 	set, err := ss.r.Watch(rink.Handler{Assigned: a.assigned, Revoked: a.revoked, Secondary: a.secondary}, role)
 	if err != nil {
@@ -111,8 +119,8 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 	go func() {
 		defer close(senderDone)
 		for {
-			for _, ev := range out.take() {
-				if err := stream.Send(ev); err != nil {
+			for _, q := range out.take() {
+				if err := stream.Send(q.stamp()); err != nil {
 					sendErr <- err
 					return
 				}
@@ -120,8 +128,8 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 			select {
 			case <-out.notify:
 			case <-stopSender:
-				for _, ev := range out.take() { // what the end queued
-					if stream.Send(ev) != nil {
+				for _, q := range out.take() { // what the end queued
+					if stream.Send(q.stamp()) != nil {
 						return
 					}
 				}
@@ -161,6 +169,7 @@ type awaiter struct {
 	cur    *grant
 	stopRn chan struct{} // stops cur's renewals
 	closed bool          // the stream is ending: the app has stopped
+	second bool          // SECONDARY was sent and SECONDARY_ENDED not yet
 }
 
 // closing marks the stream as ending: the app stopped acting on the role
@@ -182,6 +191,9 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	if !ok || left <= a.s.cfg.Slack {
 		return // lost already: Revoked follows
 	}
+	// A promotion: Secondary's context has ended, but its goroutine may
+	// not have said so yet. The app hears of it before the grant.
+	a.endSecondary(role, "promoted")
 	g := &grant{role: role, token: token, ctx: ctx, released: make(chan struct{})}
 	now := time.Now()
 	g.until = now.Add(left - a.s.cfg.Slack)
@@ -195,7 +207,7 @@ func (a *awaiter) assigned(ctx context.Context, role string) {
 	}
 	a.ss.grants[role][g] = true
 	a.ss.mu.Unlock()
-	a.out.put(a.event(rinkv1.RoleEvent_GRANTED, g, now))
+	a.out.putUntil(a.event(rinkv1.RoleEvent_GRANTED, g, now), g.until)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
@@ -241,7 +253,7 @@ func (a *awaiter) renew(g *grant, stop chan struct{}) {
 		}
 		if u.After(g.until) {
 			g.until = u
-			a.out.put(a.event(rinkv1.RoleEvent_RENEWED, g, now))
+			a.out.putUntil(a.event(rinkv1.RoleEvent_RENEWED, g, now), u)
 		}
 		g.mu.Unlock()
 	}
@@ -317,7 +329,10 @@ func (a *awaiter) reason(ctx context.Context) (string, string) {
 }
 
 func (a *awaiter) secondary(ctx context.Context, role string) {
+	a.mu.Lock()
+	a.second = true
 	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY, Role: role})
+	a.mu.Unlock()
 	<-ctx.Done()
 	reason := "moved"
 	switch cause := context.Cause(ctx); {
@@ -334,5 +349,15 @@ func (a *awaiter) secondary(ctx context.Context, role string) {
 	case cause != nil:
 		reason = cause.Error()
 	}
-	a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY_ENDED, Role: role, Reason: reason})
+	a.endSecondary(role, reason)
+}
+
+// endSecondary sends SECONDARY_ENDED once per SECONDARY.
+func (a *awaiter) endSecondary(role, reason string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.second {
+		a.second = false
+		a.out.put(&rinkv1.RoleEvent{Kind: rinkv1.RoleEvent_SECONDARY_ENDED, Role: role, Reason: reason})
+	}
 }

@@ -88,9 +88,9 @@ type Server struct {
 	wg     sync.WaitGroup // the history follower and the servers' goroutines
 
 	mu       sync.Mutex
-	sess     *session // the open session (nil: none)
-	opening  bool     // a session is joining: no other may start
-	draining bool     // Drain was called: no session may start
+	sess     *session      // the open session (nil: none)
+	opening  chan struct{} // a session is joining (closed when it has joined or failed): no other may start
+	draining bool          // Drain was called: no session may start
 	grpcSrv  *grpc.Server
 	httpSrvs []*http.Server
 	conn     *grpc.ClientConn // the gateway's connection to grpcSrv
@@ -309,8 +309,20 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) drain(ctx context.Context, reason string) error {
 	s.mu.Lock()
 	s.draining = true
-	sess := s.sess
+	sess, opening := s.sess, s.opening
 	s.mu.Unlock()
+	if opening != nil {
+		// A session is joining: it will see draining and end itself;
+		// wait for it, so that a preStop hook returns once it has.
+		select {
+		case <-opening:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		s.mu.Lock()
+		sess = s.sess
+		s.mu.Unlock()
+	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(rinkv1.Rink_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	if sess == nil {
@@ -368,28 +380,31 @@ func (s *Server) OpenSession(_ *rinkv1.OpenSessionRequest, stream rinkv1.Rink_Op
 	case s.draining:
 		s.mu.Unlock()
 		return status.Error(codes.FailedPrecondition, "rinkd: draining, no new session")
-	case s.sess != nil || s.opening:
+	case s.sess != nil || s.opening != nil:
 		s.mu.Unlock()
 		return status.Error(codes.AlreadyExists, "rinkd: a session is open already (one per sidecar)")
 	}
-	s.opening = true
+	opening := make(chan struct{})
+	s.opening = opening
 	s.mu.Unlock()
 
 	ctx := stream.Context()
 	r, err := rink.NewContext(ctx, s.cfg.Client, s.cfg.Rink, s.memberOptions()...)
 	if err != nil {
 		s.mu.Lock()
-		s.opening = false
+		s.opening = nil
 		s.mu.Unlock()
+		close(opening)
 		return statusOf(err)
 	}
 	ss := &session{id: newSessionID(), r: r, appGone: make(chan struct{}), stop: make(chan struct{}),
 		ended: make(chan struct{}), grants: map[string]map[*grant]bool{}}
 	s.mu.Lock()
-	s.opening = false
+	s.opening = nil
 	draining := s.draining
 	s.sess = ss
 	s.mu.Unlock()
+	close(opening)
 	if draining { // Drain ran while we joined
 		ss.end("drained")
 	}

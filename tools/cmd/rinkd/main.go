@@ -180,4 +180,3 @@ func drainCmd(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stdout, "rinkd: drained")
 	return exitOK
 }
-

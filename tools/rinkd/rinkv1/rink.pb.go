@@ -1,6 +1,6 @@
 // The rinkd API: a sidecar that is one rink member on behalf of an app
 // written in any language. rinkd serves it as gRPC and, through
-// grpc-gateway, as HTTP/JSON (see rink_http.yaml and docs/sidecar.md):
+// grpc-gateway, as HTTP/JSON (see rink_http.yaml beside this file, and docs/sidecar.md):
 // a server stream reaches a plain HTTP client as one JSON object per line,
 // {"result": {...}} for each message and {"error": {...}} if it fails.
 //
@@ -48,6 +48,10 @@ const (
 	RoleEvent_SECONDARY RoleEvent_Kind = 4
 	// That is over; reason "promoted" means GRANTED follows.
 	RoleEvent_SECONDARY_ENDED RoleEvent_Kind = 5
+	// The first event of every await stream: the await is in place (an
+	// HTTP client gets its response's headers with it, not only once the
+	// role is granted). GRANTED follows at once if the role is held.
+	RoleEvent_WAITING RoleEvent_Kind = 6
 )
 
 // Enum value maps for RoleEvent_Kind.
@@ -59,6 +63,7 @@ var (
 		3: "REVOKED",
 		4: "SECONDARY",
 		5: "SECONDARY_ENDED",
+		6: "WAITING",
 	}
 	RoleEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
@@ -67,6 +72,7 @@ var (
 		"REVOKED":          3,
 		"SECONDARY":        4,
 		"SECONDARY_ENDED":  5,
+		"WAITING":          6,
 	}
 )
 
@@ -1452,7 +1458,7 @@ const file_rink_v1_rink_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\"@\n" +
 	"\x10AwaitRoleRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04role\x18\x02 \x01(\tR\x04role\"\xca\x02\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\"\xd7\x02\n" +
 	"\tRoleEvent\x12+\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x17.rink.v1.RoleEvent.KindR\x04kind\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x14\n" +
@@ -1461,14 +1467,15 @@ const file_rink_v1_rink_proto_rawDesc = "" +
 	"\fvalid_for_ms\x18\x05 \x01(\x03R\n" +
 	"validForMs\x12\x16\n" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x14\n" +
-	"\x05owner\x18\a \x01(\tR\x05owner\"g\n" +
+	"\x05owner\x18\a \x01(\tR\x05owner\"t\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aGRANTED\x10\x01\x12\v\n" +
 	"\aRENEWED\x10\x02\x12\v\n" +
 	"\aREVOKED\x10\x03\x12\r\n" +
 	"\tSECONDARY\x10\x04\x12\x13\n" +
-	"\x0fSECONDARY_ENDED\x10\x05\"X\n" +
+	"\x0fSECONDARY_ENDED\x10\x05\x12\v\n" +
+	"\aWAITING\x10\x06\"X\n" +
 	"\x12ReleaseRoleRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x14\n" +

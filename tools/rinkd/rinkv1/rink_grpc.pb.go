@@ -1,6 +1,6 @@
 // The rinkd API: a sidecar that is one rink member on behalf of an app
 // written in any language. rinkd serves it as gRPC and, through
-// grpc-gateway, as HTTP/JSON (see rink_http.yaml and docs/sidecar.md):
+// grpc-gateway, as HTTP/JSON (see rink_http.yaml beside this file, and docs/sidecar.md):
 // a server stream reaches a plain HTTP client as one JSON object per line,
 // {"result": {...}} for each message and {"error": {...}} if it fails.
 //
@@ -53,7 +53,8 @@ type RinkClient interface {
 	// about roles names; `rank` follows each change of rank. At most one
 	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409).
 	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SessionEvent], error)
-	// AwaitRole streams the app's holdings of one role: GRANTED with the
+	// AwaitRole streams the app's holdings of one role: WAITING first, then
+	// GRANTED with the
 	// fencing token and the time the grant is valid for, RENEWED as that
 	// time is extended, REVOKED when the role is lost (the app must stop at
 	// once and call ReleaseRole), and again GRANTED when the role comes
@@ -227,7 +228,8 @@ type RinkServer interface {
 	// about roles names; `rank` follows each change of rank. At most one
 	// session is open at a time: another gets ALREADY_EXISTS (HTTP 409).
 	OpenSession(*OpenSessionRequest, grpc.ServerStreamingServer[SessionEvent]) error
-	// AwaitRole streams the app's holdings of one role: GRANTED with the
+	// AwaitRole streams the app's holdings of one role: WAITING first, then
+	// GRANTED with the
 	// fencing token and the time the grant is valid for, RENEWED as that
 	// time is extended, REVOKED when the role is lost (the app must stop at
 	// once and call ReleaseRole), and again GRANTED when the role comes
