@@ -10,7 +10,6 @@ import (
 	"github.com/rink-go/rink/tools/rinkd/rinkv1"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -108,11 +107,6 @@ func (s *Server) AwaitRole(req *rinkv1.AwaitRoleRequest, stream rinkv1.Rink_Awai
 	if err != nil {
 		return statusOf(err)
 	}
-	// The await is in place: say so with the headers (the gateway sends
-	// an HTTP app its response headers then), so that an app knows its
-	// await stands before the first event, which may be long in coming.
-	// A failure here fails the first Send too.
-	_ = stream.SendHeader(metadata.MD{})
 	sendErr := make(chan error, 1)
 	senderDone := make(chan struct{})
 	stopSender := make(chan struct{})

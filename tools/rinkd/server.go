@@ -42,7 +42,6 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 )
 
 // Errors of New.
@@ -195,7 +194,6 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
 				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 			}),
-			runtime.WithForwardResponseOption(flushStreamHeaders),
 		)
 	}
 	// Streams go through the gRPC server (the gateway serves them only as
@@ -218,7 +216,7 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 	api := http.NewServeMux()
 	api.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if streamPaths[r.URL.Path] {
-			gw.ServeHTTP(&onceHeaderWriter{ResponseWriter: w}, r)
+			gw.ServeHTTP(w, r)
 			return
 		}
 		gwUnary.ServeHTTP(w, r)
@@ -607,42 +605,3 @@ func (s *Server) ReleaseRole(_ context.Context, req *rinkv1.ReleaseRoleRequest) 
 
 // streamPaths are the HTTP routes of the server streams (rink_http.yaml).
 var streamPaths = map[string]bool{"/v1/session": true, "/v1/await": true, "/v1/watch": true}
-
-// flushStreamHeaders sends a server stream's HTTP response headers as soon
-// as its gRPC headers arrive (the gateway calls it with no message then),
-// instead of with the first message: an HTTP app learns that its await is
-// in place (AwaitRole sends its headers once it is), and its client's
-// request returns, before the first event.
-func flushStreamHeaders(_ context.Context, w http.ResponseWriter, m proto.Message) error {
-	if m != nil {
-		return nil
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	return http.NewResponseController(w).Flush()
-}
-
-// onceHeaderWriter drops a second WriteHeader: a stream whose headers
-// flushStreamHeaders sent and that then fails before its first message
-// has the gateway write its status again (the error goes in the body, as
-// for any stream that fails midway).
-type onceHeaderWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *onceHeaderWriter) WriteHeader(code int) {
-	if w.wrote {
-		return
-	}
-	w.wrote = true
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *onceHeaderWriter) Write(p []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the connection's Flush.
-func (w *onceHeaderWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

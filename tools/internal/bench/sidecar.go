@@ -249,21 +249,19 @@ func sidecarHandover(env Env, byDrain bool) (sidecarResult, error) {
 		return res, err
 	}
 	defer hold.Close()
-	var grant rinkdhttp.RoleEvent
-	select {
-	case grant = <-hold.Events():
-	case <-ctx.Done():
-	}
+	grant := nextEvent(ctx, hold)
 	if grant.Kind != rinkdhttp.Granted {
 		return res, fmt.Errorf("the holder's app got %+v, not GRANTED (%v)", grant, hold.Err())
 	}
-	// The heir's await is in place when Await returns (rinkd sends the
-	// stream's headers then).
+	// The heir's await is in place when Await returns (with WAITING).
 	wait, err := heir.app.Await(ctx, heir.sess.ID, role)
 	if err != nil {
 		return res, err
 	}
 	defer wait.Close()
+	if ev := <-wait.Events(); ev.Kind != rinkdhttp.Waiting {
+		return res, fmt.Errorf("the heir's app got %+v, not WAITING (%v)", ev, wait.Err())
+	}
 
 	var stopped time.Time
 	drained := make(chan error, 1)
@@ -272,11 +270,7 @@ func sidecarHandover(env Env, byDrain bool) (sidecarResult, error) {
 		op := rinkdhttp.New(holder.srv.Addrs().HTTP)
 		defer op.Close()
 		go func() { drained <- op.Drain(ctx) }()
-		var ev rinkdhttp.RoleEvent
-		select {
-		case ev = <-hold.Events():
-		case <-ctx.Done():
-		}
+		ev := nextEvent(ctx, hold)
 		if ev.Kind != rinkdhttp.Revoked || ev.Token != grant.Token {
 			return res, fmt.Errorf("the holder's app got %+v, not REVOKED of token %d (%v)", ev, grant.Token, hold.Err())
 		}
@@ -290,11 +284,7 @@ func sidecarHandover(env Env, byDrain bool) (sidecarResult, error) {
 		holder.sess.Close()
 		drained <- nil
 	}
-	var got rinkdhttp.RoleEvent
-	select {
-	case got = <-wait.Events():
-	case <-ctx.Done():
-	}
+	got := nextEvent(ctx, wait)
 	if got.Kind != rinkdhttp.Granted {
 		return res, fmt.Errorf("the heir's app got %+v, not GRANTED (%v)", got, wait.Err())
 	}
@@ -330,6 +320,21 @@ func sidecarHandover(env Env, byDrain bool) (sidecarResult, error) {
 	}
 	res.overlaps += overlaps(rec.snapshot())
 	return res, nil
+}
+
+// nextEvent returns aw's next event other than WAITING and RENEWED (zero
+// if the stream or ctx ends first).
+func nextEvent(ctx context.Context, aw *rinkdhttp.Await) rinkdhttp.RoleEvent {
+	for {
+		select {
+		case ev, ok := <-aw.Events():
+			if !ok || ev.Kind != rinkdhttp.Waiting && ev.Kind != rinkdhttp.Renewed {
+				return ev
+			}
+		case <-ctx.Done():
+			return rinkdhttp.RoleEvent{}
+		}
+	}
 }
 
 // sidecarSettled is settled for members run by rinkd: their ranks as

@@ -256,6 +256,8 @@ const (
 	Revoked        = "REVOKED"
 	Secondary      = "SECONDARY"
 	SecondaryEnded = "SECONDARY_ENDED"
+	// Waiting opens every await stream: the await is in place.
+	Waiting = "WAITING"
 )
 
 // RoleEvent is rink.v1.RoleEvent, with the time the app read it.
@@ -291,8 +293,9 @@ type Await struct {
 }
 
 // Await opens the AwaitRole stream of role in session and returns once
-// rinkd has answered with the response's headers, which it sends once the
-// await is in place. The events arrive on Events until the stream ends.
+// rinkd has answered with the response's headers, which come with the
+// stream's first event, WAITING: the await is in place. The events, that
+// one first, arrive on Events until the stream ends.
 func (c *Client) Await(ctx context.Context, session, role string) (*Await, error) {
 	actx, cancel := context.WithCancel(ctx)
 	resp, err := c.do(actx, http.MethodPost, "/v1/await", map[string]string{"session": session, "role": role})

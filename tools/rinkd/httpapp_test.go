@@ -1,4 +1,4 @@
-package rinkd_test
+package rinkd
 
 import (
 	"context"
@@ -8,38 +8,32 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/rink-go/rink"
-	"github.com/rink-go/rink/internal/embedetcd"
 	"github.com/rink-go/rink/tools/internal/rinkdhttp"
-	"github.com/rink-go/rink/tools/rinkd"
 )
 
-// TestAwaitHeadersBeforeFirstEvent checks that an HTTP app's AwaitRole
-// request returns, with its response headers, once the await is in place
-// and before any event: the app awaits a role another member holds, gets
-// its headers and no event, and is GRANTED the role once the holder's app
-// closes its session.
-func TestAwaitHeadersBeforeFirstEvent(t *testing.T) {
-	defer goleak.VerifyNone(t)
-	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+// TestHTTPApp is an app of rinkd through its HTTP/JSON client
+// (rinkdhttp): its await of a role another member holds opens with
+// WAITING and nothing more; its unary calls, served by the Server's
+// methods without the gRPC hop, answer as gRPC would (an invalid release
+// refused with InvalidArgument, HTTP 400; a release in no session with
+// NotFound, 404); and it is GRANTED the role once the holder's app closes
+// its session.
+func TestHTTPApp(t *testing.T) {
+	name := rinkName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var apps []*rinkdhttp.Client
 	var sessions []*rinkdhttp.Session
 	for i := range 2 {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cli.Close()
-		s, err := rinkd.New(ctx, rinkd.Config{Client: cli, Rink: "headers", Member: fmt.Sprint("m", i), TTL: 2 * time.Second,
+		s, err := New(ctx, Config{Client: cli, Rink: name, Member: fmt.Sprint("m", i), TTL: 2 * time.Second,
 			Options: []rink.Option{rink.WithRebalanceDelay(0)}})
 		if err != nil {
 			t.Fatal(err)
@@ -64,8 +58,9 @@ func TestAwaitHeadersBeforeFirstEvent(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("the two members never settled")
 		}
-		r0, r1 := sessions[0].Rank(), sessions[1].Rank()
-		if !r0.Settled || !r1.Settled || r0.Version != r1.Version || r0.Size != 2 {
+		r0, err0 := apps[0].Rank(ctx, sessions[0].ID)
+		r1, err1 := apps[1].Rank(ctx, sessions[1].ID)
+		if err0 != nil || err1 != nil || !r0.Settled || !r1.Settled || r0.Version != r1.Version || r0.Size != 2 {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
@@ -85,15 +80,20 @@ func TestAwaitHeadersBeforeFirstEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	if ev := <-held.Events(); ev.Kind != rinkdhttp.Granted {
-		t.Fatalf("m0's first event %+v, want GRANTED", ev)
+	if ev := <-held.Events(); ev.Kind != rinkdhttp.Waiting {
+		t.Fatalf("m0's first event %+v, want WAITING", ev)
 	}
-	// The await request returns with its headers though no event comes.
+	if ev := <-held.Events(); ev.Kind != rinkdhttp.Granted {
+		t.Fatalf("m0's second event %+v, want GRANTED", ev)
+	}
 	waiting, err := apps[1].Await(ctx, sessions[1].ID, role)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer waiting.Close()
+	if ev := <-waiting.Events(); ev.Kind != rinkdhttp.Waiting {
+		t.Fatalf("m1's first event %+v, want WAITING", ev)
+	}
 	select {
 	case ev := <-waiting.Events():
 		t.Fatalf("m1 got %+v while m0 holds %s", ev, role)
