@@ -190,13 +190,23 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 		}
 		return Addrs{}, err
 	}
-	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-		}),
-	)
-	if err := rinkv1.RegisterRinkHandlerClient(s.ctx, gw, rinkv1.NewRinkClient(conn)); err != nil {
+	newGateway := func() *runtime.ServeMux {
+		return runtime.NewServeMux(
+			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
+			}),
+		)
+	}
+	// Streams go through the gRPC server (the gateway serves them only as
+	// a client); unary calls, ReleaseRole on the path of every handover
+	// among them, go straight to the Server's methods.
+	gw, gwUnary := newGateway(), newGateway()
+	err = rinkv1.RegisterRinkHandlerClient(s.ctx, gw, rinkv1.NewRinkClient(conn))
+	if err == nil {
+		err = rinkv1.RegisterRinkHandlerServer(s.ctx, gwUnary, s)
+	}
+	if err != nil {
 		conn.Close()
 		gl.Close()
 		hl.Close()
@@ -206,7 +216,13 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 		return Addrs{}, err
 	}
 	api := http.NewServeMux()
-	api.Handle("/v1/", gw)
+	api.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if streamPaths[r.URL.Path] {
+			gw.ServeHTTP(w, r)
+			return
+		}
+		gwUnary.ServeHTTP(w, r)
+	}))
 	s.probes(api)
 	servers := []*http.Server{{Handler: api, ReadHeaderTimeout: 10 * time.Second}}
 	listeners := []net.Listener{hl}
@@ -644,3 +660,6 @@ func (s *Server) ReleaseRole(_ context.Context, req *rinkv1.ReleaseRoleRequest) 
 	ss.mu.Unlock()
 	return &rinkv1.ReleaseRoleResponse{}, nil
 }
+
+// streamPaths are the HTTP routes of the server streams (rink_http.yaml).
+var streamPaths = map[string]bool{"/v1/session": true, "/v1/await": true, "/v1/watch": true}

@@ -24,12 +24,17 @@
 // back later with as many members). -keys adds an operator's deletions of
 // live members' keys: a member's election key (with its member key, at
 // times, and the member, the leader at times, cut off first), any set of
-// its member, election, ack and load keys, and the tail.
+// its member, election, ack and load keys, and the tail. -sidecar makes
+// every member a rinkd sidecar with its app, an HTTP/JSON client, in its
+// process: the app records what rinkd tells it, and the checks are at the
+// app's side; it adds app-deaf, an app that stops reading rinkd's await
+// streams for a while and acts on by its grants' validity alone.
 //
 //	go run ./tools/cmd/rink-chaos -duration 10m -seed 1
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 [-epoch 1m] [-restore]
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -replicas 2 -zones 3
 //	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -keys
+//	go run ./tools/cmd/rink-chaos -mode storm -duration 10m -seed 1 -sidecar -roles 64
 //
 // It exits with status 1 on any violation.
 package main
@@ -69,6 +74,7 @@ func main() {
 	flag.IntVar(&cfg.Replicas, "replicas", 1, "storm: replicas per slot (rink.WithReplicas); above 1, members record their secondary holdings, and the run checks that at most this many members act on a role at once and that every role has its secondaries again after each heal")
 	flag.IntVar(&cfg.Zones, "zones", 0, "storm: spread the members over this many zones (rink.WithZone) and draw zone-loss, every member of a zone killed at once (0: no zones)")
 	flag.BoolVar(&cfg.Keys, "keys", false, "storm: also draw an operator's deletions of live members' keys: election-delete, member-keys-delete, tail-delete (without: every seed deals the deck it dealt before they existed)")
+	flag.BoolVar(&cfg.Sidecar, "sidecar", false, "storm: every member is a rinkd sidecar with its app (an HTTP/JSON client) in its process, the app recording what rinkd tells it (GRANTED, RENEWED, REVOKED, its streams' end, the validity): the checks are at the app's side; half the members stop by a drain of their sidecar, half by their app closing its session")
 	flag.Parse()
 	if *ops != "" {
 		cfg.Ops = strings.Split(*ops, ",")
@@ -76,8 +82,8 @@ func main() {
 	var err error
 	switch *mode {
 	case "rounds":
-		if cfg.Replicas > 1 || cfg.Zones > 0 || cfg.Keys {
-			err = fmt.Errorf("-replicas, -zones and -keys are for -mode storm")
+		if cfg.Replicas > 1 || cfg.Zones > 0 || cfg.Keys || cfg.Sidecar {
+			err = fmt.Errorf("-replicas, -zones, -keys and -sidecar are for -mode storm")
 			break
 		}
 		err = rounds(cfg)
@@ -139,6 +145,9 @@ func storm(cfg chaos.Config) error {
 	if cfg.Replicas < 1 || cfg.Zones < 0 {
 		return fmt.Errorf("-replicas must be at least 1, -zones at least 0")
 	}
+	if cfg.Sidecar && (cfg.Replicas > 1 || cfg.Zones > 0 || cfg.Balance > 0 || cfg.Drain > 0 || cfg.Warmup > 0) {
+		return fmt.Errorf("-sidecar runs without -replicas, -zones, -balance, -drain and -warmup")
+	}
 	for _, k := range cfg.Ops {
 		if !slices.Contains(chaos.StormOps, k) {
 			return fmt.Errorf("unknown operation %q (known: %s)", k, strings.Join(chaos.StormOps, ","))
@@ -151,6 +160,9 @@ func storm(cfg chaos.Config) error {
 		return k == "election-delete" || k == "member-keys-delete" || k == "tail-delete"
 	}) {
 		return fmt.Errorf("election-delete, member-keys-delete and tail-delete are drawn only with -keys")
+	}
+	if len(cfg.Ops) > 0 && !cfg.Sidecar && slices.Contains(cfg.Ops, "app-deaf") {
+		return fmt.Errorf("app-deaf is drawn only with -sidecar")
 	}
 	ctx, stop, err := prepare(&cfg)
 	if err != nil {

@@ -4,7 +4,8 @@
 // and a rolling deploy, a cache's hit rate through a rolling deploy and a
 // scale-out with warm-up on and off, the steady cost on etcd, replicas (a
 // primary and a secondary per slot over three zones: placement, a rolling
-// deploy, a crash's warm promotion, the loss of a zone), and scale (a
+// deploy, a crash's warm promotion, the loss of a zone), handovers
+// through the rinkd sidecar against in-process ones, and scale (a
 // thousand members in one process, what a join and a leave cost them and
 // etcd; a hundred thousand roles awaited). Each scenario runs -runs times
 // and reports the min, median and max of each figure; -json prints one
@@ -83,6 +84,9 @@ var scenarios = []struct {
 	}},
 	{"replicas", "3 zones x 3 members, 2 replicas per slot, 1,024 roles, TTL 2 s: slots in distinct zones at rest; primary moves per role in a rolling deploy; a plain member crashes: roles promoted warm, failover; the leader's zone is lost: primaries moved against the zone's (targets: fractions 1, 1 move per role, failover median <= TTL + 0.4 s, moved = the zone's, 0 overlaps)", func(env bench.Env, _ config) (bench.Sample, error) {
 		return bench.Replicas(env)
+	}},
+	{"sidecar", "handovers through rinkd (a member per rinkd.Server, its app an HTTP/JSON client; the holder's sidecar drained, or its app's session closed) alternating with in-process ones (the holder shuts down): the gaps at the apps' side against the in-process gap (target: p50_to_inprocess <= 1.5)", func(env bench.Env, cfg config) (bench.Sample, error) {
+		return bench.Sidecar(env, cfg.handovers)
 	}},
 	{"scale", "breadth: -scale-members members on one client per 100 (at least 4), one join and one leave, and what each cost etcd; depth: 2 members awaiting -scale-roles roles, the holder leaves", func(env bench.Env, cfg config) (bench.Sample, error) {
 		return bench.Scale(env, cfg.scaleConfig())

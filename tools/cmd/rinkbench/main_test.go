@@ -55,8 +55,11 @@ var wantFigures = map[string][]string{
 	"load":            {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-capacity":   {"imbalance_by_count", "imbalance_after", "imbalance_bound"},
 	"load-shift":      {"imbalance_p95", "slots_moved_per_round_max"},
-	"drain":           {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
-	"replicas":        {"zone_distinct_fraction", "crash_promoted_warm_fraction", "crash_failover_s", "zone_loss_moved_primaries", "zone_primaries", "rolling_primary_moves"},
+	"sidecar": {"inprocess_p50_ms", "inprocess_min_ms", "inprocess_max_ms", "inprocess_app_p50_ms", "sidecar_p50_ms", "sidecar_min_ms", "sidecar_max_ms",
+		"sidecar_drain_p50_ms", "sidecar_close_p50_ms", "p50_to_inprocess", "p50_drain_to_inprocess", "p50_close_to_inprocess", "p50_to_inprocess_app",
+		"sidecar_drain_member_gap_p50_ms", "sidecar_close_member_gap_p50_ms", "sidecar_grant_trip_p50_ms", "sidecar_revoke_trip_p50_ms", "sidecar_release_call_p50_ms"},
+	"drain":    {"slow_drain_ms", "drained_slot_gap_p50_ms", "other_slot_gap_p50_ms", "other_slot_gap_p50_ms_nodrain"},
+	"replicas": {"zone_distinct_fraction", "crash_promoted_warm_fraction", "crash_failover_s", "zone_loss_moved_primaries", "zone_primaries", "rolling_primary_moves"},
 	"scale": {"members", "slots", "ttl_s", "join_converge_s", "join_cpu_ms", "leave_converge_s", "kib_per_member", "setup_s",
 		"etcd_sent_bytes_per_member_join", "etcd_sent_bytes_per_member_leave", "etcd_writes_per_join", "etcd_writes_per_leave", "members_changed_join", "joins", "rest_cpu_ms_per_s", "join_cpu_min_ms", "join_cpu_max_ms"},
 }
@@ -159,6 +162,32 @@ func TestReplicas(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("diagnosis:\n%s", errOut.String())
+	}
+}
+
+// TestSidecar runs the sidecar scenario once, with two handovers of each
+// kind: every figure is reported and above zero, and no handover through
+// rinkd let the new app start before the old one stopped.
+func TestSidecar(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var out, errOut bytes.Buffer
+	if err := run(&out, &errOut, config{scenario: "sidecar", runs: 1, handovers: 2, hold: time.Second, json: true, noFsync: true, scaleMembers: []int{2}, scaleRoles: 1}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	var r jsonResult
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		t.Fatalf("%q: %v", out.String(), err)
+	}
+	if r.Scenario != "sidecar" {
+		t.Fatalf("scenario %q", r.Scenario)
+	}
+	for _, f := range wantFigures["sidecar"] {
+		if s, ok := r.Figures[f]; !ok || s.Min <= 0 {
+			t.Errorf("figure %s missing or not positive: %+v", f, s)
+		}
+	}
+	if o, ok := r.Figures["overlaps"]; !ok || o.Max != 0 {
+		t.Errorf("overlaps %+v", o)
 	}
 }
 

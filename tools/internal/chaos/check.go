@@ -94,6 +94,14 @@ func CheckSince(origin int64, records []Record) Report {
 					"tokens: %s and %s both acquired with token %d (%s at %s, %s at %s)", h.member, r.Member, r.Token,
 					h.proc, at(h.acquired), r.proc(), at(r.Mono)), r.Mono})
 				continue
+			case r.Token == newest[r.Role] && cur[r.Role] != nil && reacquired(cur[r.Role], r):
+				// The same holding again, after its release (see
+				// reacquired): held from here on.
+				h := cur[r.Role]
+				rep.Unheld[r.Role] = append(rep.Unheld[r.Role], time.Duration(r.Mono-h.last))
+				rep.UnheldAt[r.Role] = append(rep.UnheldAt[r.Role], Gap{End: r.Mono, Gap: time.Duration(r.Mono - h.last)})
+				h.ended, h.acquired, h.last = false, r.Mono, r.Mono
+				continue
 			case r.Token <= newest[r.Role]:
 				// Written late: the holding was already superseded when its
 				// record reached the log (records queue behind each other's

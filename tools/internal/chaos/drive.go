@@ -131,6 +131,12 @@ type Config struct {
 	// storm_keys.go). Storm only; false deals every seed's deck as before
 	// they existed.
 	Keys bool
+	// Sidecar makes every member a rinkd.Server with its app, an
+	// HTTP/JSON client, in the member's process (WorkerConfig.Sidecar):
+	// the records, and so the checks, are the apps'. Half the members stop
+	// by a drain of their sidecar, half by their app closing its session.
+	// Storm only; not with Replicas, Zones, Balance, Drain or Warmup.
+	Sidecar bool
 }
 
 // replicaMode reports whether a storm runs with replicas or zones.
@@ -164,6 +170,7 @@ type proc struct {
 	done   chan struct{}
 	proxy  []proxy.Server
 	joined chan struct{} // closed when a worker printed JoinedLine
+	deaf   bool          // storm, sidecar: its app is deaf (app-deaf)
 	exited int64         // CLOCK_MONOTONIC when it exited; set before done is closed
 	err    error         // its exit status
 

@@ -56,7 +56,7 @@ func Liveness(origin int64, records []Record, roles []string, alive func(proc st
 			for ; i < len(recs) && recs[i].Mono <= t; i++ {
 				r := recs[i]
 				switch {
-				case r.Kind == Acquire && (h == nil || r.Token > h.token):
+				case r.Kind == Acquire && (h == nil || r.Token > h.token || reacquired(h, r)):
 					h = &holding{member: r.Member, proc: r.proc(), token: r.Token, acquired: r.Mono, last: r.Mono}
 				case r.Kind == Release && h != nil && !h.ended && h.proc == r.proc() && h.token == r.Token:
 					h.ended, h.last = true, r.Mono
@@ -110,4 +110,12 @@ func Liveness(origin int64, records []Record, roles []string, alive func(proc st
 		rep.Violations = append(rep.Violations, v)
 	}
 	return rep
+}
+
+// reacquired reports whether r acquires again, in the same process, the
+// holding h that had ended: a sidecar's app whose grant lapsed (it did not
+// hear rinkd for a while) stops, awaits the role anew and is granted the
+// same holding, with the same token, again.
+func reacquired(h *holding, r Record) bool {
+	return h.ended && r.Token == h.token && h.proc == r.proc()
 }

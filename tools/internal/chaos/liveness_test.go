@@ -102,6 +102,29 @@ func TestLivenessIgnoresLateAcquisitions(t *testing.T) {
 	}
 }
 
+// TestLivenessReacquired: a process that released a holding and
+// acquired it again, with the same token (a sidecar's app whose grant
+// lapsed, granted the same holding anew), holds the role again; another
+// process acquiring an ended holding's token does not.
+func TestLivenessReacquired(t *testing.T) {
+	recs := []Record{
+		rec(0, "a", Acquire, "r", 5), rec(10, "a", Release, "r", 5), rec(15, "a", Acquire, "r", 5),
+		rec(0, "a", Acquire, "s", 5), rec(10, "a", Release, "s", 5), rec(15, "b", Acquire, "s", 5),
+	}
+	all := func(string, int64) bool { return true }
+	live := Liveness(0, recs, []string{"r", "s"}, all, 20e6, 30e6)
+	if len(live.Violations) != 1 || live.Violations[0].Role != "s" {
+		t.Fatalf("violations %v, want s's alone", live.Violations)
+	}
+	rep := Check(recs)
+	if len(rep.Unheld["r"]) != 1 || rep.Unheld["r"][0] != 5*time.Millisecond || rep.Late != 0 {
+		t.Errorf("r unheld %v, late %d: want one gap of 5ms, none late", rep.Unheld["r"], rep.Late)
+	}
+	if len(rep.Violations) != 1 || rep.Violations[0].Kind != "tokens" || rep.Violations[0].Role != "s" {
+		t.Errorf("violations %v, want tokens on s", rep.Violations)
+	}
+}
+
 func TestStormSummaryText(t *testing.T) {
 	s := StormSummary{
 		Ops: []Fault{{Kind: "map-reput", Target: "version 3", Mono: 1e9}, {Kind: "kill9", Target: "w1.2", Mono: 2e9}, {Kind: "heal", Mono: 5e9}},

@@ -25,7 +25,9 @@ import (
 // storm without zones, and its seeded order, is what it was before it).
 // The deletions of live members' keys after it (keyOps, see
 // storm_keys.go) are drawn only when Config.Keys is set, for the same
-// reason.
+// reason, and "app-deaf" (a sidecar member's app stops reading rinkd's
+// await streams for a while, acting on by its grants' validity) only when
+// Config.Sidecar is.
 var StormOps = []string{
 	"join", "join-reused", "join-leave", "leave-leader", "leave-member", "kill9",
 	"partition", "sigstop", "etcd-kill", "cut-all",
@@ -35,6 +37,7 @@ var StormOps = []string{
 	"member-key-delete-cut", "same-name-replace", "stray-member-leaseless", "stranger-member", "acks-delete",
 	"zone-loss",
 	"election-delete", "member-keys-delete", "tail-delete",
+	"app-deaf",
 }
 
 // strayKeys are the odd keys the "stray-" operations put under the rink's
@@ -70,6 +73,8 @@ type StormSummary struct {
 	// roles' secondaries too.
 	Replicas, Zones int
 	Holders         HoldersReport
+	// Sidecar is the run's (Config.Sidecar).
+	Sidecar bool
 }
 
 // replicaMode reports whether the run had replicas or zones.
@@ -240,7 +245,7 @@ func Storm(ctx context.Context, cfg Config) (StormSummary, error) {
 	if err != nil {
 		return StormSummary{}, err
 	}
-	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs), Replicas: cfg.Replicas, Zones: cfg.Zones}
+	s := StormSummary{Began: r.began, Ops: r.faults, Bound: bound, Procs: len(r.st.procs), Replicas: cfg.Replicas, Zones: cfg.Zones, Sidecar: cfg.Sidecar}
 	s.Report = CheckSince(r.began, recs)
 	k := cfg.replicas()
 	if cfg.replicaMode() {
@@ -324,6 +329,13 @@ func (r *run) startWorker(name string) (*proc, error) {
 		TTL: r.cfg.TTL, Delay: r.cfg.Delay, Every: 50 * time.Millisecond, Log: filepath.Join(r.cfg.Dir, base+".log"),
 		RetryJoin: true, Announce: true, Verbose: true, Origin: r.began, Balance: r.cfg.Balance,
 		Drain: r.cfg.Drain, Warmup: r.cfg.Warmup}
+	if r.cfg.Sidecar {
+		w.Sidecar, w.SidecarStop = true, SidecarDrain
+		if r.st.seq%2 == 0 {
+			w.SidecarStop = SidecarClose
+		}
+		r.logf("   %s: rinkd and its app, which stops by %s", base, w.SidecarStop)
+	}
 	zone := r.zoneFor(name)
 	if r.cfg.Replicas > 1 {
 		w.Replicas = r.cfg.Replicas
@@ -498,7 +510,8 @@ func (r *run) stormOp() error {
 // cfg.Zones, the deletions of keys only with cfg.Keys).
 func (r *run) newDeck(kinds []string) []string {
 	deck := slices.DeleteFunc(slices.Clone(kinds), func(k string) bool {
-		return k == "snapshot-restore" && !r.cfg.Restore || k == "zone-loss" && r.cfg.Zones == 0 || keyOp(k) && !r.cfg.Keys
+		return k == "snapshot-restore" && !r.cfg.Restore || k == "zone-loss" && r.cfg.Zones == 0 || keyOp(k) && !r.cfg.Keys ||
+			k == "app-deaf" && !r.cfg.Sidecar
 	})
 	if len(deck) > 0 {
 		r.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
@@ -576,6 +589,37 @@ func (r *run) stormDo(kind string) (bool, error) {
 		} else {
 			p.signal(syscall.SIGTERM)
 		}
+		return true, nil
+	case "app-deaf":
+		// A sidecar member's app stops reading rinkd's await streams
+		// (SIGUSR1) but acts on: by its grants' validity alone; it hears
+		// again (SIGUSR2) after a while.
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		var pool []*proc
+		for _, p := range r.live() {
+			select {
+			case <-p.joined: // (its signal handler is set up)
+				if !p.deaf {
+					pool = append(pool, p)
+				}
+			default:
+			}
+		}
+		if len(pool) == 0 {
+			return false, nil
+		}
+		p := pool[r.rng.IntN(len(pool))]
+		d := r.randDur(r.cfg.TTL/4, 2*r.cfg.TTL)
+		r.op(kind, fmt.Sprintf("%s for %v", p.base, d.Round(time.Millisecond)))
+		p.deaf = true
+		p.signal(syscall.SIGUSR1)
+		r.later(d, func() {
+			st.mu.Lock()
+			p.deaf = false
+			p.signal(syscall.SIGUSR2)
+			st.mu.Unlock()
+		})
 		return true, nil
 	case "partition", "sigstop":
 		st.mu.Lock()
@@ -1123,6 +1167,9 @@ func (s StormSummary) Text() string {
 	}
 	sort.Strings(kinds)
 	fmt.Fprintf(&b, "operations: %d, member processes: %d\n", len(s.Ops), s.Procs)
+	if s.Sidecar {
+		b.WriteString("members: rinkd sidecars, each with its app (an HTTP/JSON client) in its process; the records are the apps'\n")
+	}
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "  %-22s %5d\n", k, count[k])
 	}

@@ -54,6 +54,13 @@ type WorkerConfig struct {
 	// holdSecondary). Zone, if set, is its rink.WithZone.
 	Replicas int
 	Zone     string
+	// Sidecar makes the member a rinkd.Server in this process and the
+	// worker its app, an HTTP/JSON client that records what rinkd tells it
+	// (see runSidecarWorker); SidecarStop (SidecarDrain or SidecarClose)
+	// is how it stops when told to. Balance, Drain, Warmup and Replicas do
+	// not apply.
+	Sidecar     bool
+	SidecarStop string
 }
 
 // roleWeight is the load a worker records per action on a role when
@@ -84,6 +91,13 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return err
 	}
 	defer cli.Close()
+	if cfg.Sidecar {
+		var logger *zap.Logger
+		if cfg.Verbose {
+			logger = verboseLogger(cfg)
+		}
+		return runSidecarWorker(ctx, cfg, log, cli, logger)
+	}
 	opts := []rink.Option{rink.WithMemberName(cfg.Name), rink.WithSessionTTL(cfg.TTL), rink.WithRebalanceDelay(cfg.Delay)}
 	if cfg.Balance > 0 {
 		opts = append(opts, rink.WithImbalanceTolerance(cfg.Balance), rink.WithLoadInterval(500*time.Millisecond), rink.WithLoadWindow(2*time.Second))
@@ -103,9 +117,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		opts = append(opts, rink.WithZone(cfg.Zone))
 	}
 	if cfg.Verbose {
-		enc := zap.NewDevelopmentEncoderConfig()
-		enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
-		opts = append(opts, rink.WithLogger(zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel))))
+		opts = append(opts, rink.WithLogger(verboseLogger(cfg)))
 	}
 	var r *rink.Rink
 	for {
@@ -183,6 +195,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	serr := r.Shutdown(sctx)
 	wg.Wait()
 	return errors.Join(err, serr)
+}
+
+// verboseLogger logs Info and above to standard error, each line stamped
+// with CLOCK_MONOTONIC in seconds since cfg.Origin.
+func verboseLogger(cfg WorkerConfig) *zap.Logger {
+	enc := zap.NewDevelopmentEncoderConfig()
+	enc.EncodeTime = func(_ time.Time, e zapcore.PrimitiveArrayEncoder) { e.AppendString(secs(cfg.Origin, Now())) }
+	return zap.New(zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.Lock(os.Stderr), zapcore.InfoLevel))
 }
 
 // warmUp is the workers' warm-up: a moment's work, or less if cancelled.
