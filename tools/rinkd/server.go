@@ -37,7 +37,6 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
@@ -94,7 +93,6 @@ type Server struct {
 	draining bool               // Drain was called: no session may start
 	grpcSrv  *grpc.Server
 	httpSrvs []*http.Server
-	conn     *grpc.ClientConn // the gateway's connection to grpcSrv
 	addrs    Addrs
 }
 
@@ -181,33 +179,16 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 	g := grpc.NewServer()
 	rinkv1.RegisterRinkServer(g, s)
 	healthpb.RegisterHealthServer(g, s.health)
-	conn, err := grpc.NewClient("passthrough:///"+gl.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		gl.Close()
-		hl.Close()
-		if pl != nil {
-			pl.Close()
-		}
-		return Addrs{}, err
+	// The HTTP/JSON API calls the Server's methods directly, with no gRPC
+	// hop: the unary calls through the gateway's routes (ReleaseRole is on
+	// the path of every drained handover), the streams through
+	// serveStream, in the gateway's format.
+	marshaler := &runtime.JSONPb{
+		MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
+		UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
 	}
-	newGateway := func() *runtime.ServeMux {
-		return runtime.NewServeMux(
-			runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-				MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true},
-				UnmarshalOptions: protojson.UnmarshalOptions{DiscardUnknown: true},
-			}),
-		)
-	}
-	// Streams go through the gRPC server (the gateway serves them only as
-	// a client); unary calls, ReleaseRole on the path of every handover
-	// among them, go straight to the Server's methods.
-	gw, gwUnary := newGateway(), newGateway()
-	err = rinkv1.RegisterRinkHandlerClient(s.ctx, gw, rinkv1.NewRinkClient(conn))
-	if err == nil {
-		err = rinkv1.RegisterRinkHandlerServer(s.ctx, gwUnary, s)
-	}
-	if err != nil {
-		conn.Close()
+	gw := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler))
+	if err := rinkv1.RegisterRinkHandlerServer(s.ctx, gw, s); err != nil {
 		gl.Close()
 		hl.Close()
 		if pl != nil {
@@ -217,11 +198,11 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 	}
 	api := http.NewServeMux()
 	api.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if streamPaths[r.URL.Path] {
-			gw.ServeHTTP(w, r)
+		if _, ok := streamRoutes[r.URL.Path]; ok {
+			s.serveStream(marshaler, w, r)
 			return
 		}
-		gwUnary.ServeHTTP(w, r)
+		gw.ServeHTTP(w, r)
 	}))
 	s.probes(api)
 	servers := []*http.Server{{Handler: api, ReadHeaderTimeout: 10 * time.Second}}
@@ -235,7 +216,7 @@ func (s *Server) Start(grpcAddr, httpAddr, probeAddr string) (Addrs, error) {
 		addrs.Probe = pl.Addr().String()
 	}
 	s.mu.Lock()
-	s.grpcSrv, s.httpSrvs, s.conn, s.addrs = g, servers, conn, addrs
+	s.grpcSrv, s.httpSrvs, s.addrs = g, servers, addrs
 	s.mu.Unlock()
 	s.wg.Add(1 + len(servers))
 	go func() {
@@ -289,8 +270,8 @@ func (s *Server) probes(mux *http.ServeMux) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	err := s.drain(ctx, "stopped")
 	s.mu.Lock()
-	g, servers, conn := s.grpcSrv, s.httpSrvs, s.conn
-	s.grpcSrv, s.httpSrvs, s.conn = nil, nil, nil
+	g, servers := s.grpcSrv, s.httpSrvs
+	s.grpcSrv, s.httpSrvs = nil, nil
 	s.mu.Unlock()
 	s.health.Shutdown()
 	s.cancel() // ends every stream's wait
@@ -299,9 +280,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if g != nil {
 		g.Stop()
-	}
-	if conn != nil {
-		conn.Close()
 	}
 	s.obs.Close()
 	s.wg.Wait()
@@ -660,6 +638,3 @@ func (s *Server) ReleaseRole(_ context.Context, req *rinkv1.ReleaseRoleRequest) 
 	ss.mu.Unlock()
 	return &rinkv1.ReleaseRoleResponse{}, nil
 }
-
-// streamPaths are the HTTP routes of the server streams (rink_http.yaml).
-var streamPaths = map[string]bool{"/v1/session": true, "/v1/await": true, "/v1/watch": true}
