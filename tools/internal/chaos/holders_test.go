@@ -218,7 +218,7 @@ func TestStormDeckWithoutZones(t *testing.T) {
 		}
 	}
 	r := newRun(Config{Seed: 1, Zones: 3})
-	if deck := r.newDeck(StormOps); !slices.Contains(deck, "zone-loss") || len(deck) != len(StormOps)-1-len(keyOps) {
+	if deck := r.newDeck(StormOps); !slices.Contains(deck, "zone-loss") || len(deck) != len(StormOps)-1-len(keyOps)-len(sidecarOps) {
 		t.Fatalf("deck with zones: %q", deck)
 	}
 }
@@ -228,21 +228,24 @@ func TestStormDeckWithoutZones(t *testing.T) {
 // dealt before they existed: TestStormDeckWithoutZones), even when named
 // in Config.Ops.
 func TestStormDeckKeys(t *testing.T) {
-	if !slices.Equal(StormOps[len(StormOps)-len(keyOps):], keyOps) {
-		t.Fatalf("keyOps %q are not the last of StormOps %q", keyOps, StormOps)
+	if n := len(StormOps) - len(sidecarOps); !slices.Equal(StormOps[n-len(keyOps):n], keyOps) || !slices.Equal(StormOps[n:], sidecarOps) {
+		t.Fatalf("keyOps %q, then sidecarOps %q, are not the last of StormOps %q", keyOps, sidecarOps, StormOps)
 	}
 	for seed := uint64(0); seed < 20; seed++ {
 		if deck := newRun(Config{Seed: seed}).newDeck(keyOps); len(deck) != 0 {
 			t.Fatalf("seed %d: dealt %q without Keys", seed, deck)
 		}
 		deck := newRun(Config{Seed: seed, Keys: true}).newDeck(StormOps)
-		if len(deck) != len(StormOps)-2 || !slices.ContainsFunc(deck, keyOp) {
+		if len(deck) != len(StormOps)-2-len(sidecarOps) || !slices.ContainsFunc(deck, keyOp) {
 			t.Fatalf("seed %d: deck with Keys: %q", seed, deck)
 		}
 		for _, k := range keyOps {
 			if !slices.Contains(deck, k) {
 				t.Fatalf("seed %d: %s not in the deck with Keys: %q", seed, k, deck)
 			}
+		}
+		if deck := newRun(Config{Seed: seed, Sidecar: true}).newDeck(StormOps); !slices.Contains(deck, "app-deaf") || slices.ContainsFunc(deck, keyOp) {
+			t.Fatalf("seed %d: deck with Sidecar: %q", seed, deck)
 		}
 	}
 }

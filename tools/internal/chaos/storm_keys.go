@@ -32,6 +32,10 @@ import (
 // keyOps are the storm's deletions of live members' keys.
 var keyOps = []string{"election-delete", "member-keys-delete", "tail-delete"}
 
+// sidecarOps are the operations on sidecar members (Config.Sidecar), last
+// of StormOps: without -sidecar, the deck is the one dealt before them.
+var sidecarOps = []string{"app-deaf"}
+
 // keyOp reports whether kind is one of keyOps.
 func keyOp(kind string) bool { return slices.Contains(keyOps, kind) }
 
