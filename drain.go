@@ -23,9 +23,6 @@ type drainState struct {
 	// expire on the server anyway.) rinkd's grants rely on it: an app
 	// learns of a fence only as fast as it reads its stream.
 	fenceDrains map[*slotState]time.Time
-	// fenceUntil is that deadline while a fence releases its holdings
-	// (zero otherwise).
-	fenceUntil time.Time
 	// revokeHeld: revokeFenced was asked to revoke the fenced lease while
 	// fenceDrains still ran; checkFenceDrains does it once they end.
 	revokeHeld bool
@@ -78,23 +75,17 @@ func (st *slotState) leave(r *Rink) {
 func (r *Rink) startDrain(s int, cur *slotState, cause error) {
 	st := &r.st
 	if r.opts.drain > 0 && cur != nil && cur.runners.Load() > 0 && !r.planted(plantSkipDrain) {
-		until := st.fenceUntil
-		if rc, ok := cur.ctx.(*roleContext); ok && until.IsZero() && rc.inc.ctx.Err() != nil {
-			// The holding's incarnation has ended (a fence on the run
-			// goroutine cancels it at once) and onLost, at a later step,
-			// has not run yet: a map handled meanwhile releases the slot
-			// with the fence's cause. Its work holds the fenced lease as
-			// onLost's releases do.
-			until = r.now().Add(rc.inc.left())
-		}
-		if !until.IsZero() {
+		if rc, ok := cur.ctx.(*roleContext); ok && rc.inc.ctx.Err() != nil {
+			// The holding's incarnation has ended: a fence cancels it at
+			// once, and releases its holdings then (onLost) or, when a map
+			// comes first, with the map. Its work holds the fenced lease
+			// until the incarnation's fence deadline.
 			if st.fenceDrains == nil {
 				st.fenceDrains = map[*slotState]time.Time{}
 			}
-			st.fenceDrains[cur] = until
-			if st.fenceUntil.IsZero() {
-				r.armDrainTimer(r.now())
-			} // (else the timer is armed by dropDrains, after the fence's releases)
+			now := r.now()
+			st.fenceDrains[cur] = now.Add(rc.inc.left())
+			r.armDrainTimer(now)
 			return
 		}
 	}

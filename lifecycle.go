@@ -3,7 +3,6 @@ package rink
 import (
 	"context"
 	"slices"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -109,11 +108,7 @@ func (r *Rink) onLost() {
 		st.revokeHeld = false // (an earlier fenced lease left to expire by itself)
 	}
 	r.stopLeading()
-	if old != nil && r.opts.drain > 0 {
-		st.fenceUntil = r.now().Add(old.left())
-	}
-	r.reconcile() // the contexts are already cancelled through old.ctx
-	st.fenceUntil = time.Time{}
+	r.reconcile() // the contexts are already cancelled through old.ctx (fence drains: see startDrain)
 	r.dropDrains()
 	r.startRejoin(old)
 }

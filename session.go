@@ -51,12 +51,7 @@ func untilClock(t int64) time.Duration { return time.Duration(t - fenceClock()) 
 
 // expired reports whether the fence deadline has passed, whether or not
 // the keeper has woken up to act on it yet.
-func (inc *incarnation) expired() bool {
-	if inc.clock != nil {
-		return inc.clock() >= inc.deadline.Load()
-	}
-	return fenceClock() >= inc.deadline.Load()
-}
+func (inc *incarnation) expired() bool { return inc.left() <= 0 }
 
 // left returns how long until the fence deadline (negative once passed).
 func (inc *incarnation) left() time.Duration {
