@@ -155,3 +155,58 @@ func TestAwaitedMidAcquisitionStarted(t *testing.T) {
 	}
 	h.check(t)
 }
+
+// An heir that starts many slots at once yields once it has started the
+// awaited ones: the goroutines awaiting their roles run then, not after
+// the hundreds of slots nobody awaits. Run on one processor, where a
+// goroutine the run goroutine wakes waits for it to yield, it fails
+// without the yield: AwaitRoleContext returned after all 512 slots.
+func TestAwaitedRoleStartsBeforeTheOthers(t *testing.T) {
+	h := &history{}
+	var started atomic.Int64 // the heir's acquisitions so far
+	hook := WithEvents(func(e Event) {
+		h.mu.Lock()
+		h.events = append(h.events, e)
+		h.mu.Unlock()
+		if e.Kind == EventAcquired && e.Member == "a" {
+			started.Add(1)
+		}
+	})
+	name := rinkName(t)
+	a := join(t, newClient(t), name, WithMemberName("a"), hook)
+	eventually(t, 10*time.Second, "a ranked", func() bool { return a.Rank().Index == 0 })
+	b := join(t, newClient(t), name, WithMemberName("b"), hook)
+	eventually(t, 10*time.Second, "both ranked", func() bool { return a.Rank().Size == 2 && b.Rank().Index >= 0 })
+	settle(t, h, a, b)
+	role := ""
+	for i := 0; role == ""; i++ {
+		if o, _ := b.Owner(fmt.Sprint("role-", i)); o == b.Member() {
+			role = fmt.Sprint("role-", i)
+		}
+	}
+	slot := wire.SlotOf(role, DefaultSlots)
+	type result struct {
+		before int64 // the heir's acquisitions when AwaitRoleContext returned
+		err    error
+	}
+	awaited := make(chan result, 1)
+	go func() {
+		_, err := a.AwaitRoleContext(ctxTimeout(t, 10*time.Second), role)
+		awaited <- result{started.Load(), err}
+	}()
+	eventually(t, 10*time.Second, "the heir awaits the role", func() bool { return a.slots.load(slot) != nil })
+	base := started.Load()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if err := b.Shutdown(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	res := <-awaited
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if n := res.before - base; n > DefaultSlots/8 {
+		t.Errorf("AwaitRoleContext returned after the heir started %d slots, not once it started the awaited one", n)
+	}
+	eventually(t, 10*time.Second, "the heir holds every slot", func() bool { return len(holdersIn(h.snapshot())) == DefaultSlots })
+	h.check(t)
+}
