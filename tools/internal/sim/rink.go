@@ -935,6 +935,15 @@ func (h *history) restoreFrom(snap *Snapshot) {
 			m.alive = false
 			m.m.Crash()
 			h.forget(m)
+			if m.doomed {
+				// The first process of a duplicate, which the fault stops
+				// anyway: started again, it would be a second process of
+				// its name that nothing stops, waiting for the name for
+				// ever (rink-sim seeds 545 and 2882 with restore and
+				// duplicate: a liveness violation of the harness's own).
+				w.Tracef("fault: %s, still joining, the first of a duplicate, stopped", m.name)
+				continue
+			}
 			w.Tracef("fault: %s, still joining, stopped until a TTL after the restore", m.name)
 			h.start(m.idx, 0)
 		}

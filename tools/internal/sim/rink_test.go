@@ -388,4 +388,16 @@ func TestDuplicateProcessHistories(t *testing.T) {
 			t.Errorf("seed %d: %s (replay: go run ./tools/cmd/rink-sim -keys -seed %d)", seed, res.Violation, seed)
 		}
 	}
+	// A restore stopped the first process of a duplicate while it was
+	// still joining, and started it again: a second process of its name
+	// that nothing stopped, waiting for the name for ever (a liveness
+	// violation of the harness's own, not of the members).
+	restored := DefaultConfig()
+	restored.Kinds = []string{"duplicate", "partition", "pause", "leave", "crash", "restart", "restore"}
+	restored.Drain = 500 * time.Millisecond
+	for _, seed := range []uint64{545, 2882} {
+		if res := Run(seed, restored); res.Violation != "" {
+			t.Errorf("seed %d: %s (replay: go run ./tools/cmd/rink-sim -kinds duplicate,partition,pause,leave,crash,restart,restore -drain 500ms -seed %d)", seed, res.Violation, seed)
+		}
+	}
 }
