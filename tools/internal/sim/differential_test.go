@@ -470,6 +470,7 @@ func TestMembersAgainstProduction(t *testing.T) {
 		cfg  Config
 	}{{"plain", plain}, {"replicas", replicas}, {"warmup", warmup}, {"drain", drain}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // (a rink each)
 			playScript(t, cli.Endpoints(), "diff-"+c.name, c.cfg)
 		})
 	}

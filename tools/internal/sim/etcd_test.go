@@ -23,7 +23,18 @@ import (
 	"github.com/rink-go/rink/internal/embedetcd"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		// (The differential tests' subtests wait on a real etcd and its
+		// leases more than they compute: run four at a time, not
+		// GOMAXPROCS at a time, unless -parallel says otherwise.)
+		_ = flag.Set("test.parallel", "4")
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // firstSeed moves the seeds TestModelAgainstEtcd draws (go test
 // ./tools/internal/sim -run ModelAgainst -sim.seed 100, to look further).
@@ -582,6 +593,7 @@ func TestModelAgainstEtcd(t *testing.T) {
 	}
 	for seed := *firstSeed; seed < *firstSeed+seeds; seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel() // (an etcd each)
 			cli := startEtcd(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			d := &diff{t: t, rng: rand.New(rand.NewPCG(uint64(seed), 25)), model: NewEtcd(2), cli: cli,
