@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/rink-go/rink/internal/testutil"
 	"net/url"
 	"os"
 	"slices"
@@ -38,13 +39,7 @@ var testEndpoint string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		// (The parallel tests wait; they do not compute: run them 8 at a
-		// time, not GOMAXPROCS at a time, unless -parallel says otherwise.)
-		_ = flag.Set("test.parallel", "8")
-	}
+	testutil.Parallel(8)                                          // (the parallel tests wait; they do not compute)
 	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true}) // tests measure rink, not the disk
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting etcd:", err)

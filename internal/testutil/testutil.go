@@ -3,6 +3,8 @@
 package testutil
 
 import (
+	"flag"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -40,5 +42,17 @@ func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("not within %v: %s", d, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Parallel sets -test.parallel to n unless the command line set it, for a
+// TestMain, after flag.Parse, whose package's parallel tests wait on etcd
+// and timers more than they compute: GOMAXPROCS at a time, go test's
+// default, would leave the machine idle.
+func Parallel(n int) {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"flag"
 	"fmt"
+	"github.com/rink-go/rink/internal/testutil"
 	"net/url"
 	"os"
 	"strings"
@@ -26,12 +27,7 @@ var testEndpoint string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		// The behaviours wait on etcd and timers; they hardly compute.
-		_ = flag.Set("test.parallel", "6")
-	}
+	testutil.Parallel(6) // (the behaviours wait on etcd and timers; they hardly compute)
 	srv, err := embedetcd.Start(embedetcd.Options{NoFsync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting etcd:", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/rink-go/rink/internal/testutil"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -25,14 +26,9 @@ import (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		// (The differential tests' subtests wait on a real etcd and its
-		// leases more than they compute: run four at a time, not
-		// GOMAXPROCS at a time, unless -parallel says otherwise.)
-		_ = flag.Set("test.parallel", "4")
-	}
+	// (The differential tests' subtests wait on a real etcd and its leases
+	// more than they compute.)
+	testutil.Parallel(4)
 	goleak.VerifyTestMain(m)
 }
 
