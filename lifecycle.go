@@ -143,7 +143,7 @@ func (r *Rink) revokeFenced(lease clientv3.LeaseID) {
 	if lease == 0 || lease != st.fenced {
 		return
 	}
-	if r.fenceDraining() {
+	if r.fenceDraining() && !r.planted(plantSkipFenceDrain) {
 		st.revokeHeld = true // (checkFenceDrains revokes it)
 		return
 	}

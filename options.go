@@ -295,8 +295,11 @@ func WithImbalanceTolerance(t float64) Option {
 // it lets the heir start (EventDrained, or EventDrainTimedOut and a log
 // line; fencing tokens still protect a function that outlives its drain).
 // Shutdown waits within its context. A drain holds back every slot given
-// away in the same map, not the slots kept or gained. A fence does not
-// drain.
+// away in the same map, not the slots kept or gained. A fence drains only
+// until the fenced lease's deadline: its functions' contexts end at once,
+// as every holding's does, and the member does not revoke the fenced
+// lease before they have returned or the deadline has passed, so that no
+// other process of its name starts their slots beside them.
 func WithDrainTimeout(d time.Duration) Option {
 	return func(o *options) {
 		o.use("WithDrainTimeout")

@@ -23,11 +23,17 @@ const (
 	// by a new map or on Shutdown, goes to its heir while functions still
 	// run on it. It can fail only with a drain timeout.
 	plantSkipDrain = "skip-drain"
+	// plantSkipFenceDrain revokes a fenced lease while functions still run
+	// on the holdings the fence ended, before its deadline (see
+	// revokeFenced): another process of the member's name, which waits
+	// for that lease to be gone, starts them beside those functions. It
+	// can fail only with a drain timeout.
+	plantSkipFenceDrain = "skip-fence-drain"
 )
 
 // plants lists the bugs a simulator may plant.
 var plants = []string{plantSkipBarrier, plantEarlyAck, plantIgnoreFence, plantForgetGhosts, plantSkipReplicaBarrier,
-	plantForgetRecorded, plantGoneOnDeletion, plantSkipDrain}
+	plantForgetRecorded, plantGoneOnDeletion, plantSkipDrain, plantSkipFenceDrain}
 
 // planted reports whether bug p is planted in this member (never outside
 // the simulator).

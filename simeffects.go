@@ -253,6 +253,10 @@ func (fx simEffects) watchHeirs(inc *incarnation) {
 func (fx simEffects) revokeLease(lease int64) {
 	m := fx.m
 	m.trace("revoking the fenced lease %x", lease)
+	if m.revoked == nil {
+		m.revoked = map[int64]bool{}
+	}
+	m.revoked[lease] = true
 	m.etcd.LeaseRevoke(&etcdserverpb.LeaseRevokeRequest{ID: lease}, func(*etcdserverpb.LeaseRevokeResponse, error) {})
 }
 func (fx simEffects) rejoin(old *incarnation, join bool) {

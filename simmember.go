@@ -83,6 +83,10 @@ type simMember struct {
 	loadBusy  bool
 	loadWoken bool
 	loadTicks bool // its interval ticks
+
+	// revoked holds the fenced leases this member revoked (see
+	// simEffects.revokeLease and simWork.FenceHeld).
+	revoked map[int64]bool
 }
 
 func newSimMember(cfg simhook.Config) (simhook.Member, error) {
@@ -455,6 +459,17 @@ func (w *simWork) Acts() bool {
 		return true
 	}
 	return w.rc.inc.ctx.Err() == nil && (!w.rc.inc.expired() || w.m.r.planted(plantIgnoreFence))
+}
+
+// FenceHeld reports whether the function still runs on a holding a fence
+// ended before its incarnation's deadline (on the member's clock), and
+// the member has revoked that incarnation's lease (see simhook).
+func (w *simWork) FenceHeld() bool {
+	if w.done || w.m.dead || w.rc == nil {
+		return false
+	}
+	inc := w.rc.inc
+	return errors.Is(context.Cause(w.rc), ErrFenced) && !inc.expired() && w.m.revoked[inc.Lease]
 }
 
 // AddLoad records units of work done for role (see Rink.AddLoad).

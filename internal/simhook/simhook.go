@@ -193,6 +193,13 @@ type Work interface {
 	// passed its lease's deadline. (It says nothing of the drain: that
 	// is what the simulator checks.)
 	Acts() bool
+	// FenceHeld reports whether the function still runs on a holding that
+	// a fence ended before its incarnation's lease deadline (on the
+	// member's clock), while the member has revoked that lease itself.
+	// With rink.WithDrainTimeout a member holds its fenced lease back
+	// until such functions have returned or the deadline has passed (its
+	// fence drains): revoked early, it lets heirs start beside them.
+	FenceHeld() bool
 }
 
 // NewMember builds a simulated member (set by package rink).

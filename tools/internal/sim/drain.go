@@ -22,9 +22,14 @@ import (
 // passed since its holding ended, as the member's clock measures it (D
 // over 1+Config.Drift of the world's time). The promise it checks is
 // WithDrainTimeout's: the heir starts only once the function has
-// returned or the drain timeout has passed. A fence does not drain: once
-// the holding's lease is past its deadline, the lease's expiry lets heirs
-// start, and fencing tokens protect what the function still does.
+// returned or the drain timeout has passed. A fence drains only until the
+// lease's deadline: past it, the lease's expiry lets heirs start, and
+// fencing tokens protect what the function still does. Before it, the
+// member holds its fenced lease back while the function runs; so, too, no
+// other process may acquire the slot while a function on a holding the
+// fence ended still runs before the deadline and the member has revoked
+// that lease itself (simhook.Work.FenceHeld: a lease lost otherwise, by a
+// restore say, is beyond the member).
 //
 // Everything the drain draws comes from a stream of its own, never from
 // the world's: a seed with Drain draws the same fault kinds as without,
@@ -106,13 +111,19 @@ func (h *history) checkDrain(m *simMember, s int) {
 	keep := h.lingering[s][:0]
 	for _, wk := range h.lingering[s] {
 		since := h.w.now - wk.released
-		if !wk.w.Acts() || since > window {
+		acts, held := wk.w.Acts(), wk.w.FenceHeld()
+		if !acts && !held || since > window {
 			continue
 		}
 		keep = append(keep, wk)
-		if wk.m != m {
+		switch {
+		case wk.m == m:
+		case acts:
 			h.violate(fmt.Sprintf("slot %d: %s acquires it while %s's function still runs on it, %v after its holding ended (drain timeout %v)",
 				s, m.name, wk.m.name, since, h.cfg.Drain))
+		default:
+			h.violate(fmt.Sprintf("slot %d: %s acquires it while %s's function still runs on the holding a fence ended %v ago, before its lease's deadline, and %s revoked that lease (drain timeout %v)",
+				s, m.name, wk.m.name, since, wk.m.name, h.cfg.Drain))
 		}
 	}
 	h.lingering[s] = keep

@@ -83,6 +83,11 @@ func plantConfig(plant string) Config {
 	if plant == "skip-drain" {
 		cfg.Drain = 500 * time.Millisecond // (it can fail only with a drain)
 	}
+	if plant == "skip-fence-drain" {
+		// (It can fail only with a drain, and where a fence comes before
+		// the lease's deadline: an operator's deletions of member keys.)
+		cfg.Drain, cfg.KeyFaults = 500*time.Millisecond, true
+	}
 	return cfg
 }
 
