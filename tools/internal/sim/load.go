@@ -19,11 +19,12 @@ import (
 // in a history the hot set moves: the rates are drawn anew.
 //
 // The check, at the end: every ranked member's load key is there, and the
-// rink is balanced, by the true rates and
-// equal capacities, within what balancing can reach: the most loaded
-// ranked member carries at most LoadSlack times max(1+LoadTolerance,
-// bound) of the mean, where bound is the hottest slot's rate over the mean
-// (a slot cannot be split).
+// rink is balanced, by the true rates and the members' capacities (all 1
+// without Config.Capacities), within what balancing can reach: the most
+// loaded ranked member, for its capacity, carries at most LoadSlack times
+// max(1+LoadTolerance, bound) of its share, the mean per unit of capacity
+// times its capacity, where bound is the hottest slot's rate over the
+// least capacity's share (a slot cannot be split).
 //
 // And at every load round a leader runs: no slot it moves was moved by one
 // of its three rounds before (see loadRounds).
@@ -122,14 +123,19 @@ func (h *history) checkLoad() {
 	if l == nil || h.res.Violation != "" {
 		return
 	}
-	load := map[string]float64{}
+	load, capOf := map[string]float64{}, map[string]float64{}
 	var names []string
-	total := 0.0
+	total, capSum := 0.0, 0.0
 	for _, m := range h.members {
 		if !m.alive || !m.m.Ranked() {
 			continue
 		}
 		names = append(names, m.name)
+		capOf[m.name] = 1
+		if h.cfg.Capacities {
+			capOf[m.name] = capacityOf(m.idx)
+		}
+		capSum += capOf[m.name]
 		if h.w.Etcd.kvs["rink/sim/.load/"+m.name] == nil {
 			// (Deleted by an operator, or erased by a restore: the leader
 			// names it in its floor, and the member writes it again.)
@@ -144,10 +150,16 @@ func (h *history) checkLoad() {
 	if len(names) == 0 || total == 0 {
 		return
 	}
-	mean := total / float64(len(names))
-	most := slices.MaxFunc(names, func(a, b string) int { return cmp.Compare(load[a], load[b]) })
-	imbalance := load[most] / mean
-	bound := slices.Max(l.rates) / mean
+	// Each member's share is its capacity's (all 1 without
+	// Config.Capacities): the mean is per unit of capacity, and a member's
+	// imbalance is its load over its share. The hottest slot cannot be
+	// split: the least capacity carrying it bounds what balancing reaches.
+	mean := total / capSum
+	share := func(n string) float64 { return load[n] / (capOf[n] * mean) }
+	most := slices.MaxFunc(names, func(a, b string) int { return cmp.Compare(share(a), share(b)) })
+	imbalance := share(most)
+	least := slices.Min(slices.Collect(maps.Values(capOf)))
+	bound := slices.Max(l.rates) / (least * mean)
 	h.res.Imbalance, h.res.ImbalanceBound = imbalance, bound
 	if h.loadLost || h.loadAbsurd {
 		h.res.LoadUnchecked = true
