@@ -111,9 +111,19 @@ func (h *history) earlyMoves(leader *simMember) func(moves map[int]string) {
 			for _, m := range h.members {
 				// (A process restarted under the heir's name that has not
 				// joined yet is not the heir: the name's key is its
-				// predecessor's still.)
+				// predecessor's still. Nor is a process whose member key
+				// an operator deleted, with another process of its name
+				// in under a key of its own, which the first sees deleted
+				// before the map that moves the slot: rink-sim -keys
+				// -warmup 300ms -drain 500ms seeds 2477, 3262 and 4366,
+				// where the moves went to the second, which had warmed.)
 				if m.name != heir || !m.alive || !m.m.Ranked() || m.warming == nil || m.warming.warm[s] {
 					continue
+				}
+				if kv := h.w.Etcd.kvs["rink/sim/members/"+heir]; kv != nil {
+					if lease, _, _ := m.m.Trusted(); lease != kv.Lease {
+						continue
+					}
 				}
 				h.violate(fmt.Sprintf("slot %d: %s makes its move to %s before the warm-up time, but %s has not warmed it up", s, leader.name, heir, heir))
 			}

@@ -57,3 +57,21 @@ func TestWarmupDrawsItsOwnStream(t *testing.T) {
 	checkOwnStream(t, "a warm-up", func(c *Config) { c.Warmup = 300 * time.Millisecond }, "warms up",
 		func(Result, Result) error { return nil })
 }
+
+// TestWarmupHeirIsTheKeysProcess: the check of early moves counts as the
+// heir only the process under the name's member key. Seeds 2477, 3262 and
+// 4366 with drains: an operator deleted the heir's key and a second
+// process of its name came in; the leader moved early on the second's
+// readiness, and the check flagged the first, which had not warmed up and
+// could start nothing (it sees its key deleted before the map that moves
+// the slot).
+func TestWarmupHeirIsTheKeysProcess(t *testing.T) {
+	t.Parallel()
+	cfg := warmupConfig()
+	cfg.Drain = 500 * time.Millisecond
+	for _, seed := range []uint64{2477, 3262, 4366} {
+		if res := Run(seed, cfg); res.Violation != "" {
+			t.Errorf("seed %d: %s (replay: go run ./tools/cmd/rink-sim -keys -warmup 300ms -drain 500ms -seed %d)", seed, res.Violation, seed)
+		}
+	}
+}
