@@ -523,32 +523,6 @@ func TestCutOffHolderWaitsForTheGrant(t *testing.T) {
 	}
 }
 
-// startServerOn is startServer on the etcd at ep.
-func startServerOn(t *testing.T, ep, rinkName, member string, opts ...rink.Option) *Server {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	s, err := New(context.Background(), Config{Client: cli, Rink: rinkName, Member: member, TTL: testTTL,
-		Options: append([]rink.Option{rink.WithRebalanceDelay(0)}, opts...), Logger: zaptest.NewLogger(t).Named(member)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Start("127.0.0.1:0", "127.0.0.1:0", ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown of %s: %v", member, err)
-		}
-	})
-	return s
-}
-
 // TestLongerLeaseThanTTLWaitsForTheGrant: etcd grants no lease a TTL below
 // 1.5 of its election timeouts (8 s for a 5 s election timeout, a common
 // setting across zones), whatever the member asked for. The member's fence

@@ -60,7 +60,13 @@ func rinkName(t *testing.T) string {
 // test ends.
 func startServer(t *testing.T, rinkName, member string, opts ...rink.Option) *Server {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return startServerOn(t, endpoint, rinkName, member, opts...)
+}
+
+// startServerOn is startServer on the etcd at ep.
+func startServerOn(t *testing.T, ep, rinkName, member string, opts ...rink.Option) *Server {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +80,7 @@ func startServer(t *testing.T, rinkName, member string, opts ...rink.Option) *Se
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown of %s: %v", member, err)
